@@ -1,0 +1,77 @@
+"""Set up the demo of `make run`: an operator login and an integration token, then print how
+to reach everything. The demo token is rotated on every run (the previous one is revoked), so
+exactly one demo token exists and the printed curl always works."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand
+
+from alfred.embedded import state_dir
+from alfred.models import Role
+from alfred.tokens import token_rotate
+
+DEMO_USER = "operator"
+DEMO_TOKEN = "demo-integration"
+
+
+class Command(BaseCommand):
+    help = "Create the demo operator login and rotate the demo integration token (dev only)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        password = self._operator_password()
+        _, raw = token_rotate(name=DEMO_TOKEN, role=Role.INTEGRATION)
+        base = os.environ.get("ALFRED_LOCAL_URL", settings.ALFRED_PUBLIC_URL)
+        body = '{"zone": "example.com", "subdomain": "www", "ticket_ids": ["OPS-1"]}'
+        curl = " ".join(
+            [
+                "curl -sS -X POST",
+                shlex.quote(f"{base}/api/v1/workflows/add-subdomain/executions"),
+                "-H", shlex.quote(f"Authorization: Bearer {raw}"),
+                "-H", shlex.quote("Content-Type: application/json"),
+                "-H", shlex.quote(f"Idempotency-Key: demo-{secrets.token_hex(4)}"),
+                "-d", shlex.quote(body),
+            ]
+        )
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    f"  Admin      {base}/admin/   (login: {DEMO_USER} / {password})",
+                    f"  API docs   {base}/api/docs/",
+                    f"  API token  {raw}   (integration; shown once, rotated each start)",
+                    "",
+                    "  Submit a workflow:",
+                    f"  {curl}",
+                    "",
+                ]
+            )
+        )
+
+    def _operator_password(self) -> str:
+        """The demo operator's password is generated once and kept in the state directory, so
+        it stays the same across restarts of `make run`."""
+        path = Path(state_dir()) / "operator-password"
+        if path.exists():
+            password = path.read_text().strip()
+        else:
+            password = secrets.token_urlsafe(12)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(password + "\n")
+            path.chmod(0o600)
+        user_model = get_user_model()
+        user, _ = user_model.objects.get_or_create(
+            username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}
+        )
+        if not user.check_password(password):
+            user.set_password(password)
+            user.is_staff = user.is_superuser = True
+            user.save()
+        return password

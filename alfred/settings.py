@@ -1,0 +1,205 @@
+"""Settings, from the environment (12-factor). See README "Configuration" for every variable.
+
+With neither ``DATABASE_URL`` nor ``CELERY_BROKER_URL`` set, Alfred uses the embedded stack
+(PostgreSQL and Redis from pip wheels, data under ``ALFRED_STATE_DIR``). ``ALFRED_ENV=production``
+refuses that and every other insecure default.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+from alfred import embedded
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+
+ALFRED_ENV = env.str("ALFRED_ENV", default="development")
+PRODUCTION = ALFRED_ENV == "production"
+if ALFRED_ENV not in {"development", "production", "test"}:
+    raise ImproperlyConfigured("ALFRED_ENV must be development, production or test")
+
+_DEV_SECRET = "alfred-development-secret-key-not-for-production-use-0123456789"  # noqa: S105
+SECRET_KEY = env.str("ALFRED_SECRET_KEY", default="" if PRODUCTION else _DEV_SECRET)
+DEBUG = env.bool("ALFRED_DEBUG", default=not PRODUCTION)
+ALFRED_PUBLIC_URL = env.str("ALFRED_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip("/")
+ALFRED_READ_ONLY = env.bool("ALFRED_READ_ONLY", default=False)
+ALFRED_MAX_BODY_BYTES = env.int("ALFRED_MAX_BODY_BYTES", default=64 * 1024)
+
+_public_host = ALFRED_PUBLIC_URL.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+ALLOWED_HOSTS = env.list(
+    "ALFRED_ALLOWED_HOSTS",
+    default=[_public_host] if PRODUCTION else [_public_host, "127.0.0.1", "localhost", "testserver"],
+)
+CSRF_TRUSTED_ORIGINS = env.list("ALFRED_CSRF_TRUSTED_ORIGINS", default=[ALFRED_PUBLIC_URL])
+
+if PRODUCTION:
+    if len(SECRET_KEY) < 50 or SECRET_KEY == _DEV_SECRET or len(set(SECRET_KEY)) < 5:
+        raise ImproperlyConfigured("production needs ALFRED_SECRET_KEY: 50+ random characters")
+    if DEBUG:
+        raise ImproperlyConfigured("production refuses ALFRED_DEBUG=1")
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL"):
+        if not env.str(name, default=""):
+            raise ImproperlyConfigured(f"production needs {name}; the embedded stack is dev-only")
+    if not ALFRED_PUBLIC_URL.startswith("https://"):
+        raise ImproperlyConfigured("production needs an https:// ALFRED_PUBLIC_URL")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_celery_beat",
+    "alfred",
+    "executions",
+    "lanes",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "alfred.middleware.ApiGuardMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "alfred.urls"
+WSGI_APPLICATION = "alfred.wsgi.application"
+ASGI_APPLICATION = "alfred.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ---------------------------------------------------------------------------
+ALFRED_EMBEDDED = not env.str("DATABASE_URL", default="")
+DATABASES = {
+    "default": env.db_url("DATABASE_URL", default=embedded.database_url()),
+}
+DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("ALFRED_DB_CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DATABASES["default"].setdefault("OPTIONS", {})
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Celery -----------------------------------------------------------------------------
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=embedded.broker_url())
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_TASK_DEFAULT_QUEUE = "stages"
+CELERY_TASK_ROUTES = {
+    "executions.tasks.*": {"queue": "stages"},
+    "lanes.tasks.*": {"queue": "scanners"},
+}
+# Publishing happens after commit, inside the request: fail fast to start_failed rather than
+# hang the API when the broker is away (the recovery scan re-dispatches start_pending work).
+CELERY_BROKER_CONNECTION_TIMEOUT = env.float("ALFRED_BROKER_CONNECT_TIMEOUT", default=2.0)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.5,
+}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- Auth, API ----------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+DATA_UPLOAD_MAX_MEMORY_SIZE = ALFRED_MAX_BODY_BYTES
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "alfred.authentication.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["alfred.permissions.IsIntegration"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "EXCEPTION_HANDLER": "alfred.problems.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Alfred",
+    "DESCRIPTION": (
+        "A durable control plane for infrastructure workflows. Every error is "
+        "`application/problem+json` (RFC 9457) with a stable `code`."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SERVERS": [{"url": ALFRED_PUBLIC_URL}],
+    # Swagger UI from the sidecar package: the docs page works on a machine without internet.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = env.str("ALFRED_STATIC_ROOT", default=str(BASE_DIR / "staticfiles")) if PRODUCTION else None
+# WhiteNoise serves the admin's and the API docs' assets under uvicorn; in development straight
+# from the apps (no collectstatic), in production from STATIC_ROOT (collectstatic at build).
+WHITENOISE_USE_FINDERS = not PRODUCTION
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if PRODUCTION
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("ALFRED_LOG_LEVEL", default="INFO")},
+}
+
+# --- Production hardening (checked by `manage.py check --deploy`) -------------------------
+if PRODUCTION:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env.bool("ALFRED_SSL_REDIRECT", default=True)
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
+    SECURE_HSTS_SECONDS = env.int("ALFRED_HSTS_SECONDS", default=31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    X_FRAME_OPTIONS = "DENY"

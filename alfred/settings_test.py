@@ -1,0 +1,13 @@
+"""Test settings: the embedded stack under its own state directory, so the suite never touches
+the data of `make run`. DATABASE_URL / CELERY_BROKER_URL still win (.ci/run's second pass)."""
+
+import os
+
+os.environ.setdefault("ALFRED_STATE_DIR", ".alfred/test")
+os.environ.setdefault("ALFRED_ENV", "test")
+
+from alfred.settings import *  # noqa: E402, F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+DATABASES["default"]["TEST"] = {"NAME": os.environ.get("ALFRED_TEST_DATABASE", "alfred_test")}  # noqa: F405

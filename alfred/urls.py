@@ -1,0 +1,23 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from alfred import views
+
+admin.site.site_header = "Alfred"
+admin.site.site_title = "Alfred"
+admin.site.index_title = "Operations"
+
+urlpatterns = [
+    path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+    path("api/v1/", include("executions.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("admin/", admin.site.urls),
+]
+
+handler400 = "alfred.views.bad_request"
+handler403 = "alfred.views.permission_denied"
+handler404 = "alfred.views.not_found"
+handler500 = "alfred.views.server_error"

@@ -1,0 +1,79 @@
+"""Health endpoints and the problem+json error pages for paths outside DRF."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from alfred.problems import problem_response
+
+log = logging.getLogger(__name__)
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Liveness: the process answers. Touches nothing else."""
+    return JsonResponse({"status": "ok"})
+
+
+def readyz(request: HttpRequest) -> JsonResponse:
+    """Readiness: the database answers a query and the broker answers a ping."""
+    checks: dict[str, Any] = {}
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"error: {type(exc).__name__}"
+    try:
+        from alfred.celery import app
+
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+            conn.default_channel.client.ping()  # type: ignore[attr-defined]
+        checks["broker"] = "ok"
+    except Exception as exc:
+        checks["broker"] = f"error: {type(exc).__name__}"
+    ready = all(v == "ok" for v in checks.values())
+    if not ready:
+        log.warning("not ready: %s", checks)
+        response = problem_response("unavailable", "A dependency is not answering.",
+                                    instance=request.path, checks=checks)
+        return response
+    return JsonResponse({"status": "ready", "checks": checks})
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return problem_response("not_found", "No such resource.", instance=request.path)
+    from django.views.defaults import page_not_found
+
+    return page_not_found(request, exception or Exception())
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return problem_response("internal_error", "An internal error occurred; it was logged.",
+                                instance=request.path)
+    from django.views.defaults import server_error as default
+
+    return default(request)
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return problem_response("malformed_request", "The request could not be read.",
+                            instance=request.path)
+
+
+def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if _is_api(request):
+        return problem_response("permission_denied", "Permission denied.", instance=request.path)
+    from django.views.defaults import permission_denied as default
+
+    return default(request, exception or Exception())

@@ -1,0 +1,266 @@
+"""``execution_accept``: the one transaction that makes a request durable (DESIGN §2.1, §3).
+
+Validation and canonicalization happen first, outside any transaction. Then, in ONE durable
+transaction: resolve the Idempotency-Key, resolve the logical identity, insert the Execution,
+its DeliveryKey, its first Run and Stages, take or queue the lane, and write the
+``execution.accepted`` event (sequence 1). Only after commit is the run published.
+
+Concurrent duplicates serialize on unique constraints, not on application locks: two requests
+with one key both try to insert the DeliveryKey, PostgreSQL makes the second wait for the first
+to commit and then raises; the loser retries the whole transaction and now finds the key.
+The same holds for two keys naming one operation (``uniq_active_execution_identity``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from executions.engine.dispatch import run_dispatch_on_commit
+from executions.events.outbox import event_emit, event_key
+from executions.identity import fingerprint, logical_identity
+from executions.models import (
+    AcceptanceOutcome,
+    DeliveryKey,
+    Execution,
+    ExecutionStatus,
+    OutboxEvent,
+    Run,
+    RunKind,
+    Stage,
+    StartState,
+)
+from executions.workflows.base import LaneClaim, Workflow
+from executions.workflows.registry import get_workflow
+from lanes.services import LaneClaimResult, LaneConflict, lane_claim
+
+log = logging.getLogger(__name__)
+
+# Constraints a concurrent twin can make us trip; anything else is a real error.
+_RACE_CONSTRAINTS = frozenset({"uniq_delivery_key", "uniq_active_execution_identity"})
+MAX_ATTEMPTS = 5
+
+
+class UnknownWorkflow(Exception):
+    pass
+
+
+class IdempotencyConflict(Exception):
+    def __init__(self, execution_id: str) -> None:
+        super().__init__(f"key already used for {execution_id} with a different body")
+        self.execution_id = execution_id
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    execution: Execution
+    outcome: str
+    replayed: bool
+    idempotency_key: str
+    lane: LaneClaimResult | None = None
+
+
+@dataclass(frozen=True)
+class _Request:
+    workflow: Workflow
+    canonical: dict[str, Any]
+    fingerprint: str
+    identity: str
+    claim: LaneClaim | None
+    key: str
+    principal: str
+
+
+def execution_accept(
+    *, workflow_name: str, body: Any, idempotency_key: str, principal: str
+) -> Acceptance:
+    """Accept ``body`` for ``workflow_name`` under ``idempotency_key`` of ``principal``.
+
+    Raises ``UnknownWorkflow``, ``InvalidInput``, ``IdempotencyConflict``, ``LaneConflict``.
+    A lane conflict rolls back everything, the key included: the same key may be sent again.
+    """
+    try:
+        workflow = get_workflow(workflow_name)
+    except KeyError:
+        raise UnknownWorkflow(workflow_name) from None
+    workflow.validate(body)
+    canonical = workflow.canonicalize(body)
+    request = _Request(
+        workflow=workflow,
+        canonical=canonical,
+        fingerprint=fingerprint(body),
+        identity=logical_identity(workflow.name, canonical),
+        claim=workflow.lane(canonical),
+        key=idempotency_key,
+        principal=principal,
+    )
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        try:
+            return _accept_once(request)
+        except IntegrityError as exc:
+            constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
+            if constraint not in _RACE_CONSTRAINTS or attempt == MAX_ATTEMPTS:
+                raise
+            log.info("acceptance lost a race on %s; retrying (attempt %d)", constraint, attempt)
+    raise AssertionError("unreachable")
+
+
+def _accept_once(req: _Request) -> Acceptance:
+    with transaction.atomic(durable=True):
+        known = (
+            DeliveryKey.objects.select_related("execution")
+            .filter(principal=req.principal, key=req.key)
+            .first()
+        )
+        if known is not None:
+            if known.fingerprint != req.fingerprint:
+                raise IdempotencyConflict(known.execution_id)
+            return Acceptance(known.execution, known.outcome, True, req.key)
+
+        latest = (
+            Execution.objects.select_for_update()
+            .filter(workflow=req.workflow.name, logical_identity=req.identity)
+            .order_by("-created_at")
+            .first()
+        )
+        if latest is None or latest.status == ExecutionStatus.ROLLED_BACK:
+            execution, lane = _create(req, predecessor=latest)
+            outcome = AcceptanceOutcome.CREATED
+        elif _should_continue(req.workflow, latest):
+            execution, lane = _continue(req, latest)
+            outcome = AcceptanceOutcome.CONTINUED
+        else:
+            execution, lane, outcome = latest, None, AcceptanceOutcome.REUSED
+
+        DeliveryKey.objects.create(
+            principal=req.principal,
+            key=req.key,
+            fingerprint=req.fingerprint,
+            execution=execution,
+            outcome=outcome,
+        )
+        if outcome != AcceptanceOutcome.REUSED and (lane is None or lane.role == "owner"):
+            assert execution.current_run_id is not None
+            run_dispatch_on_commit(execution.current_run_id)
+        return Acceptance(execution, outcome, False, req.key, lane)
+
+
+def _should_continue(workflow: Workflow, latest: Execution) -> bool:
+    if latest.status in (ExecutionStatus.FAILED, ExecutionStatus.CANCELED):
+        return workflow.supports_continuation
+    if latest.status == ExecutionStatus.SUCCEEDED:
+        return workflow.continue_after_success(_stage_outputs(latest))
+    return False
+
+
+def _stage_outputs(execution: Execution) -> Mapping[str, Any]:
+    return dict(
+        Stage.objects.filter(run_id=execution.current_run_id).values_list("name", "output")
+    )
+
+
+def _claim(req: _Request, execution_id: str, *, urgent: bool = False) -> LaneClaimResult | None:
+    if req.claim is None:
+        return None
+    return lane_claim(
+        key=req.claim.key, execution_id=execution_id, token=req.claim.token, urgent=urgent
+    )
+
+
+def _new_run(execution: Execution, number: int, kind: str) -> Run:
+    run = Run(execution=execution, number=number, kind=kind)
+    run.save(force_insert=True)
+    Stage.objects.bulk_create(
+        Stage(run=run, name=name, position=i) for i, name in enumerate(execution_stages(execution))
+    )
+    return run
+
+
+def execution_stages(execution: Execution) -> tuple[str, ...]:
+    return get_workflow(execution.workflow).stages
+
+
+def _create(
+    req: _Request, *, predecessor: Execution | None
+) -> tuple[Execution, LaneClaimResult | None]:
+    execution = Execution(
+        workflow=req.workflow.name,
+        input=req.canonical,
+        dry_run=bool(req.canonical.get("dry_run", False)),
+        logical_identity=req.identity,
+        principal=req.principal,
+        lane_key=req.claim.key if req.claim else None,
+        lane_token=req.claim.token if req.claim else None,
+        predecessor=predecessor,
+        last_sequence=1,
+    )
+    # The run's id is known before it exists: the FK is checked at commit (PostgreSQL
+    # foreign keys are DEFERRABLE INITIALLY DEFERRED under Django), which saves an UPDATE.
+    run = Run(execution=execution, number=1, kind=RunKind.INITIAL)
+    execution.current_run_id = run.id
+    execution.save(force_insert=True)
+    run.save(force_insert=True)
+    Stage.objects.bulk_create(
+        Stage(run=run, name=name, position=i) for i, name in enumerate(req.workflow.stages)
+    )
+    lane = _claim(req, execution.id)
+    OutboxEvent.objects.create(
+        execution=execution,
+        sequence=1,
+        key=event_key(execution.id, "accepted"),
+        type="execution.accepted",
+        payload={
+            "workflow": execution.workflow,
+            "run": run.id,
+            "predecessor": predecessor.id if predecessor else None,
+            "lane": _lane_payload(lane),
+        },
+    )
+    return execution, lane
+
+
+def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaimResult | None]:
+    """A continuation run on a failed/canceled (or unfinished succeeded) execution. It goes
+    ahead of ordinary queued work: the infrastructure may be half-changed."""
+    number = (execution.runs.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    run = _new_run(execution, number, RunKind.CONTINUATION)
+    previous_status = execution.status
+    execution.status = ExecutionStatus.QUEUED
+    execution.start_state = StartState.START_PENDING
+    execution.start_error = None
+    execution.error = None
+    execution.finished_at = None
+    execution.current_run = run
+    execution.save(
+        update_fields=[
+            "status", "start_state", "start_error", "error", "finished_at", "current_run",
+            "updated_at",
+        ]
+    )
+    lane = _claim(req, execution.id, urgent=True)
+    event_emit(
+        execution_id=execution.id,
+        type="execution.continued",
+        key=event_key(execution.id, f"{run.id}:continued"),
+        payload={"run": run.id, "from_status": previous_status, "lane": _lane_payload(lane)},
+    )
+    return execution, lane
+
+
+def _lane_payload(lane: LaneClaimResult | None) -> dict[str, Any] | None:
+    if lane is None:
+        return None
+    return {"key": lane.key, "role": lane.role, "position": lane.position}
+
+
+__all__ = [
+    "Acceptance",
+    "IdempotencyConflict",
+    "LaneConflict",
+    "UnknownWorkflow",
+    "execution_accept",
+]

@@ -1,0 +1,172 @@
+"""Representations of the HTTP contract (DESIGN §8). Read-only: requests are parsed by the
+workflow's JSON Schema, not by serializers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from executions import selectors
+from executions.models import Execution, OutboxEvent, Stage
+
+
+def _url(name: str, **kwargs: Any) -> str:
+    return reverse(name, kwargs=kwargs)
+
+
+class ProblemSerializer(serializers.Serializer):
+    """RFC 9457 problem details (``application/problem+json``)."""
+
+    type = serializers.URLField()
+    title = serializers.CharField()
+    status = serializers.IntegerField()
+    detail = serializers.CharField()
+    code = serializers.CharField(help_text="Stable machine-readable code.")
+    instance = serializers.CharField(required=False)
+    errors = serializers.ListField(
+        child=serializers.DictField(child=serializers.CharField()),
+        required=False,
+        help_text="Field errors (invalid_input): JSON Pointer `field` and `message`.",
+    )
+    execution = serializers.CharField(required=False, help_text="The execution concerned.")
+
+
+class StageSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Stage
+        fields = ["name", "status", "output", "error", "started_at", "finished_at"]
+
+
+class LaneViewSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    role = serializers.ChoiceField(choices=["owner", "queued"], allow_null=True)
+    state = serializers.CharField(allow_null=True)
+    position = serializers.IntegerField(allow_null=True, help_text="1-based, when queued.")
+
+
+class RunSummarySerializer(serializers.Serializer):
+    id = serializers.CharField()
+    number = serializers.IntegerField()
+    kind = serializers.CharField()
+    status = serializers.CharField()
+
+
+class AcceptanceSerializer(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=["created", "reused", "continued"])
+    replayed = serializers.BooleanField()
+    idempotency_key = serializers.CharField()
+
+
+class ExecutionSummarySerializer(serializers.ModelSerializer):
+    terminal = serializers.BooleanField(read_only=True)
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Execution
+        fields = [
+            "id", "workflow", "status", "terminal", "start_state", "lane_key", "dry_run",
+            "created_at", "updated_at", "finished_at", "links",
+        ]
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField()))
+    def get_links(self, obj: Execution) -> dict[str, str]:
+        return execution_links(obj)
+
+
+def execution_links(execution: Execution) -> dict[str, str]:
+    """Links to what the execution supports now. Controls (cancel, retry, rollback, approve)
+    are listed by the endpoints that implement them, only in states that allow them."""
+    return {
+        "self": _url("execution-detail", execution_id=execution.id),
+        "events": _url("execution-events", execution_id=execution.id),
+    }
+
+
+class ExecutionSerializer(ExecutionSummarySerializer):
+    """The execution resource."""
+
+    input = serializers.JSONField()
+    stages = serializers.SerializerMethodField()
+    lane = serializers.SerializerMethodField()
+    current_run = serializers.SerializerMethodField()
+    pending_approval = serializers.SerializerMethodField()
+    children = serializers.SerializerMethodField()
+    acceptance = serializers.SerializerMethodField()
+
+    class Meta(ExecutionSummarySerializer.Meta):
+        fields = [
+            "id", "workflow", "status", "terminal", "start_state", "start_error", "input",
+            "dry_run", "stages", "lane", "current_run", "pending_approval", "assistance",
+            "predecessor", "parent", "children", "error", "result", "acceptance",
+            "created_at", "updated_at", "finished_at", "links",
+        ]
+
+    @extend_schema_field(StageSerializer(many=True))
+    def get_stages(self, obj: Execution) -> list[dict[str, Any]]:
+        return StageSerializer(selectors.execution_stages(obj), many=True).data  # type: ignore[return-value]
+
+    @extend_schema_field(LaneViewSerializer(allow_null=True))
+    def get_lane(self, obj: Execution) -> dict[str, Any] | None:
+        view = selectors.execution_lane(obj)
+        return None if view is None else LaneViewSerializer(view).data  # type: ignore[return-value]
+
+    @extend_schema_field(RunSummarySerializer(allow_null=True))
+    def get_current_run(self, obj: Execution) -> dict[str, Any] | None:
+        run = obj.current_run
+        if run is None:
+            return None
+        return {"id": run.id, "number": run.number, "kind": run.kind, "status": run.status}
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_pending_approval(self, obj: Execution) -> dict[str, Any] | None:
+        hook = obj.hooks.filter(status="pending", operator=True).order_by("-created_at").first()
+        if hook is None:
+            return None
+        return {
+            "hook": hook.id,
+            "stage": hook.stage,
+            "plan": hook.payload.get("plan"),
+            "plan_hash": hook.payload.get("plan_hash"),
+            "requested_at": hook.created_at,
+        }
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_children(self, obj: Execution) -> list[str]:
+        return list(obj.children.order_by("id").values_list("id", flat=True))
+
+    @extend_schema_field(AcceptanceSerializer(allow_null=True))
+    def get_acceptance(self, obj: Execution) -> dict[str, Any] | None:
+        """Only in the answer to a POST: how that request was resolved."""
+        acceptance = self.context.get("acceptance")
+        if acceptance is None:
+            return None
+        return {
+            "outcome": acceptance.outcome,
+            "replayed": acceptance.replayed,
+            "idempotency_key": acceptance.idempotency_key,
+        }
+
+
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = OutboxEvent
+        fields = ["sequence", "key", "type", "payload", "created_at"]
+
+
+class EventPageSerializer(serializers.Serializer):
+    events = EventSerializer(many=True)
+    next_after = serializers.IntegerField(help_text="Pass as ?after= to read on.")
+    has_more = serializers.BooleanField()
+
+
+class WorkflowSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    title = serializers.CharField()
+    description = serializers.CharField()
+    stages = serializers.ListField(child=serializers.CharField())
+    lane = serializers.CharField()
+    input_schema = serializers.DictField()
+    links = serializers.DictField(child=serializers.CharField())

@@ -1,0 +1,30 @@
+"""Canonical JSON (RFC 8785), the request fingerprint and the logical identity (DESIGN §3).
+
+- fingerprint: sha256 of the RFC 8785 form of the body *as sent*. It decides "same key, same
+  body" — ``{"a":1,"b":2}`` and ``{"b":2, "a":1}`` are the same body; a changed default is not.
+- logical identity: sha256 of the RFC 8785 form of ``{"workflow", "input": canonical input}``.
+  It decides "is this the same operation?" across keys and principals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import rfc8785
+
+
+def canonical_json(value: Any) -> bytes:
+    return rfc8785.dumps(value)
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def fingerprint(body: Any) -> str:
+    return sha256_hex(canonical_json(body))
+
+
+def logical_identity(workflow: str, canonical_input: Any) -> str:
+    return sha256_hex(canonical_json({"workflow": workflow, "input": canonical_input}))

@@ -1,0 +1,57 @@
+"""Reads of the execution resource (services own writes, selectors own reads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import QuerySet
+
+from executions.models import Execution, Stage
+from lanes.models import Lane, LaneWaiter
+from lanes.services import lane_position
+
+
+def execution_list(*, workflow: str | None = None, status: str | None = None) -> QuerySet[Execution]:
+    qs = Execution.objects.all()
+    if workflow:
+        qs = qs.filter(workflow=workflow)
+    if status:
+        qs = qs.filter(status=status)
+    return qs
+
+
+def execution_get(execution_id: str) -> Execution:
+    return Execution.objects.select_related("current_run").get(pk=execution_id)
+
+
+@dataclass(frozen=True)
+class LaneView:
+    key: str
+    role: str | None  # owner | queued | None (not holding nor waiting)
+    state: str | None
+    position: int | None
+
+
+def execution_lane(execution: Execution) -> LaneView | None:
+    if not execution.lane_key:
+        return None
+    lane = Lane.objects.filter(key=execution.lane_key).only("state", "owner_id").first()
+    if lane is not None and lane.owner_id == execution.id:
+        return LaneView(execution.lane_key, "owner", lane.state, None)
+    position = lane_position(execution.id)
+    role = "queued" if position is not None else None
+    return LaneView(execution.lane_key, role, lane.state if lane else None, position)
+
+
+def execution_stages(execution: Execution) -> list[Stage]:
+    if execution.current_run_id is None:
+        return []
+    return list(Stage.objects.filter(run_id=execution.current_run_id).order_by("position"))
+
+
+def lane_list() -> QuerySet[Lane]:
+    return Lane.objects.order_by("key")
+
+
+def lane_queue(key: str) -> list[LaneWaiter]:
+    return list(LaneWaiter.objects.filter(lane_id=key).order_by("priority", "id"))

@@ -1,0 +1,1 @@
+"""The five workflow definitions: input contract, canonical form, lane rule and stages."""

@@ -1,0 +1,124 @@
+"""What a workflow declares: its input contract, its canonical form, its lane and its stages.
+
+A workflow module defines one :class:`Workflow` subclass instance; ``registry.py`` lists the
+five. Acceptance (``executions.acceptance``) is the only caller of ``validate``/``canonicalize``
+/``lane``: validation and canonicalization happen before the acceptance transaction opens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One invalid field: ``field`` is a JSON Pointer into the request body (RFC 6901)."""
+
+    field: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message}
+
+
+class InvalidInput(Exception):
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(f"{e.field}: {e.message}" for e in errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class LaneClaim:
+    """The lane an execution must hold before it runs.
+
+    ``token`` names what the holder will do to the lane's subject (e.g. the Lambda version).
+    A claim whose token differs from the owner's or from any queued claim's fails closed
+    (409 ``lane_conflict``); claims without a token only queue.
+    """
+
+    key: str
+    token: str | None = None
+
+
+def _pointer(path: Any) -> str:
+    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
+    return "/" + "/".join(parts) if parts else ""
+
+
+class Workflow:
+    name: ClassVar[str]
+    title: ClassVar[str]
+    description: ClassVar[str]
+    input_schema: ClassVar[dict[str, Any]]
+    stages: ClassVar[tuple[str, ...]]
+    # A failed or canceled execution asked for again (new key, same identity) is continued:
+    # a new run on the same execution that skips stages whose output is persisted and valid.
+    supports_continuation: ClassVar[bool] = True
+
+    _validator: ClassVar[Draft202012Validator | None] = None
+
+    @classmethod
+    def validator(cls) -> Draft202012Validator:
+        if cls.__dict__.get("_validator") is None:
+            Draft202012Validator.check_schema(cls.input_schema)
+            cls._validator = Draft202012Validator(
+                cls.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
+            )
+        assert cls._validator is not None
+        return cls._validator
+
+    def validate(self, data: Any) -> None:
+        """Raise :class:`InvalidInput` with every field error (JSON Pointers), schema first,
+        then the workflow's own semantic checks in :meth:`check_semantics`."""
+        errors = sorted(
+            self.validator().iter_errors(data), key=lambda e: (list(e.absolute_path), e.message)
+        )
+        if errors:
+            seen: dict[str, FieldError] = {}
+            for err in errors:
+                # For a oneOf/anyOf mismatch, report the most relevant sub-error.
+                chosen = best_match([err]) if err.context else err
+                pointer = _pointer(chosen.absolute_path)
+                if chosen.validator == "required":
+                    missing = str(chosen.message).split("'")[1] if "'" in chosen.message else ""
+                    pointer = f"{pointer}/{missing}" if missing else pointer
+                seen.setdefault(pointer, FieldError(pointer, chosen.message))
+            raise InvalidInput(list(seen.values()))
+        semantic = self.check_semantics(data)
+        if semantic:
+            raise InvalidInput(semantic)
+
+    def check_semantics(self, data: Mapping[str, Any]) -> list[FieldError]:
+        """Checks JSON Schema cannot express (override per workflow)."""
+        return []
+
+    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The canonical input for schema-valid ``data``: every default filled in, every
+        value in its one normal form. Two requests that mean the same operation have equal
+        canonical inputs; the logical identity is the hash of this form."""
+        raise NotImplementedError
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        raise NotImplementedError
+
+    def continue_after_success(self, stage_outputs: Mapping[str, Any]) -> bool:
+        """For a succeeded execution asked for again: True when its completed stage state says
+        contract work remains, so a continuation run is queued instead of returning it."""
+        return False
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "stages": list(self.stages),
+            "lane": self.lane_description,
+            "input_schema": self.input_schema,
+        }
+
+    lane_description: ClassVar[str] = ""

@@ -1,0 +1,104 @@
+"""update-lambda-version: move every function of a fleet to one published version."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from executions.workflows import _fields
+from executions.workflows.base import LaneClaim, Workflow
+
+# Case is not folded: the lane key is built from these, so two spellings of one fleet must not
+# yield two lanes. Uppercase is rejected rather than guessed at.
+_SLUG = r"^\s*[a-z0-9]+(?:-[a-z0-9]+)*\s*$"
+# At most 15 significant digits keeps every version a JSON-safe integer, and keeps the
+# canonical string valid against the string branch below.
+_MAX_VERSION = 10**15 - 1
+
+
+class UpdateLambdaVersion(Workflow):
+    name = "update-lambda-version"
+    title = "Update Lambda version"
+    description = (
+        "Point the environment's alias of every function in a Lambda fleet at one published "
+        "version, wait until each update is successful and verify; rollback restores the "
+        "previous versions from the receipts."
+    )
+    stages: ClassVar[tuple[str, ...]] = ("plan", "update_aliases", "await_updates", "verify")
+    lane_description: ClassVar[str] = (
+        "lambda:<target>:<environment>, claimed with the version as token: a request for "
+        "another version while the lane holds or queues a different one fails closed "
+        "(409 lane_conflict)"
+    )
+    input_schema: ClassVar[dict[str, Any]] = _fields.object_schema(
+        title="update-lambda-version input",
+        description="The fleet, the environment and the version to move it to.",
+        properties={
+            "target": {
+                "title": "Target fleet",
+                "description": "The Lambda fleet name: a lowercase slug.",
+                "type": "string",
+                "maxLength": 64,
+                "pattern": _SLUG,
+                "examples": ["checkout-api"],
+            },
+            "environment": {
+                "title": "Environment",
+                "description": "The environment (the alias to move): a lowercase slug.",
+                "type": "string",
+                "maxLength": 64,
+                "pattern": _SLUG,
+                "examples": ["staging", "production"],
+            },
+            "version": {
+                "title": "Version",
+                "description": "A published Lambda version number (not $LATEST): an integer "
+                "from 1, or a string of digits. Canonical form: the decimal string without "
+                "leading zeros.",
+                "anyOf": [
+                    {"type": "integer", "minimum": 1, "maximum": _MAX_VERSION},
+                    {
+                        "type": "string",
+                        "maxLength": 64,
+                        "pattern": r"^\s*0*[1-9][0-9]{0,14}\s*$",
+                    },
+                ],
+                "examples": [42, "42"],
+            },
+            "ticket_ids": _fields.TICKET_IDS,
+            "dry_run": _fields.DRY_RUN,
+        },
+        required=["target", "environment", "version"],
+        examples=[
+            {"target": "checkout-api", "environment": "staging", "version": 42},
+            {
+                "target": "checkout-api",
+                "environment": "production",
+                "version": "042",
+                "ticket_ids": ["REL-88"],
+                "dry_run": True,
+            },
+        ],
+    )
+
+    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        filled = _fields.with_defaults(self.input_schema, data)
+        version = filled["version"]
+        return {
+            **filled,
+            "target": filled["target"].strip(),
+            "environment": filled["environment"].strip(),
+            # int() also takes an integral float such as 42.0, which JSON Schema counts as an
+            # integer, and a digit string with leading zeros or surrounding whitespace.
+            "version": str(int(version.strip() if isinstance(version, str) else version)),
+            "ticket_ids": _fields.canonical_ticket_ids(filled["ticket_ids"]),
+        }
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        return LaneClaim(
+            f"lambda:{canonical['target']}:{canonical['environment']}",
+            token=canonical["version"],
+        )
+
+
+workflow = UpdateLambdaVersion()

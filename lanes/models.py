@@ -1,0 +1,71 @@
+"""Concurrency lanes (DESIGN §5): one root owner at a time per lane key, a durable FIFO queue.
+
+Every write is a compare-and-swap on (key, owner, state, version): see ``lanes.services``.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class LaneState(models.TextChoices):
+    FREE = "free"
+    HELD = "held"
+    RECOVERY_REQUIRED = "recovery_required"
+
+
+class Lane(models.Model):
+    key = models.CharField(primary_key=True, max_length=200)
+    state = models.CharField(max_length=24, choices=LaneState.choices, default=LaneState.FREE)
+    owner = models.ForeignKey(
+        "executions.Execution",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="owned_lanes",
+    )
+    owner_token = models.CharField(
+        max_length=200, null=True, blank=True, help_text="What the owner does to the subject."
+    )
+    version = models.PositiveBigIntegerField(default=0)
+    reason = models.TextField(blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(state=LaneState.FREE) & Q(owner__isnull=True))
+                | (~Q(state=LaneState.FREE) & Q(owner__isnull=False)),
+                name="lane_owner_matches_state",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["updated_at"], condition=~Q(state=LaneState.FREE), name="lane_busy"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.state})"
+
+
+class LaneWaiter(models.Model):
+    """A queued execution. ``priority`` 0 puts rollback/continuation/finalization of work that
+    already mutated infrastructure ahead of ordinary work (1); ties go by arrival (``id``)."""
+
+    PRIORITY_URGENT = 0
+    PRIORITY_NORMAL = 1
+
+    lane = models.ForeignKey(Lane, on_delete=models.CASCADE, related_name="waiters")
+    execution = models.OneToOneField(
+        "executions.Execution", on_delete=models.CASCADE, related_name="lane_wait"
+    )
+    token = models.CharField(max_length=200, null=True, blank=True)
+    priority = models.PositiveSmallIntegerField(default=PRIORITY_NORMAL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["priority", "id"]
+        indexes = [models.Index(fields=["lane", "priority", "id"])]

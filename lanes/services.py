@@ -1,0 +1,129 @@
+"""Lane services. Every lane write is a compare-and-swap on (key, owner, state, version):
+a writer that read a stale lane changes nothing and learns so from the row count.
+
+Callers run inside their own transaction (acceptance is the outermost service); nothing here
+opens a durable transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+
+from lanes.models import Lane, LaneState, LaneWaiter
+
+
+class LaneRole:
+    OWNER = "owner"
+    QUEUED = "queued"
+
+
+class LaneConflict(Exception):
+    """A claim whose token differs from what the lane holds or queues (fail closed)."""
+
+    def __init__(self, key: str, execution_id: str, token: str | None) -> None:
+        super().__init__(f"lane {key} is committed to {token!r} by {execution_id}")
+        self.key = key
+        self.execution_id = execution_id
+        self.token = token
+
+
+class LaneRaceLost(Exception):
+    """A compare-and-swap matched no row: another writer changed the lane first."""
+
+
+@dataclass(frozen=True)
+class LaneClaimResult:
+    role: str
+    key: str
+    position: int | None = None  # 1-based place in the queue when queued
+
+
+_LOCK_LANE_SQL = f"""
+    INSERT INTO {Lane._meta.db_table} (key, state, version, reason, created_at, updated_at)
+    VALUES (%s, %s, 0, '', now(), now())
+    ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key
+    RETURNING state, owner_id, owner_token, version
+"""
+
+
+def _lock_lane(key: str) -> tuple[str, str | None, str | None, int]:
+    """Create the lane if it is new and take its row lock, in one statement (ON CONFLICT DO
+    UPDATE locks the existing row). Claims on one lane serialize here, so the FIFO order is
+    the commit order of the acceptances."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LOCK_LANE_SQL, [key, LaneState.FREE])
+        state, owner_id, owner_token, version = cursor.fetchone()
+    return state, owner_id, owner_token, version
+
+
+def lane_claim(
+    *, key: str, execution_id: str, token: str | None = None, urgent: bool = False
+) -> LaneClaimResult:
+    """Take the lane for ``execution_id`` if it is free with nobody queued, else queue.
+
+    ``token`` set: fail closed (``LaneConflict``) when the owner or any queued claim holds a
+    different token. ``urgent``: queue ahead of ordinary work (rollback, continuation or
+    finalization of an execution that already mutated infrastructure).
+    """
+    assert transaction.get_connection().in_atomic_block, "lane_claim runs inside a transaction"
+    state, owner_id, owner_token, version = _lock_lane(key)
+
+    if owner_id == execution_id:
+        # Continuation of the owner: it keeps (or re-takes) its own lane.
+        if state != LaneState.HELD:
+            _swap(key, (owner_id, state, version), state=LaneState.HELD)
+        return LaneClaimResult(LaneRole.OWNER, key)
+
+    if token is not None:
+        if state != LaneState.FREE and owner_token != token and owner_id is not None:
+            raise LaneConflict(key, owner_id, owner_token)
+        other = (
+            LaneWaiter.objects.filter(lane_id=key)
+            .exclude(token=token)
+            .order_by("priority", "id")
+            .values_list("execution_id", "token")
+            .first()
+        )
+        if other is not None:
+            raise LaneConflict(key, other[0], other[1])
+
+    if state == LaneState.FREE and not LaneWaiter.objects.filter(lane_id=key).exists():
+        _swap(
+            key,
+            (None, LaneState.FREE, version),
+            state=LaneState.HELD,
+            owner_id=execution_id,
+            owner_token=token,
+        )
+        return LaneClaimResult(LaneRole.OWNER, key)
+
+    priority = LaneWaiter.PRIORITY_URGENT if urgent else LaneWaiter.PRIORITY_NORMAL
+    waiter = LaneWaiter.objects.create(
+        lane_id=key, execution_id=execution_id, token=token, priority=priority
+    )
+    return LaneClaimResult(LaneRole.QUEUED, key, position=_position(waiter))
+
+
+def _swap(key: str, expected: tuple[str | None, str, int], **changes: object) -> None:
+    """Write ``changes`` iff the lane is still (owner, state, version) = ``expected``."""
+    owner_id, state, version = expected
+    changed = Lane.objects.filter(key=key, owner_id=owner_id, state=state, version=version).update(
+        version=version + 1, **changes
+    )
+    if changed != 1:
+        raise LaneRaceLost(f"lane {key} changed under us (expected version {version})")
+
+
+def _position(waiter: LaneWaiter) -> int:
+    ahead = LaneWaiter.objects.filter(lane_id=waiter.lane_id, priority__lt=waiter.priority).count()
+    ahead += LaneWaiter.objects.filter(
+        lane_id=waiter.lane_id, priority=waiter.priority, id__lt=waiter.id
+    ).count()
+    return ahead + 1
+
+
+def lane_position(execution_id: str) -> int | None:
+    waiter = LaneWaiter.objects.filter(execution_id=execution_id).first()
+    return _position(waiter) if waiter else None

@@ -1,0 +1,153 @@
+"""Test session: real PostgreSQL and real Redis.
+
+Without DATABASE_URL / CELERY_BROKER_URL the session owns an embedded stack (under
+``.alfred/test``, never the data of `make run`); with them (.ci/run's second pass) it uses the
+machine's services. Every test that touches the database is marked ``services``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import environ
+import pytest
+from django.conf import settings
+from rest_framework.test import APIClient
+
+from alfred.embedded import EmbeddedStack
+
+ROOT = Path(__file__).resolve().parent.parent
+_stack: EmbeddedStack | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _stack
+    if not settings.ALFRED_EMBEDDED:
+        return
+    _stack = EmbeddedStack().start()
+    # Settings computed the embedded URLs before the servers ran; refresh them in place
+    # (the socket directory is only certain once PostgreSQL has started).
+    db = environ.Env.db_url_config(_stack.database_url)
+    settings.DATABASES["default"].update(HOST=db["HOST"], NAME=db["NAME"])
+    settings.CELERY_BROKER_URL = _stack.broker_url
+    from alfred.celery import app
+
+    app.conf.broker_url = _stack.broker_url
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _stack is not None:
+        _stack.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("django_db") or item.get_closest_marker("worker"):
+            item.add_marker(pytest.mark.services)
+
+
+@pytest.fixture
+def integration_token(db: None) -> str:
+    from alfred.tokens import token_create
+
+    return token_create(name="ci-bot", role="integration")[1]
+
+
+@pytest.fixture
+def operator_token(db: None) -> str:
+    from alfred.tokens import token_create
+
+    return token_create(name="ops", role="operator")[1]
+
+
+@pytest.fixture
+def api(integration_token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {integration_token}")
+    return client
+
+
+@pytest.fixture
+def operator_api(operator_token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {operator_token}")
+    return client
+
+
+def subprocess_database_url() -> str:
+    """The URL of the test database, for processes the tests start."""
+    db = settings.DATABASES["default"]
+    host = db.get("HOST") or ""
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    auth = db.get("USER") or "postgres"
+    if db.get("PASSWORD"):
+        auth += f":{db['PASSWORD']}"
+    if host.startswith("/"):
+        return f"postgresql://{auth}@/{db['NAME']}?host={host}"
+    return f"postgresql://{auth}@{host}{port}/{db['NAME']}"
+
+
+class WorkerProcess:
+    """A real Celery worker process against the test database and broker."""
+
+    def __init__(self, name: str = "test") -> None:
+        self.name = name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = ROOT / ".alfred" / f"worker-{name}-{os.getpid()}.log"
+
+    def start(self, *, queues: str = "stages,scanners,webhooks,celery") -> WorkerProcess:
+        env = {
+            **os.environ,
+            "DATABASE_URL": subprocess_database_url(),
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "DJANGO_SETTINGS_MODULE": "alfred.settings",
+            "ALFRED_ENV": "test",
+        }
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(  # noqa: S603
+            [sys.executable, "-m", "celery", "-A", "alfred", "worker", "-Q", queues,
+             "--pool", "prefork", "--concurrency", "1", "--without-heartbeat",
+             "--without-gossip", "--without-mingle", "-n", f"{self.name}@%h",
+             "--loglevel", "INFO"],
+            cwd=ROOT, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait(5)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+@pytest.fixture
+def worker() -> Iterator[WorkerProcess]:
+    proc = WorkerProcess().start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)

@@ -1,0 +1,30 @@
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from rest_framework.test import APIClient
+
+SUBDOMAIN = {"zone": "example.com", "subdomain": "api", "ticket_ids": ["OPS-1"]}
+CERTIFICATE = {"domain": "example.com", "ticket_ids": ["OPS-2"]}
+LAMBDA = {"target": "checkout-api", "environment": "production", "version": "42"}
+
+
+def submit(
+    api: APIClient, workflow: str, body: Any, key: str | None = None, **headers: str
+) -> Any:
+    """POST an execution request; ``key=None`` sends a fresh Idempotency-Key."""
+    extra = {"HTTP_IDEMPOTENCY_KEY": key or f"key-{uuid.uuid4()}"}
+    extra.update({f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()})
+    return api.post(f"/api/v1/workflows/{workflow}/executions", body, format="json", **extra)
+
+
+def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert body["code"] == code
+    assert body["type"].startswith("https://")
+    assert body["title"] and body["detail"]
+    return body

@@ -11,5 +11,5 @@ class ApiTokenAdmin(admin.ModelAdmin):
     # Tokens are created with `manage.py alfred_token create` (the secret is shown once there).
     readonly_fields = ["id", "name", "role", "prefix", "digest", "created_at"]
 
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request) -> bool:
         return False

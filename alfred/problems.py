@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
-from rest_framework import exceptions, status
+from rest_framework import exceptions
 from rest_framework.response import Response
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,11 @@ def problem_body(
 
 
 def problem_response(
-    code: str, detail: str, *, instance: str | None = None, headers: dict[str, str] | None = None,
+    code: str,
+    detail: str,
+    *,
+    instance: str | None = None,
+    headers: dict[str, str] | None = None,
     **extra: Any,
 ) -> JsonResponse:
     body = problem_body(code, detail, instance=instance, **extra)

@@ -33,7 +33,9 @@ ALFRED_MAX_BODY_BYTES = env.int("ALFRED_MAX_BODY_BYTES", default=64 * 1024)
 _public_host = ALFRED_PUBLIC_URL.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
 ALLOWED_HOSTS = env.list(
     "ALFRED_ALLOWED_HOSTS",
-    default=[_public_host] if PRODUCTION else [_public_host, "127.0.0.1", "localhost", "testserver"],
+    default=[_public_host]
+    if PRODUCTION
+    else [_public_host, "127.0.0.1", "localhost", "testserver"],
 )
 CSRF_TRUSTED_ORIGINS = env.list("ALFRED_CSRF_TRUSTED_ORIGINS", default=[ALFRED_PUBLIC_URL])
 
@@ -98,12 +100,12 @@ TEMPLATES = [
 # --- Database ---------------------------------------------------------------------------
 ALFRED_EMBEDDED = not env.str("DATABASE_URL", default="")
 DATABASES = {
-    "default": env.db_url("DATABASE_URL", default=embedded.database_url()),
+    "default": {
+        **embedded.database_config(env.str("DATABASE_URL", default=embedded.database_url())),
+        "CONN_MAX_AGE": env.int("ALFRED_DB_CONN_MAX_AGE", default=60),
+        "CONN_HEALTH_CHECKS": True,
+    }
 }
-DATABASES["default"]["ENGINE"] = "django.db.backends.postgresql"
-DATABASES["default"]["CONN_MAX_AGE"] = env.int("ALFRED_DB_CONN_MAX_AGE", default=60)
-DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-DATABASES["default"].setdefault("OPTIONS", {})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery -----------------------------------------------------------------------------
@@ -159,6 +161,11 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVERS": [{"url": ALFRED_PUBLIC_URL}],
+    "ENUM_NAME_OVERRIDES": {
+        "ExecutionStatusEnum": "executions.models.ExecutionStatus",
+        "StageStatusEnum": "executions.models.StageStatus",
+        "LaneStateEnum": "lanes.models.LaneState",
+    },
     # Swagger UI from the sidecar package: the docs page works on a machine without internet.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -170,7 +177,9 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = env.str("ALFRED_STATIC_ROOT", default=str(BASE_DIR / "staticfiles")) if PRODUCTION else None
+STATIC_ROOT = (
+    env.str("ALFRED_STATIC_ROOT", default=str(BASE_DIR / "staticfiles")) if PRODUCTION else None
+)
 # WhiteNoise serves the admin's and the API docs' assets under uvicorn; in development straight
 # from the apps (no collectstatic), in production from STATIC_ROOT (collectstatic at build).
 WHITENOISE_USE_FINDERS = not PRODUCTION

@@ -6,7 +6,7 @@ import os
 os.environ.setdefault("ALFRED_STATE_DIR", ".alfred/test")
 os.environ.setdefault("ALFRED_ENV", "test")
 
-from alfred.settings import *  # noqa: E402, F403
+from alfred.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

@@ -39,8 +39,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
     ready = all(v == "ok" for v in checks.values())
     if not ready:
         log.warning("not ready: %s", checks)
-        response = problem_response("unavailable", "A dependency is not answering.",
-                                    instance=request.path, checks=checks)
+        response = problem_response(
+            "unavailable", "A dependency is not answering.", instance=request.path, checks=checks
+        )
         return response
     return JsonResponse({"status": "ready", "checks": checks})
 
@@ -59,16 +60,18 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 def server_error(request: HttpRequest) -> HttpResponse:
     if _is_api(request):
-        return problem_response("internal_error", "An internal error occurred; it was logged.",
-                                instance=request.path)
+        return problem_response(
+            "internal_error", "An internal error occurred; it was logged.", instance=request.path
+        )
     from django.views.defaults import server_error as default
 
     return default(request)
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return problem_response("malformed_request", "The request could not be read.",
-                            instance=request.path)
+    return problem_response(
+        "malformed_request", "The request could not be read.", instance=request.path
+    )
 
 
 def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

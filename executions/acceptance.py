@@ -144,8 +144,7 @@ def _accept_once(req: _Request) -> Acceptance:
             outcome=outcome,
         )
         if outcome != AcceptanceOutcome.REUSED and (lane is None or lane.role == "owner"):
-            assert execution.current_run_id is not None
-            run_dispatch_on_commit(execution.current_run_id)
+            run_dispatch_on_commit(str(execution.current_run_id))
         return Acceptance(execution, outcome, False, req.key, lane)
 
 
@@ -158,9 +157,7 @@ def _should_continue(workflow: Workflow, latest: Execution) -> bool:
 
 
 def _stage_outputs(execution: Execution) -> Mapping[str, Any]:
-    return dict(
-        Stage.objects.filter(run_id=execution.current_run_id).values_list("name", "output")
-    )
+    return dict(Stage.objects.filter(run_id=execution.current_run_id).values_list("name", "output"))
 
 
 def _claim(req: _Request, execution_id: str, *, urgent: bool = False) -> LaneClaimResult | None:
@@ -204,6 +201,7 @@ def _create(
     execution.current_run_id = run.id
     execution.save(force_insert=True)
     run.save(force_insert=True)
+    execution.current_run = run
     Stage.objects.bulk_create(
         Stage(run=run, name=name, position=i) for i, name in enumerate(req.workflow.stages)
     )
@@ -237,7 +235,12 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
     execution.current_run = run
     execution.save(
         update_fields=[
-            "status", "start_state", "start_error", "error", "finished_at", "current_run",
+            "status",
+            "start_state",
+            "start_error",
+            "error",
+            "finished_at",
+            "current_run",
             "updated_at",
         ]
     )

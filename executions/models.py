@@ -100,7 +100,9 @@ class Execution(models.Model):
                 condition=Q(start_state=StartState.START_PENDING),
                 name="execution_start_pending",
             ),
-            models.Index(fields=["lane_key", "id"], condition=_ACTIVE, name="execution_active_lane"),
+            models.Index(
+                fields=["lane_key", "id"], condition=_ACTIVE, name="execution_active_lane"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -132,6 +134,9 @@ class DeliveryKey(models.Model):
             # Concurrent duplicates of one key serialize on this constraint (DESIGN §3).
             models.UniqueConstraint(fields=["principal", "key"], name="uniq_delivery_key"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.principal} {self.key} → {self.execution_id}"
 
 
 class RunKind(models.TextChoices):
@@ -211,6 +216,9 @@ class Stage(models.Model):
             models.UniqueConstraint(fields=["run", "position"], name="uniq_stage_position"),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
 
 class ReceiptStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
@@ -235,9 +243,7 @@ class StepReceipt(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["run", "stage", "step_key"], name="uniq_step_receipt"
-            ),
+            models.UniqueConstraint(fields=["run", "stage", "step_key"], name="uniq_step_receipt"),
         ]
         indexes = [
             models.Index(
@@ -246,6 +252,9 @@ class StepReceipt(models.Model):
                 name="receipt_mutations",
             ),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.stage}/{self.step_key} ({self.status})"
 
 
 class HookStatus(models.TextChoices):
@@ -279,6 +288,9 @@ class Hook(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.id} {self.name} ({self.status})"
+
 
 class HookSignal(models.Model):
     """The ledger of signals: a resent signal (same idempotency key) is a no-op."""
@@ -291,10 +303,11 @@ class HookSignal(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["hook", "idempotency_key"], name="uniq_hook_signal"
-            ),
+            models.UniqueConstraint(fields=["hook", "idempotency_key"], name="uniq_hook_signal"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.hook_id} {self.idempotency_key}"
 
 
 class TimerStatus(models.TextChoices):
@@ -319,7 +332,9 @@ class Timer(models.Model):
     key = models.CharField(max_length=200)
     purpose = models.CharField(max_length=16, choices=TimerPurpose.choices)
     due_at = models.DateTimeField()
-    status = models.CharField(max_length=16, choices=TimerStatus.choices, default=TimerStatus.PENDING)
+    status = models.CharField(
+        max_length=16, choices=TimerStatus.choices, default=TimerStatus.PENDING
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     fired_at = models.DateTimeField(null=True, blank=True)
 
@@ -332,6 +347,9 @@ class Timer(models.Model):
                 fields=["due_at"], condition=Q(status=TimerStatus.PENDING), name="timer_due"
             ),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.stage}/{self.key} due {self.due_at:%Y-%m-%d %H:%M:%S} ({self.status})"
 
 
 class OutboxEvent(models.Model):
@@ -349,6 +367,9 @@ class OutboxEvent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["execution", "sequence"], name="uniq_event_sequence"),
         ]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} #{self.sequence} {self.type}"
 
 
 class WebhookEndpoint(models.Model):
@@ -374,7 +395,9 @@ class DeliveryStatus(models.TextChoices):
 
 
 class WebhookDelivery(models.Model):
-    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries")
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
+    )
     event = models.ForeignKey(OutboxEvent, on_delete=models.CASCADE, related_name="deliveries")
     status = models.CharField(
         max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
@@ -398,6 +421,9 @@ class WebhookDelivery(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.endpoint_id} {self.event_id} ({self.status})"
+
 
 class AuditEntry(models.Model):
     """Who did what to which object, and why: every operator action writes one."""
@@ -414,3 +440,6 @@ class AuditEntry(models.Model):
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["target_type", "target_id", "-created_at"])]
         verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.actor} {self.action} {self.target_type}:{self.target_id}"

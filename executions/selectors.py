@@ -11,7 +11,9 @@ from lanes.models import Lane, LaneWaiter
 from lanes.services import lane_position
 
 
-def execution_list(*, workflow: str | None = None, status: str | None = None) -> QuerySet[Execution]:
+def execution_list(
+    *, workflow: str | None = None, status: str | None = None
+) -> QuerySet[Execution]:
     qs = Execution.objects.all()
     if workflow:
         qs = qs.filter(workflow=workflow)

@@ -8,6 +8,6 @@ from executions.engine.runner import run_bind
 
 
 @shared_task(name="executions.tasks.run_start", acks_late=True, ignore_result=True, bind=True)
-def run_start(self, run_id: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def run_start(self, run_id: str) -> dict[str, object]:
     result = run_bind(run_id, worker=self.request.hostname or "worker")
     return {"bound": result.bound, "fence": result.fence, "reason": result.reason}

@@ -8,10 +8,10 @@ class LaneWaiterInline(admin.TabularInline):
     extra = 0
     can_delete = False
     fields = ["execution", "token", "priority", "created_at"]
-    readonly_fields = fields
+    readonly_fields = ["execution", "token", "priority", "created_at"]
     ordering = ["priority", "id"]
 
-    def has_add_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request, obj=None) -> bool:
         return False
 
 
@@ -25,8 +25,8 @@ class LaneAdmin(admin.ModelAdmin):
     readonly_fields = ["key", "state", "owner", "owner_token", "version", "reason", "updated_at"]
     inlines = [LaneWaiterInline]
 
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_delete_permission(self, request, obj=None) -> bool:
         return False

@@ -27,8 +27,16 @@ class LaneSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Lane
-        fields = ["key", "state", "owner", "owner_token", "version", "queued", "reason",
-                  "updated_at"]
+        fields = [
+            "key",
+            "state",
+            "owner",
+            "owner_token",
+            "version",
+            "queued",
+            "reason",
+            "updated_at",
+        ]
 
 
 class LaneDetailSerializer(LaneSerializer):
@@ -38,7 +46,7 @@ class LaneDetailSerializer(LaneSerializer):
         fields = [*LaneSerializer.Meta.fields, "queue"]
 
 
-_PROBLEM = OpenApiResponse(description="application/problem+json")
+_PROBLEM = OpenApiResponse({"$ref": "#/components/schemas/Problem"}, description="RFC 9457 problem")
 
 
 def _lanes() -> Any:
@@ -46,18 +54,24 @@ def _lanes() -> Any:
 
 
 class LaneListApi(APIView):
-    @extend_schema(operation_id="lanes_list", summary="Concurrency lanes",
-                   responses={200: LaneSerializer(many=True), 401: _PROBLEM})
+    @extend_schema(
+        operation_id="lanes_list",
+        summary="Concurrency lanes",
+        responses={200: LaneSerializer(many=True), 401: _PROBLEM},
+    )
     def get(self, request: Request) -> Response:
         return Response(LaneSerializer(_lanes(), many=True).data)
 
 
 class LaneDetailApi(APIView):
-    @extend_schema(operation_id="lanes_retrieve", summary="One lane and its FIFO queue",
-                   responses={200: LaneDetailSerializer, 401: _PROBLEM, 404: _PROBLEM})
+    @extend_schema(
+        operation_id="lanes_retrieve",
+        summary="One lane and its FIFO queue",
+        responses={200: LaneDetailSerializer, 401: _PROBLEM, 404: _PROBLEM},
+    )
     def get(self, request: Request, key: str) -> Response:
         lane = _lanes().filter(key=key).first()
         if lane is None:
             raise Http404
-        lane.ordered_waiters = list(lane.waiters.order_by("priority", "id"))  # type: ignore[attr-defined]
+        lane.ordered_waiters = list(lane.waiters.order_by("priority", "id"))
         return Response(LaneDetailSerializer(lane).data)

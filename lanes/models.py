@@ -69,3 +69,6 @@ class LaneWaiter(models.Model):
     class Meta:
         ordering = ["priority", "id"]
         indexes = [models.Index(fields=["lane", "priority", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} waiting on {self.lane_id}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection, transaction
+from django.db.models import Q
 
 from lanes.models import Lane, LaneState, LaneWaiter
 
@@ -38,6 +39,7 @@ class LaneClaimResult:
     role: str
     key: str
     position: int | None = None  # 1-based place in the queue when queued
+    state: str = LaneState.HELD
 
 
 _LOCK_LANE_SQL = f"""
@@ -45,7 +47,7 @@ _LOCK_LANE_SQL = f"""
     VALUES (%s, %s, 0, '', now(), now())
     ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key
     RETURNING state, owner_id, owner_token, version
-"""
+"""  # noqa: S608 - the table name comes from model metadata; values are bound
 
 
 def _lock_lane(key: str) -> tuple[str, str | None, str | None, int]:
@@ -67,7 +69,8 @@ def lane_claim(
     different token. ``urgent``: queue ahead of ordinary work (rollback, continuation or
     finalization of an execution that already mutated infrastructure).
     """
-    assert transaction.get_connection().in_atomic_block, "lane_claim runs inside a transaction"
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("lane_claim must run inside the caller's transaction")
     state, owner_id, owner_token, version = _lock_lane(key)
 
     if owner_id == execution_id:
@@ -103,7 +106,7 @@ def lane_claim(
     waiter = LaneWaiter.objects.create(
         lane_id=key, execution_id=execution_id, token=token, priority=priority
     )
-    return LaneClaimResult(LaneRole.QUEUED, key, position=_position(waiter))
+    return LaneClaimResult(LaneRole.QUEUED, key, position=_position(waiter), state=state)
 
 
 def _swap(key: str, expected: tuple[str | None, str, int], **changes: object) -> None:
@@ -117,9 +120,9 @@ def _swap(key: str, expected: tuple[str | None, str, int], **changes: object) ->
 
 
 def _position(waiter: LaneWaiter) -> int:
-    ahead = LaneWaiter.objects.filter(lane_id=waiter.lane_id, priority__lt=waiter.priority).count()
-    ahead += LaneWaiter.objects.filter(
-        lane_id=waiter.lane_id, priority=waiter.priority, id__lt=waiter.id
+    ahead = LaneWaiter.objects.filter(
+        Q(priority__lt=waiter.priority) | Q(priority=waiter.priority, id__lt=waiter.id),
+        lane_id=waiter.lane_id,
     ).count()
     return ahead + 1
 

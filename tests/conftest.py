@@ -15,12 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import environ
 import pytest
 from django.conf import settings
 from rest_framework.test import APIClient
 
-from alfred.embedded import EmbeddedStack
+from alfred.embedded import EmbeddedStack, database_config
 
 ROOT = Path(__file__).resolve().parent.parent
 _stack: EmbeddedStack | None = None
@@ -33,12 +32,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _stack = EmbeddedStack().start()
     # Settings computed the embedded URLs before the servers ran; refresh them in place
     # (the socket directory is only certain once PostgreSQL has started).
-    db = environ.Env.db_url_config(_stack.database_url)
+    db = database_config(_stack.database_url)
     settings.DATABASES["default"].update(HOST=db["HOST"], NAME=db["NAME"])
     settings.CELERY_BROKER_URL = _stack.broker_url
     from alfred.celery import app
 
-    app.conf.broker_url = _stack.broker_url
+    app.conf.update(broker_url=_stack.broker_url)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -110,12 +109,32 @@ class WorkerProcess:
             "ALFRED_ENV": "test",
         }
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(  # noqa: S603
-            [sys.executable, "-m", "celery", "-A", "alfred", "worker", "-Q", queues,
-             "--pool", "prefork", "--concurrency", "1", "--without-heartbeat",
-             "--without-gossip", "--without-mingle", "-n", f"{self.name}@%h",
-             "--loglevel", "INFO"],
-            cwd=ROOT, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "alfred",
+                "worker",
+                "-Q",
+                queues,
+                "--pool",
+                "prefork",
+                "--concurrency",
+                "1",
+                "--without-heartbeat",
+                "--without-gossip",
+                "--without-mingle",
+                "-n",
+                f"{self.name}@%h",
+                "--loglevel",
+                "INFO",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         return self
@@ -151,3 +170,11 @@ def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.05) -> A
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+# Deterministic property tests in CI (a red run must be reproducible); random locally.
+from hypothesis import settings as hypothesis_settings  # noqa: E402
+
+hypothesis_settings.register_profile("ci", derandomize=True, deadline=None, database=None)
+hypothesis_settings.register_profile("dev", deadline=None)
+hypothesis_settings.load_profile("ci" if os.environ.get("CI") else "dev")

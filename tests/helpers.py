@@ -10,11 +10,9 @@ CERTIFICATE = {"domain": "example.com", "ticket_ids": ["OPS-2"]}
 LAMBDA = {"target": "checkout-api", "environment": "production", "version": "42"}
 
 
-def submit(
-    api: APIClient, workflow: str, body: Any, key: str | None = None, **headers: str
-) -> Any:
+def submit(api: APIClient, workflow: str, body: Any, key: str | None = None, **headers: str) -> Any:
     """POST an execution request; ``key=None`` sends a fresh Idempotency-Key."""
-    extra = {"HTTP_IDEMPOTENCY_KEY": key or f"key-{uuid.uuid4()}"}
+    extra: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": key or f"key-{uuid.uuid4()}"}
     extra.update({f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()})
     return api.post(f"/api/v1/workflows/{workflow}/executions", body, format="json", **extra)
 

@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from executions import selectors
-from executions.models import Execution, OutboxEvent, Stage
+from executions.models import AuditEntry, Execution, OutboxEvent, Stage
 
 
 def _url(name: str, **kwargs: Any) -> str:
@@ -26,12 +26,17 @@ class ProblemSerializer(serializers.Serializer):
     detail = serializers.CharField()
     code = serializers.CharField(help_text="Stable machine-readable code.")
     instance = serializers.CharField(required=False)
-    errors = serializers.ListField(
-        child=serializers.DictField(child=serializers.CharField()),
-        required=False,
-        help_text="Field errors (invalid_input): JSON Pointer `field` and `message`.",
-    )
     execution = serializers.CharField(required=False, help_text="The execution concerned.")
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        # Declared here: as a class attribute it would shadow ``Serializer.errors``.
+        fields["errors"] = serializers.ListField(
+            child=serializers.DictField(child=serializers.CharField()),
+            required=False,
+            help_text="Field errors (invalid_input): JSON Pointer `field` and `message`.",
+        )
+        return fields
 
 
 class StageSerializer(serializers.ModelSerializer):
@@ -67,8 +72,17 @@ class ExecutionSummarySerializer(serializers.ModelSerializer):
     class Meta:
         model = Execution
         fields = [
-            "id", "workflow", "status", "terminal", "start_state", "lane_key", "dry_run",
-            "created_at", "updated_at", "finished_at", "links",
+            "id",
+            "workflow",
+            "status",
+            "terminal",
+            "start_state",
+            "lane_key",
+            "dry_run",
+            "created_at",
+            "updated_at",
+            "finished_at",
+            "links",
         ]
 
     @extend_schema_field(serializers.DictField(child=serializers.CharField()))
@@ -98,20 +112,44 @@ class ExecutionSerializer(ExecutionSummarySerializer):
 
     class Meta(ExecutionSummarySerializer.Meta):
         fields = [
-            "id", "workflow", "status", "terminal", "start_state", "start_error", "input",
-            "dry_run", "stages", "lane", "current_run", "pending_approval", "assistance",
-            "predecessor", "parent", "children", "error", "result", "acceptance",
-            "created_at", "updated_at", "finished_at", "links",
+            "id",
+            "workflow",
+            "status",
+            "terminal",
+            "start_state",
+            "start_error",
+            "input",
+            "dry_run",
+            "stages",
+            "lane",
+            "current_run",
+            "pending_approval",
+            "assistance",
+            "predecessor",
+            "parent",
+            "children",
+            "error",
+            "result",
+            "acceptance",
+            "created_at",
+            "updated_at",
+            "finished_at",
+            "links",
         ]
 
     @extend_schema_field(StageSerializer(many=True))
-    def get_stages(self, obj: Execution) -> list[dict[str, Any]]:
-        return StageSerializer(selectors.execution_stages(obj), many=True).data  # type: ignore[return-value]
+    def get_stages(self, obj: Execution) -> Any:
+        return StageSerializer(selectors.execution_stages(obj), many=True).data
 
     @extend_schema_field(LaneViewSerializer(allow_null=True))
     def get_lane(self, obj: Execution) -> dict[str, Any] | None:
-        view = selectors.execution_lane(obj)
-        return None if view is None else LaneViewSerializer(view).data  # type: ignore[return-value]
+        acceptance = self.context.get("acceptance")
+        if acceptance is not None and acceptance.lane is not None:
+            # Just claimed in the acceptance transaction: no need to read it back.
+            view: Any = acceptance.lane
+        else:
+            view = selectors.execution_lane(obj)
+        return None if view is None else LaneViewSerializer(view).data
 
     @extend_schema_field(RunSummarySerializer(allow_null=True))
     def get_current_run(self, obj: Execution) -> dict[str, Any] | None:
@@ -170,3 +208,18 @@ class WorkflowSerializer(serializers.Serializer):
     lane = serializers.CharField()
     input_schema = serializers.DictField()
     links = serializers.DictField(child=serializers.CharField())
+
+
+class AuditEntrySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEntry
+        fields = [
+            "id",
+            "actor",
+            "action",
+            "target_type",
+            "target_id",
+            "reason",
+            "data",
+            "created_at",
+        ]

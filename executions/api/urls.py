@@ -11,10 +11,15 @@ urlpatterns = [
         name="execution-create",
     ),
     path("executions", views.ExecutionListApi.as_view(), name="execution-list"),
-    path("executions/<str:execution_id>", views.ExecutionDetailApi.as_view(),
-         name="execution-detail"),
-    path("executions/<str:execution_id>/events", views.ExecutionEventsApi.as_view(),
-         name="execution-events"),
+    path(
+        "executions/<str:execution_id>", views.ExecutionDetailApi.as_view(), name="execution-detail"
+    ),
+    path(
+        "executions/<str:execution_id>/events",
+        views.ExecutionEventsApi.as_view(),
+        name="execution-events",
+    ),
+    path("audit", views.AuditEntryListApi.as_view(), name="audit-list"),
     path("lanes", LaneListApi.as_view(), name="lane-list"),
     path("lanes/<path:key>", LaneDetailApi.as_view(), name="lane-detail"),
 ]

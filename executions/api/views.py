@@ -14,7 +14,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from alfred.authentication import principal_of
-from alfred.problems import Problem
+from alfred.permissions import IsOperator
+from alfred.problems import CODES, PROBLEM_CONTENT_TYPE, Problem
 from executions import selectors
 from executions.acceptance import (
     IdempotencyConflict,
@@ -23,6 +24,7 @@ from executions.acceptance import (
     execution_accept,
 )
 from executions.api.serializers import (
+    AuditEntrySerializer,
     EventPageSerializer,
     EventSerializer,
     ExecutionSerializer,
@@ -31,7 +33,7 @@ from executions.api.serializers import (
     WorkflowSerializer,
 )
 from executions.events.outbox import events_after
-from executions.models import Execution, ExecutionStatus
+from executions.models import AuditEntry, Execution, ExecutionStatus
 from executions.workflows.base import InvalidInput
 from executions.workflows.registry import WORKFLOWS, all_workflows
 
@@ -39,10 +41,16 @@ from executions.workflows.registry import WORKFLOWS, all_workflows
 IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$")
 
 
-def problems(*statuses: int) -> dict[int, OpenApiResponse]:
+def problems(*statuses: int) -> dict[Any, OpenApiResponse]:
+    """OpenAPI responses for these error statuses: RFC 9457 problems, with the codes each
+    status can carry (from the registry in ``alfred.problems``)."""
     return {
-        s: OpenApiResponse(ProblemSerializer, description="application/problem+json")
-        for s in statuses
+        (status, PROBLEM_CONTENT_TYPE): OpenApiResponse(
+            ProblemSerializer,
+            description="Problem codes: "
+            + ", ".join(f"`{c}`" for c, (st, _) in CODES.items() if st == status),
+        )
+        for status in statuses
     }
 
 
@@ -69,7 +77,9 @@ class ExecutionCreateApi(APIView):
         ],
         request=OpenApiTypes.OBJECT,
         responses={
-            202: OpenApiResponse(ExecutionSerializer, description="Accepted (or replayed)."),
+            (202, "application/json"): OpenApiResponse(
+                ExecutionSerializer, description="Accepted (or replayed)."
+            ),
             **problems(400, 401, 403, 404, 409, 413, 415, 422, 503),
         },
         description=(
@@ -87,8 +97,9 @@ class ExecutionCreateApi(APIView):
                 "Idempotency-Key must be 1–255 printable ASCII characters.",
             )
         if workflow not in WORKFLOWS:
-            raise Problem("unknown_workflow", f"No workflow named {workflow!r}.",
-                          workflows=list(WORKFLOWS))
+            raise Problem(
+                "unknown_workflow", f"No workflow named {workflow!r}.", workflows=list(WORKFLOWS)
+            )
         try:
             acceptance = execution_accept(
                 workflow_name=workflow,
@@ -145,7 +156,10 @@ class ExecutionListApi(generics.ListAPIView):
             OpenApiParameter("workflow", enum=list(WORKFLOWS)),
             OpenApiParameter("status", enum=ExecutionStatus.values),
         ],
-        responses={200: ExecutionSummarySerializer(many=True), **problems(400, 401)},
+        responses={
+            (200, "application/json"): ExecutionSummarySerializer(many=True),
+            **problems(400, 401),
+        },
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
@@ -154,12 +168,18 @@ class ExecutionListApi(generics.ListAPIView):
         params = self.request.query_params
         status = params.get("status")
         if status and status not in ExecutionStatus.values:
-            raise Problem("malformed_request", f"Unknown status {status!r}.",
-                          errors=[{"field": "status", "message": "unknown status"}])
+            raise Problem(
+                "malformed_request",
+                f"Unknown status {status!r}.",
+                errors=[{"field": "status", "message": "unknown status"}],
+            )
         workflow = params.get("workflow")
         if workflow and workflow not in WORKFLOWS:
-            raise Problem("malformed_request", f"Unknown workflow {workflow!r}.",
-                          errors=[{"field": "workflow", "message": "unknown workflow"}])
+            raise Problem(
+                "malformed_request",
+                f"Unknown workflow {workflow!r}.",
+                errors=[{"field": "workflow", "message": "unknown workflow"}],
+            )
         return selectors.execution_list(workflow=workflow, status=status)
 
 
@@ -174,7 +194,7 @@ class ExecutionDetailApi(APIView):
     @extend_schema(
         operation_id="executions_retrieve",
         summary="One execution",
-        responses={200: ExecutionSerializer, **problems(401, 404)},
+        responses={(200, "application/json"): ExecutionSerializer, **problems(401, 404)},
     )
     def get(self, request: Request, execution_id: str) -> Response:
         return Response(ExecutionSerializer(_execution_or_404(execution_id)).data)
@@ -188,7 +208,7 @@ class ExecutionEventsApi(APIView):
             OpenApiParameter("after", int, description="Last sequence seen (default 0)."),
             OpenApiParameter("limit", int, description="Page size, 1–500 (default 100)."),
         ],
-        responses={200: EventPageSerializer, **problems(400, 401, 404)},
+        responses={(200, "application/json"): EventPageSerializer, **problems(400, 401, 404)},
     )
     def get(self, request: Request, execution_id: str) -> Response:
         after = _int_param(request, "after", 0, 0, None)
@@ -216,8 +236,11 @@ def _int_param(request: Request, name: str, default: int, low: int, high: int | 
         value = low - 1
     if value < low or (high is not None and value > high):
         bound = f"{low}–{high}" if high is not None else f"≥ {low}"
-        raise Problem("malformed_request", f"{name} must be an integer {bound}.",
-                      errors=[{"field": name, "message": f"integer {bound}"}])
+        raise Problem(
+            "malformed_request",
+            f"{name} must be an integer {bound}.",
+            errors=[{"field": name, "message": f"integer {bound}"}],
+        )
     return value
 
 
@@ -225,7 +248,7 @@ class WorkflowListApi(APIView):
     @extend_schema(
         operation_id="workflows_list",
         summary="The workflows and their input JSON Schemas",
-        responses={200: WorkflowSerializer(many=True), **problems(401)},
+        responses={(200, "application/json"): WorkflowSerializer(many=True), **problems(401)},
     )
     def get(self, request: Request) -> Response:
         return Response([_workflow(w) for w in all_workflows()])
@@ -237,3 +260,30 @@ def _workflow(workflow: Any) -> dict[str, Any]:
         "executions": f"/api/v1/workflows/{workflow.name}/executions",
     }
     return described
+
+
+class AuditEntryCursorPagination(pagination.CursorPagination):
+    ordering = "-created_at"
+    page_size = 50
+    max_page_size = 200
+    page_size_query_param = "limit"
+
+
+class AuditEntryListApi(generics.ListAPIView):
+    """What operators did and why (operator only)."""
+
+    serializer_class = AuditEntrySerializer
+    pagination_class = AuditEntryCursorPagination
+    permission_classes = [IsOperator]
+    queryset = AuditEntry.objects.all()
+
+    @extend_schema(
+        operation_id="audit_list",
+        summary="The audit log, newest first (operator)",
+        responses={
+            (200, "application/json"): AuditEntrySerializer(many=True),
+            **problems(401, 403),
+        },
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)

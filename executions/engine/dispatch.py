@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import current_app
+from celery import Celery, current_app
 from django.db import transaction
 from django.utils import timezone
 
@@ -19,11 +19,11 @@ log = logging.getLogger(__name__)
 RUN_START_TASK = "executions.tasks.run_start"
 
 
-def run_publish(run_id: str) -> None:
+def run_publish(run_id: str, app: Celery | None = None) -> None:
     """Send the run's start message. Called after commit; on failure the execution records
     ``start_failed`` with the error projected (the recovery scan may re-dispatch it)."""
     try:
-        current_app.send_task(RUN_START_TASK, args=[run_id], queue="stages")
+        (app or current_app).send_task(RUN_START_TASK, args=[run_id], queue="stages")
     except Exception as exc:
         log.exception("publishing run %s failed", run_id)
         run_start_failed(run_id, exc)

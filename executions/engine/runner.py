@@ -39,8 +39,9 @@ def run_bind(run_id: str, worker: str) -> BindResult:
         if run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
             return BindResult(False, reason=f"run is {run.status}")
         if run.lease_expires_at and run.lease_expires_at > now and run.lease_owner != worker:
-            log.warning("run %s is leased by %s until %s", run_id, run.lease_owner,
-                        run.lease_expires_at)
+            log.warning(
+                "run %s is leased by %s until %s", run_id, run.lease_owner, run.lease_expires_at
+            )
             return BindResult(False, reason=f"leased by {run.lease_owner}")
         execution = Execution.objects.select_for_update().get(pk=run.execution_id)
         if execution.current_run_id != run.id:
@@ -63,6 +64,5 @@ def run_bind(run_id: str, worker: str) -> BindResult:
             )
         # No stage runs yet (the engine comes next): give the lease back at once so that the
         # next worker does not wait for it to expire.
-        Run.objects.filter(pk=run.id, fence=run.fence).update(lease_owner="",
-                                                              lease_expires_at=None)
+        Run.objects.filter(pk=run.id, fence=run.fence).update(lease_owner="", lease_expires_at=None)
         return BindResult(True, fence=run.fence)

@@ -12,6 +12,7 @@ from django.db import connection
 
 from executions.models import Execution, OutboxEvent
 
+# Table names come from model metadata; every value is a bound parameter.
 _EMIT_SQL = f"""
     WITH locked AS (
         SELECT id, last_sequence FROM {Execution._meta.db_table} WHERE id = %(execution)s
@@ -27,7 +28,7 @@ _EMIT_SQL = f"""
     UPDATE {Execution._meta.db_table} AS e SET last_sequence = inserted.sequence
     FROM inserted WHERE e.id = inserted.execution_id
     RETURNING inserted.sequence
-"""
+"""  # noqa: S608
 
 
 def event_key(execution_id: str, name: str) -> str:

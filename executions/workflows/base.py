@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import ValidationError, best_match
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,23 @@ def _pointer(path: Any) -> str:
     return "/" + "/".join(parts) if parts else ""
 
 
+def _pointers(error: ValidationError) -> list[str]:
+    """Where the error is: for a missing or an unexpected property, the property itself
+    (``/domain``), not the object that lacks or carries it."""
+    base = list(error.absolute_path)
+    instance = error.instance if isinstance(error.instance, dict) else {}
+    if error.validator == "required":
+        required = cast(list[str], error.validator_value)
+        missing = [name for name in required if name not in instance]
+        return [_pointer([*base, name]) for name in missing[:1]] or [_pointer(base)]
+    if error.validator == "additionalProperties" and instance:
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        allowed = set(schema.get("properties", {}))
+        extra = sorted(k for k in instance if k not in allowed)
+        return [_pointer([*base, name]) for name in extra] or [_pointer(base)]
+    return [_pointer(base)]
+
+
 class Workflow:
     name: ClassVar[str]
     title: ClassVar[str]
@@ -64,13 +81,14 @@ class Workflow:
 
     @classmethod
     def validator(cls) -> Draft202012Validator:
-        if cls.__dict__.get("_validator") is None:
+        validator = cls.__dict__.get("_validator")
+        if validator is None:
             Draft202012Validator.check_schema(cls.input_schema)
-            cls._validator = Draft202012Validator(
+            validator = Draft202012Validator(
                 cls.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
             )
-        assert cls._validator is not None
-        return cls._validator
+            cls._validator = validator
+        return validator
 
     def validate(self, data: Any) -> None:
         """Raise :class:`InvalidInput` with every field error (JSON Pointers), schema first,
@@ -83,11 +101,8 @@ class Workflow:
             for err in errors:
                 # For a oneOf/anyOf mismatch, report the most relevant sub-error.
                 chosen = best_match([err]) if err.context else err
-                pointer = _pointer(chosen.absolute_path)
-                if chosen.validator == "required":
-                    missing = str(chosen.message).split("'")[1] if "'" in chosen.message else ""
-                    pointer = f"{pointer}/{missing}" if missing else pointer
-                seen.setdefault(pointer, FieldError(pointer, chosen.message))
+                for pointer in _pointers(chosen):
+                    seen.setdefault(pointer, FieldError(pointer, chosen.message))
             raise InvalidInput(list(seen.values()))
         semantic = self.check_semantics(data)
         if semantic:

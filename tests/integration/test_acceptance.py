@@ -42,9 +42,7 @@ def test_a_new_request_is_recorded_durably(api):
 
 
 def test_no_idempotency_key_is_400(api):
-    response = api.post(
-        "/api/v1/workflows/add-subdomain/executions", SUBDOMAIN, format="json"
-    )
+    response = api.post("/api/v1/workflows/add-subdomain/executions", SUBDOMAIN, format="json")
 
     assert_problem(response, 400, "idempotency_key_missing")
     assert not Execution.objects.exists()

@@ -19,7 +19,7 @@ from alfred.models import Role
 from alfred.tokens import token_rotate
 
 DEMO_USER = "operator"
-DEMO_TOKEN = "demo-integration"
+DEMO_TOKEN = "demo-integration"  # noqa: S105 - a token name, not a secret
 
 
 class Command(BaseCommand):
@@ -34,10 +34,14 @@ class Command(BaseCommand):
             [
                 "curl -sS -X POST",
                 shlex.quote(f"{base}/api/v1/workflows/add-subdomain/executions"),
-                "-H", shlex.quote(f"Authorization: Bearer {raw}"),
-                "-H", shlex.quote("Content-Type: application/json"),
-                "-H", shlex.quote(f"Idempotency-Key: demo-{secrets.token_hex(4)}"),
-                "-d", shlex.quote(body),
+                "-H",
+                shlex.quote(f"Authorization: Bearer {raw}"),
+                "-H",
+                shlex.quote("Content-Type: application/json"),
+                "-H",
+                shlex.quote(f"Idempotency-Key: demo-{secrets.token_hex(4)}"),
+                "-d",
+                shlex.quote(body),
             ]
         )
         self.stdout.write(

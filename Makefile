@@ -1,0 +1,62 @@
+# Alfred. Needs only python3 (>= 3.11): everything else comes from pyproject.toml into .venv.
+#   make run    embedded PostgreSQL + Redis, migrate, demo login/token, web + worker + beat
+#   make test   ruff, ruff format --check, mypy, pytest
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help install venv run test lint fmt bench clean migrations-check
+
+help:
+	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
+	@echo "make test              lint, type-check and run the test suite"
+	@echo "make lint              ruff check, ruff format --check, mypy"
+	@echo "make fmt               ruff format + ruff check --fix"
+	@echo "make migrations-check  fail if a model change lacks a migration"
+	@echo "make bench             run the benchmarks (python -m bench)"
+	@echo "make clean             delete local state (.alfred/: database, broker, demo login)"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Re-install only when pyproject.toml changes (or the venv was recreated).
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install venv: $(STAMP)
+
+# exec: the launcher replaces the recipe's shell, so signals reach it directly.
+run: $(STAMP)
+	exec $(BIN)/python -m alfred.devstack
+
+# pytest's exit code 5 ("no tests collected") is non-zero, so make fails on it too.
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+migrations-check: $(STAMP)
+	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/python manage.py makemigrations --check --dry-run
+
+bench: $(STAMP)
+	@test -f bench/__main__.py || { echo "bench/__main__.py does not exist yet"; exit 1; }
+	$(BIN)/python -m bench
+
+# Stop `make run` first: this deletes the data directories of its servers.
+clean:
+	rm -rf .alfred

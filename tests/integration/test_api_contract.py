@@ -1,0 +1,240 @@
+"""The HTTP contract: problem+json for every error, auth and roles, the read API."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import override_settings
+from rest_framework.test import APIClient
+
+from alfred.tokens import token_create, token_revoke
+from executions.models import AuditEntry, Execution
+from tests.helpers import LAMBDA, SUBDOMAIN, assert_problem, submit
+
+pytestmark = pytest.mark.django_db
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def test_unauthenticated_is_401_with_a_bearer_challenge():
+    response = APIClient().get("/api/v1/executions")
+
+    assert_problem(response, 401, "not_authenticated")
+    assert response["WWW-Authenticate"] == 'Bearer realm="alfred"'
+
+
+def test_an_unknown_or_revoked_token_is_401():
+    _, raw = token_create(name="gone", role="integration")
+    token_revoke(name="gone")
+    client = APIClient()
+
+    for token in (raw, "alf_not-a-token", "something-else"):
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert_problem(client.get("/api/v1/executions"), 401, "authentication_failed")
+
+
+def test_an_integration_may_not_read_the_audit_log(api, operator_api):
+    AuditEntry.objects.create(
+        actor="ops",
+        action="lane.recover",
+        target_type="lane",
+        target_id="aws-infrastructure",
+        reason="stuck",
+    )
+
+    assert_problem(api.get("/api/v1/audit"), 403, "permission_denied")
+    entries = operator_api.get("/api/v1/audit").json()["results"]
+    assert [e["reason"] for e in entries] == ["stuck"]
+
+
+def test_an_unknown_workflow_is_404(api):
+    body = assert_problem(submit(api, "add-everything", {}), 404, "unknown_workflow")
+
+    assert "add-subdomain" in body["workflows"]
+
+
+def test_an_unknown_execution_is_404(api):
+    assert_problem(api.get("/api/v1/executions/exe_nope"), 404, "not_found")
+    assert_problem(api.get("/api/v1/executions/exe_nope/events"), 404, "not_found")
+    assert_problem(api.get("/api/v1/nothing-here"), 404, "not_found")
+
+
+def test_a_non_json_body_is_415(api):
+    response = api.post(
+        "/api/v1/workflows/add-subdomain/executions",
+        data="zone=example.com",
+        content_type="application/x-www-form-urlencoded",
+        HTTP_IDEMPOTENCY_KEY="k-1",
+    )
+
+    assert_problem(response, 415, "unsupported_media_type")
+    assert not Execution.objects.exists()
+
+
+def test_malformed_json_is_400(api):
+    response = api.post(
+        "/api/v1/workflows/add-subdomain/executions",
+        data='{"zone": ',
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="k-1",
+    )
+
+    assert_problem(response, 400, "malformed_request")
+
+
+def test_an_oversized_body_is_413(api, settings):
+    settings.ALFRED_MAX_BODY_BYTES = 1024
+    body = {**SUBDOMAIN, "ticket_ids": [f"OPS-{i}" for i in range(500)]}
+
+    problem = assert_problem(submit(api, "add-subdomain", body), 413, "payload_too_large")
+
+    assert problem["limit"] == 1024
+    assert not Execution.objects.exists()
+
+
+def test_invalid_input_is_422_with_field_errors(api):
+    response = submit(
+        api, "add-subdomain", {"zone": "example.com", "colour": "red", "dry_run": "yes"}
+    )
+
+    problem = assert_problem(response, 422, "invalid_input")
+    fields = {e["field"] for e in problem["errors"]}
+    assert fields == {"/subdomain", "/colour", "/dry_run"}
+    assert not Execution.objects.exists()
+
+
+def test_a_body_that_is_not_an_object_is_422(api):
+    problem = assert_problem(submit(api, "add-subdomain", ["zone"]), 422, "invalid_input")
+
+    assert problem["errors"][0]["field"] == ""
+
+
+def test_a_read_only_instance_refuses_mutations_and_serves_reads(api):
+    with override_settings(ALFRED_READ_ONLY=True):
+        refused = submit(api, "add-subdomain", SUBDOMAIN)
+        listing = api.get("/api/v1/executions")
+
+    assert_problem(refused, 503, "read_only_instance")
+    assert listing.status_code == 200
+    assert not Execution.objects.exists()
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+def test_executions_are_listed_newest_first_with_filters_and_cursor_pages(api):
+    ids = [
+        submit(api, "add-subdomain", {**SUBDOMAIN, "subdomain": f"s{i}"}).json()["id"]
+        for i in range(5)
+    ]
+    lambda_id = submit(api, "update-lambda-version", LAMBDA).json()["id"]
+
+    first = api.get("/api/v1/executions?workflow=add-subdomain&limit=2").json()
+    second = api.get(first["next"]).json()
+    by_status = api.get("/api/v1/executions?status=queued&workflow=update-lambda-version").json()
+
+    assert [e["id"] for e in first["results"]] == ids[::-1][:2]
+    assert [e["id"] for e in second["results"]] == ids[::-1][2:4]
+    assert [e["id"] for e in by_status["results"]] == [lambda_id]
+    assert_problem(api.get("/api/v1/executions?status=sleeping"), 400, "malformed_request")
+
+
+def test_the_execution_resource(api):
+    created = submit(api, "update-lambda-version", LAMBDA).json()
+
+    body = api.get(f"/api/v1/executions/{created['id']}").json()
+
+    assert body["id"] == created["id"]
+    assert body["workflow"] == "update-lambda-version"
+    assert body["input"] == {
+        "target": "checkout-api",
+        "environment": "production",
+        "version": "42",
+        "ticket_ids": [],
+        "dry_run": False,
+    }
+    assert body["lane"] == {
+        "key": "lambda:checkout-api:production",
+        "role": "owner",
+        "state": "held",
+        "position": None,
+    }
+    assert body["acceptance"] is None  # only in the answer to the POST
+    assert body["pending_approval"] is None
+    assert body["children"] == [] and body["parent"] is None and body["predecessor"] is None
+    assert set(body["links"]) == {"self", "events"}
+
+
+def test_events_are_read_in_pages_after_a_sequence(api):
+    from executions.events.outbox import event_emit
+
+    execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
+    for i in range(4):
+        event_emit(
+            execution_id=execution_id,
+            type="test.tick",
+            key=f"{execution_id}:t{i}",
+            payload={"i": i},
+        )
+
+    first = api.get(f"/api/v1/executions/{execution_id}/events?limit=3").json()
+    rest = api.get(f"/api/v1/executions/{execution_id}/events?after={first['next_after']}").json()
+
+    assert [e["sequence"] for e in first["events"]] == [1, 2, 3]
+    assert first["has_more"] is True
+    assert [e["sequence"] for e in rest["events"]] == [4, 5]
+    assert rest["has_more"] is False
+    assert_problem(
+        api.get(f"/api/v1/executions/{execution_id}/events?after=-1"), 400, "malformed_request"
+    )
+
+
+def test_a_re_emitted_event_key_is_a_no_op(api):
+    from executions.events.outbox import event_emit
+
+    execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
+
+    first = event_emit(execution_id=execution_id, type="t", key="same", payload={})
+    again = event_emit(execution_id=execution_id, type="t", key="same", payload={})
+    after = event_emit(execution_id=execution_id, type="t", key="next", payload={})
+
+    assert (first, again, after) == (2, None, 3)
+
+
+def test_the_workflows_and_their_schemas(api):
+    body = api.get("/api/v1/workflows").json()
+
+    assert [w["name"] for w in body] == [
+        "onboard-domain",
+        "add-domain",
+        "add-certificate",
+        "update-lambda-version",
+        "add-subdomain",
+    ]
+    for workflow in body:
+        assert workflow["input_schema"]["type"] == "object"
+        assert workflow["stages"][0] == "plan"
+        assert workflow["links"]["executions"].endswith(f"/{workflow['name']}/executions")
+
+
+def test_the_openapi_schema_declares_the_contract(api):
+    response = api.get("/api/schema/?format=json")
+    schema = json.loads(response.content)
+
+    create = schema["paths"]["/api/v1/workflows/{workflow}/executions"]["post"]
+    key = next(p for p in create["parameters"] if p["name"] == "Idempotency-Key")
+    assert key["in"] == "header" and key["required"] is True
+    for status in ("400", "401", "403", "404", "409", "413", "415", "422", "503"):
+        assert "application/problem+json" in create["responses"][status]["content"], status
+    assert "lane_conflict" in create["responses"]["409"]["description"]
+    assert schema["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+
+
+def test_the_api_docs_page_is_served_without_internet(client):
+    response = client.get("/api/docs/")
+
+    assert response.status_code == 200
+    assert b"swagger-ui" in response.content
+    assert b"cdn." not in response.content

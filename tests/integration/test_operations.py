@@ -1,0 +1,123 @@
+"""What operators rely on: health endpoints, tokens, migrations, production settings."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from rest_framework.test import APIClient
+
+from alfred.models import ApiToken
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.django_db
+def test_healthz_and_readyz_answer(client):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"] == {"database": "ok", "broker": "ok"}
+
+
+@pytest.mark.django_db
+def test_readyz_is_503_when_the_broker_is_away(client, settings):
+    from alfred.celery import app
+
+    original = app.conf.broker_url
+    app.conf.update(broker_url="redis://127.0.0.1:1/0")
+    try:
+        response = client.get("/readyz")
+    finally:
+        app.conf.update(broker_url=original)
+
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["checks"]["broker"].startswith("error")
+    assert response.json()["checks"]["database"] == "ok"
+
+
+@pytest.mark.django_db
+def test_a_token_is_printed_once_stored_hashed_and_usable():
+    out = io.StringIO()
+    call_command(
+        "alfred_token",
+        "create",
+        "--name",
+        "ci",
+        "--role",
+        "operator",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    raw = out.getvalue().strip()
+
+    token = ApiToken.objects.get(name="ci")
+    assert raw.startswith("alf_") and raw not in (token.digest, token.prefix)
+    assert token.role == "operator"
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.get("/api/v1/audit").status_code == 200
+
+    listing = io.StringIO()
+    call_command("alfred_token", "list", stdout=listing)
+    assert "ci\toperator" in listing.getvalue() and raw not in listing.getvalue()
+
+    call_command("alfred_token", "revoke", "--name", "ci", stdout=io.StringIO())
+    assert client.get("/api/v1/audit").status_code == 401
+
+
+@pytest.mark.django_db
+def test_there_are_no_missing_migrations():
+    call_command("makemigrations", "--check", "--dry-run", stdout=io.StringIO())
+
+
+def _manage(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ALFRED_", "DJANGO_"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+PRODUCTION = {
+    "ALFRED_ENV": "production",
+    "ALFRED_SECRET_KEY": "k3Yq7-" + "x9Lp2Vb8Nw4Rt6Zc1Md5Hs0Jf3Gk7Qa" * 2,
+    "ALFRED_PUBLIC_URL": "https://alfred.example.com",
+    "DATABASE_URL": "postgresql://alfred:secret@db.internal:5432/alfred",
+    "CELERY_BROKER_URL": "redis://broker.internal:6379/0",
+}
+
+
+def test_production_settings_pass_check_deploy():
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ALFRED_SECRET_KEY": ""}, "ALFRED_SECRET_KEY"),
+        ({"ALFRED_SECRET_KEY": "short"}, "ALFRED_SECRET_KEY"),
+        ({"DATABASE_URL": ""}, "DATABASE_URL"),
+        ({"CELERY_BROKER_URL": ""}, "CELERY_BROKER_URL"),
+        ({"ALFRED_DEBUG": "1"}, "ALFRED_DEBUG"),
+        ({"ALFRED_PUBLIC_URL": "http://alfred.example.com"}, "https://"),
+    ],
+)
+def test_production_refuses_insecure_defaults(change, message):
+    result = _manage("check", **{**PRODUCTION, **change})
+
+    assert result.returncode != 0
+    assert message in result.stderr

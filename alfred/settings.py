@@ -106,6 +106,17 @@ DATABASES = {
         "CONN_HEALTH_CHECKS": True,
     }
 }
+# Under ASGI, Django runs each request's sync code on a new thread, and connections are
+# per thread: without a pool every request would open a PostgreSQL connection. alfred.asgi
+# turns the pool on; workers and commands (long-lived threads) keep persistent connections.
+ALFRED_DB_POOL_SIZE = env.int("ALFRED_DB_POOL_SIZE", default=0)
+if ALFRED_DB_POOL_SIZE > 0:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": min(2, ALFRED_DB_POOL_SIZE),
+        "max_size": ALFRED_DB_POOL_SIZE,
+        "timeout": env.float("ALFRED_DB_POOL_TIMEOUT", default=10.0),
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery -----------------------------------------------------------------------------

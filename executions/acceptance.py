@@ -112,7 +112,7 @@ def execution_accept(
 def _accept_once(req: _Request) -> Acceptance:
     with transaction.atomic(durable=True):
         known = (
-            DeliveryKey.objects.select_related("execution")
+            DeliveryKey.objects.select_related("execution__current_run")
             .filter(principal=req.principal, key=req.key)
             .first()
         )

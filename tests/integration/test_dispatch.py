@@ -71,7 +71,8 @@ def dead_broker_app():
     """A Celery app like ours whose broker is not there: a real connection failure."""
     app = Celery("alfred-dead-broker", set_as_current=False)
     app.config_from_object("django.conf:settings", namespace="CELERY")
-    app.conf.update(broker_url="redis://127.0.0.1:1/0")
+    # broker_write_url: Celery lets a CELERY_BROKER_URL in the environment beat broker_url.
+    app.conf.update(broker_write_url="redis://127.0.0.1:1/0")
     yield app
     app.close()
 

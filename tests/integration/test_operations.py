@@ -29,12 +29,12 @@ def test_healthz_and_readyz_answer(client):
 def test_readyz_is_503_when_the_broker_is_away(client, settings):
     from alfred.celery import app
 
-    original = app.conf.broker_url
-    app.conf.update(broker_url="redis://127.0.0.1:1/0")
+    # broker_write_url: Celery lets a CELERY_BROKER_URL in the environment beat broker_url.
+    app.conf.update(broker_write_url="redis://127.0.0.1:1/0")
     try:
         response = client.get("/readyz")
     finally:
-        app.conf.update(broker_url=original)
+        app.conf.update(broker_write_url=None)
 
     assert response.status_code == 503
     assert response["Content-Type"] == "application/problem+json"

@@ -1,0 +1,24 @@
+"""``python -m bench [name ...]``: run the benchmarks (all by default)."""
+
+from __future__ import annotations
+
+import sys
+
+from bench import acceptance
+
+BENCHMARKS = {"acceptance": acceptance.main}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+        return 2
+    for name in names:
+        BENCHMARKS[name]()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,215 @@
+"""The trigger endpoint: latency of ``POST /api/v1/workflows/{workflow}/executions`` over real
+HTTP (uvicorn, the production ASGI app) against real PostgreSQL and Redis, and the SQL queries
+one acceptance makes.
+
+The stack is the embedded one under ``.alfred/bench`` (wiped first) unless DATABASE_URL and
+CELERY_BROKER_URL are set. No worker runs: published start messages wait in the broker, as
+they would behind a busy worker pool, so the measurement is the API's own cost. Scenarios:
+
+- ``new/no-lane``   a new add-subdomain per request (no lane);
+- ``new/lane``      a new add-domain per request: all queue on aws-infrastructure;
+- ``replay``        the same key and body again (Idempotent-Replayed);
+- ``new/x8``        new add-subdomain requests from 8 concurrent clients.
+
+Writes bench/reports/acceptance.md and prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "bench" / "reports" / "acceptance.md"
+N = int(os.environ.get("BENCH_REQUESTS", "400"))
+WARMUP = 30
+# Django runs sync views on one thread per process under ASGI, so concurrency comes from
+# processes (uvicorn --workers, WEB_CONCURRENCY in production).
+WEB_WORKERS = int(os.environ.get("WEB_CONCURRENCY", "1"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+
+
+def _timed(call: Callable[..., httpx.Response], *args: Any) -> float:
+    start = time.perf_counter()
+    response = call(*args)
+    elapsed = (time.perf_counter() - start) * 1000
+    if response.status_code != 202:
+        raise RuntimeError(f"{response.status_code}: {response.text[:300]}")
+    return elapsed
+
+
+def _post(client: httpx.Client, workflow: str, body: dict, key: str) -> httpx.Response:
+    return client.post(
+        f"/api/v1/workflows/{workflow}/executions", json=body,
+        headers={"Idempotency-Key": key},
+    )  # fmt: skip
+
+
+def _scenarios(base: str, token: str) -> dict[str, list[float]]:
+    headers = {"Authorization": f"Bearer {token}"}
+    results: dict[str, list[float]] = {}
+    with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
+        for i in range(WARMUP):
+            _post(client, "add-subdomain", {"zone": "warm.example", "subdomain": f"w{i}"},
+                  str(uuid.uuid4()))  # fmt: skip
+
+        results["new/no-lane"] = [
+            _timed(_post, client, "add-subdomain", {"zone": "example.com", "subdomain": f"s{i}"},
+                   str(uuid.uuid4()))
+            for i in range(N)
+        ]  # fmt: skip
+        results["new/lane"] = [
+            _timed(_post, client, "add-domain", {"domain": f"d{i}.example.com"},
+                   str(uuid.uuid4()))
+            for i in range(N)
+        ]  # fmt: skip
+        body = {"zone": "example.com", "subdomain": "replayed"}
+        _post(client, "add-subdomain", body, "replay-key")
+        results["replay"] = [
+            _timed(_post, client, "add-subdomain", body, "replay-key") for _ in range(N)
+        ]
+
+    def one(i: int) -> float:
+        with httpx.Client(base_url=base, headers=headers, timeout=30) as c:
+            return _timed(_post, c, "add-subdomain", {"zone": "example.org", "subdomain": f"c{i}"},
+                          str(uuid.uuid4()))  # fmt: skip
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        start = time.perf_counter()
+        results["new/x8"] = list(pool.map(one, range(N)))
+        results["_x8_wall"] = [time.perf_counter() - start]
+    return results
+
+
+def _query_count(env: dict[str, str]) -> str:
+    """Queries of one acceptance, counted in-process by Django (token lookup included)."""
+    code = """
+import django, uuid
+django.setup()
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+from alfred.tokens import token_create
+raw = token_create(name=f"bench-{uuid.uuid4()}", role="integration")[1]
+client = APIClient(); client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+def post(workflow, body):
+    return client.post(f"/api/v1/workflows/{workflow}/executions", body, format="json",
+                       HTTP_IDEMPOTENCY_KEY=str(uuid.uuid4()))
+for label, workflow, body in [
+    ("add-subdomain (no lane)", "add-subdomain", {"zone": "q.example", "subdomain": "a"}),
+    ("add-domain (queued)", "add-domain", {"domain": "q.example.net"}),
+]:
+    with CaptureQueriesContext(connection) as ctx:
+        assert post(workflow, body).status_code == 202
+    print(f"{label}: {len(ctx.captured_queries)}")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, check=True, capture_output=True,
+        text=True,
+    )  # fmt: skip
+    return result.stdout.strip()
+
+
+def main() -> None:
+    from alfred.embedded import EmbeddedStack
+
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "alfred.settings", "ALFRED_ENV": "test",
+           "ALFRED_LOG_LEVEL": "WARNING"}  # fmt: skip
+    stack = None
+    if not (env.get("DATABASE_URL") and env.get("CELERY_BROKER_URL")):
+        state = ROOT / ".alfred" / "bench"
+        shutil.rmtree(state, ignore_errors=True)
+        stack = EmbeddedStack(base=state, database="alfred_bench").start()
+        env.update(stack.environ(), ALFRED_STATE_DIR=str(state))
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    env["ALFRED_PUBLIC_URL"] = base
+    web = None
+    try:
+        _manage(env, "migrate", "--noinput")
+        token = _manage(env, "alfred_token", "create", "--name", f"bench-{uuid.uuid4().hex[:8]}",
+                        "--role", "integration").strip()  # fmt: skip
+        web = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "alfred.asgi:application", "--port", str(port),
+             "--workers", str(WEB_WORKERS), "--lifespan", "off", "--log-level", "warning",
+             "--no-access-log"],
+            cwd=ROOT, env=env,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("web did not become ready")
+            time.sleep(0.2)
+        results = _scenarios(base, token)
+        queries = _query_count(env)
+    finally:
+        if web is not None:
+            web.terminate()
+            web.wait(20)
+        if stack is not None:
+            stack.stop()
+
+    wall = results.pop("_x8_wall")[0]
+    lines = [
+        "# Acceptance benchmark",
+        "",
+        f"`python -m bench acceptance` — {N} requests per scenario after {WARMUP} warm-up; "
+        f"uvicorn ({WEB_WORKERS} worker processes), real PostgreSQL and Redis on this machine "
+        f"({os.cpu_count()} cores); client on the same machine.",
+        "",
+        "| scenario | p50 ms | p90 ms | p99 ms | max ms | mean ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, samples in results.items():
+        lines.append(
+            f"| {name} | {_percentile(samples, 0.5):.1f} | {_percentile(samples, 0.9):.1f} | "
+            f"{_percentile(samples, 0.99):.1f} | {max(samples):.1f} | "
+            f"{statistics.fmean(samples):.1f} |"
+        )
+    lines += [
+        "",
+        f"8 concurrent clients: {N / wall:.0f} acceptances/s.",
+        "",
+        "SQL queries per acceptance (Django's count, token lookup and response included):",
+        "",
+        *[f"- {line}" for line in queries.splitlines()],
+        "",
+    ]
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text("\n".join(lines))
+    print("\n".join(lines))

@@ -238,3 +238,17 @@ def test_the_api_docs_page_is_served_without_internet(client):
     assert response.status_code == 200
     assert b"swagger-ui" in response.content
     assert b"cdn." not in response.content
+
+
+def test_the_contract_page_documents_every_problem_code():
+    from pathlib import Path
+
+    from alfred.problems import CODES
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "contract.md").read_text()
+    rows = {
+        line.split("|")[1].strip().strip("`"): int(line.split("|")[2])
+        for line in page.splitlines()
+        if line.startswith("| `") and line.split("|")[2].strip().isdigit()
+    }
+    assert rows == {code: status for code, (status, _) in CODES.items()}

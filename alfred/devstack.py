@@ -325,6 +325,7 @@ def main() -> int:
 
     env = {**os.environ, "ALFRED_STATE_DIR": str(state), "PYTHONUNBUFFERED": "1"}
     env.setdefault("ALFRED_PUBLIC_URL", base_url)
+    env.setdefault("ALFRED_DEBUG", "1")  # a development stack: Django's error pages
     env.setdefault("ALFRED_LOCAL_URL", base_url)  # what alfred_bootstrap prints
     signals = Signals()
     signals.install()

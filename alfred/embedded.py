@@ -16,6 +16,7 @@ import fcntl
 import functools
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -66,6 +67,20 @@ def database_config(url: str) -> dict[str, Any]:
         config["HOST"] = options.pop("host")
     config["ENGINE"] = "django.db.backends.postgresql"
     return config
+
+
+def development_secret_key(base: Path | None = None) -> str:
+    """A random SECRET_KEY kept in the state directory (mode 0600), made on first use."""
+    path = (base or state_dir()) / "secret-key"
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        key = secrets.token_urlsafe(50)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(key + "\n")
+        return key
 
 
 def broker_url(base: Path | None = None) -> str:

@@ -36,5 +36,6 @@ class ApiToken(models.Model):
 
     @property
     def principal(self) -> str:
-        """The name idempotency keys are scoped to."""
-        return f"token:{self.id}"
+        """The name idempotency keys are scoped to: the token's name, so a rotated token
+        (revoked, then created again under its name) keeps its keys."""
+        return f"token:{self.name}"

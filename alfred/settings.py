@@ -23,9 +23,13 @@ PRODUCTION = ALFRED_ENV == "production"
 if ALFRED_ENV not in {"development", "production", "test"}:
     raise ImproperlyConfigured("ALFRED_ENV must be development, production or test")
 
-_DEV_SECRET = "alfred-development-secret-key-not-for-production-use-0123456789"  # noqa: S105
-SECRET_KEY = env.str("ALFRED_SECRET_KEY", default="" if PRODUCTION else _DEV_SECRET)
-DEBUG = env.bool("ALFRED_DEBUG", default=not PRODUCTION)
+# Outside production a missing key is generated once per state directory, never a constant
+# that anyone could read here and forge sessions with.
+SECRET_KEY = env.str("ALFRED_SECRET_KEY", default="") or (
+    "" if PRODUCTION else embedded.development_secret_key()
+)
+# Off unless asked for: `make run` asks; a deployment that forgot ALFRED_ENV does not leak.
+DEBUG = env.bool("ALFRED_DEBUG", default=False)
 ALFRED_PUBLIC_URL = env.str("ALFRED_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip("/")
 ALFRED_READ_ONLY = env.bool("ALFRED_READ_ONLY", default=False)
 ALFRED_MAX_BODY_BYTES = env.int("ALFRED_MAX_BODY_BYTES", default=64 * 1024)
@@ -40,7 +44,7 @@ ALLOWED_HOSTS = env.list(
 CSRF_TRUSTED_ORIGINS = env.list("ALFRED_CSRF_TRUSTED_ORIGINS", default=[ALFRED_PUBLIC_URL])
 
 if PRODUCTION:
-    if len(SECRET_KEY) < 50 or SECRET_KEY == _DEV_SECRET or len(set(SECRET_KEY)) < 5:
+    if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
         raise ImproperlyConfigured("production needs ALFRED_SECRET_KEY: 50+ random characters")
     if DEBUG:
         raise ImproperlyConfigured("production refuses ALFRED_DEBUG=1")
@@ -98,6 +102,8 @@ TEMPLATES = [
 ]
 
 # --- Database ---------------------------------------------------------------------------
+# True when the database URL was derived from the state directory (no DATABASE_URL): only the
+# test session uses it, to know it must start the embedded servers itself.
 ALFRED_EMBEDDED = not env.str("DATABASE_URL", default="")
 DATABASES = {
     "default": {

@@ -32,9 +32,10 @@ from executions.models import (
     Run,
     RunKind,
     Stage,
+    StageStatus,
     StartState,
 )
-from executions.workflows.base import LaneClaim, Workflow
+from executions.workflows.base import InvalidInput, LaneClaim, Workflow
 from executions.workflows.registry import get_workflow
 from lanes.services import LaneClaimResult, LaneConflict, lane_claim
 
@@ -92,7 +93,7 @@ def execution_accept(
     request = _Request(
         workflow=workflow,
         canonical=canonical,
-        fingerprint=fingerprint(body),
+        fingerprint=fingerprint(workflow.name, body),
         identity=logical_identity(workflow.name, canonical),
         claim=workflow.lane(canonical),
         key=idempotency_key,
@@ -143,7 +144,7 @@ def _accept_once(req: _Request) -> Acceptance:
             execution=execution,
             outcome=outcome,
         )
-        if outcome != AcceptanceOutcome.REUSED and (lane is None or lane.role == "owner"):
+        if outcome != AcceptanceOutcome.REUSED and (lane is None or lane.may_start):
             run_dispatch_on_commit(str(execution.current_run_id))
         return Acceptance(execution, outcome, False, req.key, lane)
 
@@ -152,12 +153,19 @@ def _should_continue(workflow: Workflow, latest: Execution) -> bool:
     if latest.status in (ExecutionStatus.FAILED, ExecutionStatus.CANCELED):
         return workflow.supports_continuation
     if latest.status == ExecutionStatus.SUCCEEDED:
-        return workflow.continue_after_success(_stage_outputs(latest))
+        return workflow.continue_after_success(latest.input, _stage_outputs(latest))
     return False
 
 
 def _stage_outputs(execution: Execution) -> Mapping[str, Any]:
-    return dict(Stage.objects.filter(run_id=execution.current_run_id).values_list("name", "output"))
+    """Each stage's latest succeeded output over all runs: a continuation skips stages whose
+    output an earlier run persisted, so the current run alone may not hold it."""
+    rows = (
+        Stage.objects.filter(run__execution=execution, status=StageStatus.SUCCEEDED)
+        .order_by("run__number")
+        .values_list("name", "output")
+    )
+    return dict(rows)
 
 
 def _claim(req: _Request, execution_id: str, *, urgent: bool = False) -> LaneClaimResult | None:
@@ -231,6 +239,7 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
     execution.start_state = StartState.START_PENDING
     execution.start_error = None
     execution.error = None
+    execution.result = None
     execution.finished_at = None
     execution.current_run = run
     execution.save(
@@ -239,6 +248,7 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
             "start_state",
             "start_error",
             "error",
+            "result",
             "finished_at",
             "current_run",
             "updated_at",
@@ -263,6 +273,7 @@ def _lane_payload(lane: LaneClaimResult | None) -> dict[str, Any] | None:
 __all__ = [
     "Acceptance",
     "IdempotencyConflict",
+    "InvalidInput",
     "LaneConflict",
     "UnknownWorkflow",
     "execution_accept",

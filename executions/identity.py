@@ -1,7 +1,8 @@
 """Canonical JSON (RFC 8785), the request fingerprint and the logical identity (DESIGN §3).
 
-- fingerprint: sha256 of the RFC 8785 form of the body *as sent*. It decides "same key, same
-  body" — ``{"a":1,"b":2}`` and ``{"b":2, "a":1}`` are the same body; a changed default is not.
+- fingerprint: sha256 of the RFC 8785 form of ``{"workflow", "body"}``, the body *as sent*. It
+  decides "same key, same request" — ``{"a":1,"b":2}`` and ``{"b":2, "a":1}`` are the same
+  body; a default sent explicitly is not; the same body to another workflow is not.
 - logical identity: sha256 of the RFC 8785 form of ``{"workflow", "input": canonical input}``.
   It decides "is this the same operation?" across keys and principals.
 """
@@ -22,8 +23,8 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def fingerprint(body: Any) -> str:
-    return sha256_hex(canonical_json(body))
+def fingerprint(workflow: str, body: Any) -> str:
+    return sha256_hex(canonical_json({"workflow": workflow, "body": body}))
 
 
 def logical_identity(workflow: str, canonical_input: Any) -> str:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import QuerySet
 
-from executions.models import Execution, Stage
-from lanes.models import Lane, LaneWaiter
-from lanes.services import lane_position
+from executions.models import Execution, OutboxEvent, Stage
+from executions.workflows.registry import WORKFLOWS, all_workflows
+from lanes.models import Lane
+from lanes.selectors import lane_position
 
 
 def execution_list(
@@ -51,9 +53,18 @@ def execution_stages(execution: Execution) -> list[Stage]:
     return list(Stage.objects.filter(run_id=execution.current_run_id).order_by("position"))
 
 
-def lane_list() -> QuerySet[Lane]:
-    return Lane.objects.order_by("key")
+def execution_events(execution_id: str, *, after: int, limit: int) -> list[OutboxEvent]:
+    """Events with ``sequence > after``, in order, at most ``limit``."""
+    return list(
+        OutboxEvent.objects.filter(execution_id=execution_id, sequence__gt=after).order_by(
+            "sequence"
+        )[:limit]
+    )
 
 
-def lane_queue(key: str) -> list[LaneWaiter]:
-    return list(LaneWaiter.objects.filter(lane_id=key).order_by("priority", "id"))
+def workflow_names() -> list[str]:
+    return list(WORKFLOWS)
+
+
+def workflow_list() -> list[dict[str, Any]]:
+    return [workflow.describe() for workflow in all_workflows()]

@@ -2,15 +2,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from alfred.openapi import JSON, problems
 from lanes.models import Lane, LaneWaiter
+from lanes.selectors import lane_list, lane_queue
 
 
 class LaneWaiterSerializer(serializers.ModelSerializer):
@@ -28,50 +29,40 @@ class LaneSerializer(serializers.ModelSerializer):
     class Meta:
         model = Lane
         fields = [
-            "key",
-            "state",
-            "owner",
-            "owner_token",
-            "version",
-            "queued",
-            "reason",
-            "updated_at",
-        ]
+            "key", "state", "owner", "owner_token", "version", "queued", "reason", "updated_at",
+        ]  # fmt: skip
 
 
 class LaneDetailSerializer(LaneSerializer):
-    queue = LaneWaiterSerializer(many=True, source="ordered_waiters")
+    queue = serializers.SerializerMethodField()
 
     class Meta(LaneSerializer.Meta):
         fields = [*LaneSerializer.Meta.fields, "queue"]
 
-
-_PROBLEM = OpenApiResponse({"$ref": "#/components/schemas/Problem"}, description="RFC 9457 problem")
-
-
-def _lanes() -> Any:
-    return Lane.objects.annotate(queued_count=Count("waiters")).order_by("key")
+    @extend_schema_field(LaneWaiterSerializer(many=True))
+    def get_queue(self, lane: Lane) -> Any:
+        """The FIFO queue: urgent work (continuations, rollbacks) first, then by arrival."""
+        return LaneWaiterSerializer(lane_queue(lane.key), many=True).data
 
 
 class LaneListApi(APIView):
     @extend_schema(
         operation_id="lanes_list",
         summary="Concurrency lanes",
-        responses={200: LaneSerializer(many=True), 401: _PROBLEM},
+        responses={(200, JSON): LaneSerializer(many=True), **problems()},
     )
     def get(self, request: Request) -> Response:
-        return Response(LaneSerializer(_lanes(), many=True).data)
+        return Response(LaneSerializer(lane_list(), many=True).data)
 
 
 class LaneDetailApi(APIView):
     @extend_schema(
         operation_id="lanes_retrieve",
-        summary="One lane and its FIFO queue",
-        responses={200: LaneDetailSerializer, 401: _PROBLEM, 404: _PROBLEM},
+        summary="One lane and its queue",
+        responses={(200, JSON): LaneDetailSerializer, **problems(404)},
     )
     def get(self, request: Request, key: str) -> Response:
-        lane = _lanes().filter(key=key).first()
+        lane = lane_list().filter(key=key).first()
         if lane is None:
             raise Http404
-        lane.ordered_waiters = list(lane.waiters.order_by("priority", "id"))
         return Response(LaneDetailSerializer(lane).data)

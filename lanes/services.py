@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.db.models import Q
 
 from lanes.models import Lane, LaneState, LaneWaiter
+from lanes.selectors import lane_position
 
 
 class LaneRole:
@@ -40,6 +40,11 @@ class LaneClaimResult:
     key: str
     position: int | None = None  # 1-based place in the queue when queued
     state: str = LaneState.HELD
+
+    @property
+    def may_start(self) -> bool:
+        """The claimant owns a lane that is not blocked for an operator."""
+        return self.role == LaneRole.OWNER and self.state == LaneState.HELD
 
 
 _LOCK_LANE_SQL = f"""
@@ -74,10 +79,10 @@ def lane_claim(
     state, owner_id, owner_token, version = _lock_lane(key)
 
     if owner_id == execution_id:
-        # Continuation of the owner: it keeps (or re-takes) its own lane.
-        if state != LaneState.HELD:
-            _swap(key, (owner_id, state, version), state=LaneState.HELD)
-        return LaneClaimResult(LaneRole.OWNER, key)
+        # The owner asked for again (a continuation) keeps its lane. A lane that needs
+        # recovery stays blocked: the request is recorded but starts only once an operator
+        # has recovered the lane.
+        return LaneClaimResult(LaneRole.OWNER, key, state=state)
 
     if token is not None:
         if state != LaneState.FREE and owner_token != token and owner_id is not None:
@@ -85,6 +90,7 @@ def lane_claim(
         other = (
             LaneWaiter.objects.filter(lane_id=key)
             .exclude(token=token)
+            .exclude(execution_id=execution_id)
             .order_by("priority", "id")
             .values_list("execution_id", "token")
             .first()
@@ -103,10 +109,12 @@ def lane_claim(
         return LaneClaimResult(LaneRole.OWNER, key)
 
     priority = LaneWaiter.PRIORITY_URGENT if urgent else LaneWaiter.PRIORITY_NORMAL
-    waiter = LaneWaiter.objects.create(
-        lane_id=key, execution_id=execution_id, token=token, priority=priority
+    # An execution already waiting (asked for again before its turn) keeps its place.
+    LaneWaiter.objects.bulk_create(
+        [LaneWaiter(lane_id=key, execution_id=execution_id, token=token, priority=priority)],
+        ignore_conflicts=True,
     )
-    return LaneClaimResult(LaneRole.QUEUED, key, position=_position(waiter), state=state)
+    return LaneClaimResult(LaneRole.QUEUED, key, position=lane_position(execution_id), state=state)
 
 
 def _swap(key: str, expected: tuple[str | None, str, int], **changes: object) -> None:
@@ -117,16 +125,3 @@ def _swap(key: str, expected: tuple[str | None, str, int], **changes: object) ->
     )
     if changed != 1:
         raise LaneRaceLost(f"lane {key} changed under us (expected version {version})")
-
-
-def _position(waiter: LaneWaiter) -> int:
-    ahead = LaneWaiter.objects.filter(
-        Q(priority__lt=waiter.priority) | Q(priority=waiter.priority, id__lt=waiter.id),
-        lane_id=waiter.lane_id,
-    ).count()
-    return ahead + 1
-
-
-def lane_position(execution_id: str) -> int | None:
-    waiter = LaneWaiter.objects.filter(execution_id=execution_id).first()
-    return _position(waiter) if waiter else None

@@ -17,28 +17,6 @@ def _url(name: str, **kwargs: Any) -> str:
     return reverse(name, kwargs=kwargs)
 
 
-class ProblemSerializer(serializers.Serializer):
-    """RFC 9457 problem details (``application/problem+json``)."""
-
-    type = serializers.URLField()
-    title = serializers.CharField()
-    status = serializers.IntegerField()
-    detail = serializers.CharField()
-    code = serializers.CharField(help_text="Stable machine-readable code.")
-    instance = serializers.CharField(required=False)
-    execution = serializers.CharField(required=False, help_text="The execution concerned.")
-
-    def get_fields(self) -> dict[str, serializers.Field]:
-        fields = super().get_fields()
-        # Declared here: as a class attribute it would shadow ``Serializer.errors``.
-        fields["errors"] = serializers.ListField(
-            child=serializers.DictField(child=serializers.CharField()),
-            required=False,
-            help_text="Field errors (invalid_input): JSON Pointer `field` and `message`.",
-        )
-        return fields
-
-
 class StageSerializer(serializers.ModelSerializer):
     class Meta:
         model = Stage

@@ -6,19 +6,23 @@ import re
 from typing import Any
 
 from django.http import Http404
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, pagination
+from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from alfred.authentication import principal_of
+from alfred.openapi import JSON, problems
 from alfred.permissions import IsOperator
-from alfred.problems import CODES, PROBLEM_CONTENT_TYPE, Problem
+from alfred.problems import Problem
 from executions import selectors
 from executions.acceptance import (
     IdempotencyConflict,
+    InvalidInput,
     LaneConflict,
     UnknownWorkflow,
     execution_accept,
@@ -29,29 +33,12 @@ from executions.api.serializers import (
     EventSerializer,
     ExecutionSerializer,
     ExecutionSummarySerializer,
-    ProblemSerializer,
     WorkflowSerializer,
 )
-from executions.events.outbox import events_after
 from executions.models import AuditEntry, Execution, ExecutionStatus
-from executions.workflows.base import InvalidInput
-from executions.workflows.registry import WORKFLOWS, all_workflows
 
 # Printable ASCII without spaces at the ends; long enough for a UUID, a ULID or a hash.
 IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$")
-
-
-def problems(*statuses: int) -> dict[Any, OpenApiResponse]:
-    """OpenAPI responses for these error statuses: RFC 9457 problems, with the codes each
-    status can carry (from the registry in ``alfred.problems``)."""
-    return {
-        (status, PROBLEM_CONTENT_TYPE): OpenApiResponse(
-            ProblemSerializer,
-            description="Problem codes: "
-            + ", ".join(f"`{c}`" for c, (st, _) in CODES.items() if st == status),
-        )
-        for status in statuses
-    }
 
 
 IDEMPOTENCY_KEY_PARAM = OpenApiParameter(
@@ -73,11 +60,28 @@ class ExecutionCreateApi(APIView):
         summary="Ask for an execution of a workflow",
         parameters=[
             IDEMPOTENCY_KEY_PARAM,
-            OpenApiParameter("workflow", location=OpenApiParameter.PATH, enum=list(WORKFLOWS)),
+            OpenApiParameter(
+                "workflow", location=OpenApiParameter.PATH, enum=selectors.workflow_names()
+            ),
+            OpenApiParameter(
+                "Location",
+                location=OpenApiParameter.HEADER,
+                type=str,
+                response=[202],
+                description="The execution's URL.",
+            ),
+            OpenApiParameter(
+                "Idempotent-Replayed",
+                location=OpenApiParameter.HEADER,
+                type=str,
+                enum=["true"],
+                response=[202],
+                description="Present when the answer replays an earlier request with this key.",
+            ),
         ],
         request=OpenApiTypes.OBJECT,
         responses={
-            (202, "application/json"): OpenApiResponse(
+            (202, JSON): OpenApiResponse(
                 ExecutionSerializer, description="Accepted (or replayed)."
             ),
             **problems(400, 401, 403, 404, 409, 413, 415, 422, 503),
@@ -88,6 +92,12 @@ class ExecutionCreateApi(APIView):
         ),
     )
     def post(self, request: Request, workflow: str) -> Response:
+        if workflow not in selectors.workflow_names():
+            raise Problem(
+                "unknown_workflow",
+                f"No workflow named {workflow!r}.",
+                workflows=selectors.workflow_names(),
+            )
         key = request.headers.get("Idempotency-Key")
         if not key:
             raise Problem("idempotency_key_missing", "Send an Idempotency-Key header.")
@@ -95,10 +105,6 @@ class ExecutionCreateApi(APIView):
             raise Problem(
                 "idempotency_key_invalid",
                 "Idempotency-Key must be 1–255 printable ASCII characters.",
-            )
-        if workflow not in WORKFLOWS:
-            raise Problem(
-                "unknown_workflow", f"No workflow named {workflow!r}.", workflows=list(WORKFLOWS)
             )
         try:
             acceptance = execution_accept(
@@ -138,11 +144,29 @@ class ExecutionCreateApi(APIView):
         return Response(data, status=202, headers=headers)
 
 
-class ExecutionCursorPagination(pagination.CursorPagination):
-    ordering = "-id"
+class StrictCursorPagination(pagination.CursorPagination):
+    """Cursor pages whose bad input is a 400 problem, not a silent default or a 404."""
+
     page_size = 50
     max_page_size = 200
     page_size_query_param = "limit"
+
+    def get_page_size(self, request: Request) -> int:
+        return _int_param(request, "limit", self.page_size, 1, self.max_page_size)
+
+    def decode_cursor(self, request: Request) -> Any:
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise Problem(
+                "malformed_request",
+                "The cursor is not one this API gave out; follow the `next` link as it is.",
+                errors=[{"field": "cursor", "message": "invalid cursor"}],
+            ) from None
+
+
+class ExecutionCursorPagination(StrictCursorPagination):
+    ordering = "-id"
 
 
 class ExecutionListApi(generics.ListAPIView):
@@ -153,11 +177,11 @@ class ExecutionListApi(generics.ListAPIView):
         operation_id="executions_list",
         summary="List executions, newest first",
         parameters=[
-            OpenApiParameter("workflow", enum=list(WORKFLOWS)),
+            OpenApiParameter("workflow", enum=selectors.workflow_names()),
             OpenApiParameter("status", enum=ExecutionStatus.values),
         ],
         responses={
-            (200, "application/json"): ExecutionSummarySerializer(many=True),
+            (200, JSON): ExecutionSummarySerializer(many=True),
             **problems(400, 401),
         },
     )
@@ -174,7 +198,7 @@ class ExecutionListApi(generics.ListAPIView):
                 errors=[{"field": "status", "message": "unknown status"}],
             )
         workflow = params.get("workflow")
-        if workflow and workflow not in WORKFLOWS:
+        if workflow and workflow not in selectors.workflow_names():
             raise Problem(
                 "malformed_request",
                 f"Unknown workflow {workflow!r}.",
@@ -194,7 +218,7 @@ class ExecutionDetailApi(APIView):
     @extend_schema(
         operation_id="executions_retrieve",
         summary="One execution",
-        responses={(200, "application/json"): ExecutionSerializer, **problems(401, 404)},
+        responses={(200, JSON): ExecutionSerializer, **problems(401, 404)},
     )
     def get(self, request: Request, execution_id: str) -> Response:
         return Response(ExecutionSerializer(_execution_or_404(execution_id)).data)
@@ -208,14 +232,14 @@ class ExecutionEventsApi(APIView):
             OpenApiParameter("after", int, description="Last sequence seen (default 0)."),
             OpenApiParameter("limit", int, description="Page size, 1–500 (default 100)."),
         ],
-        responses={(200, "application/json"): EventPageSerializer, **problems(400, 401, 404)},
+        responses={(200, JSON): EventPageSerializer, **problems(400, 401, 404)},
     )
     def get(self, request: Request, execution_id: str) -> Response:
         after = _int_param(request, "after", 0, 0, None)
         limit = _int_param(request, "limit", 100, 1, 500)
         if not Execution.objects.filter(pk=execution_id).exists():
             raise Http404
-        events = events_after(execution_id, after, limit + 1)
+        events = selectors.execution_events(execution_id, after=after, limit=limit + 1)
         page = events[:limit]
         return Response(
             {
@@ -248,25 +272,23 @@ class WorkflowListApi(APIView):
     @extend_schema(
         operation_id="workflows_list",
         summary="The workflows and their input JSON Schemas",
-        responses={(200, "application/json"): WorkflowSerializer(many=True), **problems(401)},
+        responses={(200, JSON): WorkflowSerializer(many=True), **problems(401)},
     )
     def get(self, request: Request) -> Response:
-        return Response([_workflow(w) for w in all_workflows()])
+        return Response(
+            [
+                {**described, "links": {"executions": _url("execution-create", described)}}
+                for described in selectors.workflow_list()
+            ]
+        )
 
 
-def _workflow(workflow: Any) -> dict[str, Any]:
-    described = workflow.describe()
-    described["links"] = {
-        "executions": f"/api/v1/workflows/{workflow.name}/executions",
-    }
-    return described
+def _url(name: str, described: dict[str, Any]) -> str:
+    return reverse(name, kwargs={"workflow": described["name"]})
 
 
-class AuditEntryCursorPagination(pagination.CursorPagination):
+class AuditEntryCursorPagination(StrictCursorPagination):
     ordering = "-created_at"
-    page_size = 50
-    max_page_size = 200
-    page_size_query_param = "limit"
 
 
 class AuditEntryListApi(generics.ListAPIView):
@@ -281,7 +303,7 @@ class AuditEntryListApi(generics.ListAPIView):
         operation_id="audit_list",
         summary="The audit log, newest first (operator)",
         responses={
-            (200, "application/json"): AuditEntrySerializer(many=True),
+            (200, JSON): AuditEntrySerializer(many=True),
             **problems(401, 403),
         },
     )

@@ -54,11 +54,3 @@ def event_emit(*, execution_id: str, type: str, key: str, payload: dict[str, Any
         )
         row = cursor.fetchone()
     return row[0] if row else None
-
-
-def events_after(execution_id: str, after: int, limit: int) -> list[OutboxEvent]:
-    return list(
-        OutboxEvent.objects.filter(execution_id=execution_id, sequence__gt=after).order_by(
-            "sequence"
-        )[:limit]
-    )

@@ -99,16 +99,17 @@ class AddCertificate(Workflow):
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return LaneClaim("aws-infrastructure")
 
-    def continue_after_success(self, stage_outputs: Mapping[str, Any]) -> bool:
+    def continue_after_success(
+        self, canonical: Mapping[str, Any], stage_outputs: Mapping[str, Any]
+    ) -> bool:
         """A succeeded add-certificate is continued when asked for again unless its ``verify``
         output records ``certificate_status == "ISSUED"`` together with a truthy
         ``validation_records_in_place`` (a missing verify output counts as work remaining).
 
         A dry run never continues: its verify stage observed a simulation, so there is no
-        contract work to finish. The caller signals it with ``{"plan": {"dry_run": True}}``.
+        contract work to finish.
         """
-        plan = stage_outputs.get("plan")
-        if isinstance(plan, Mapping) and plan.get("dry_run") is True:
+        if canonical.get("dry_run") is True:
             return False
         verify = stage_outputs.get("verify")
         done = (

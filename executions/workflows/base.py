@@ -7,9 +7,10 @@ five. Acceptance (``executions.acceptance``) is the only caller of ``validate``/
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
@@ -50,15 +51,19 @@ def _pointer(path: Any) -> str:
     return "/" + "/".join(parts) if parts else ""
 
 
+_REQUIRED_MESSAGE = re.compile(r"^'(.+)' is a required property$")
+
+
 def _pointers(error: ValidationError) -> list[str]:
     """Where the error is: for a missing or an unexpected property, the property itself
     (``/domain``), not the object that lacks or carries it."""
     base = list(error.absolute_path)
     instance = error.instance if isinstance(error.instance, dict) else {}
     if error.validator == "required":
-        required = cast(list[str], error.validator_value)
-        missing = [name for name in required if name not in instance]
-        return [_pointer([*base, name]) for name in missing[:1]] or [_pointer(base)]
+        # jsonschema reports each missing property as its own error and names it only in
+        # the message: "'zone' is a required property".
+        match = _REQUIRED_MESSAGE.match(error.message)
+        return [_pointer([*base, match.group(1)])] if match else [_pointer(base)]
     if error.validator == "additionalProperties" and instance:
         schema = error.schema if isinstance(error.schema, Mapping) else {}
         allowed = set(schema.get("properties", {}))
@@ -121,9 +126,12 @@ class Workflow:
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         raise NotImplementedError
 
-    def continue_after_success(self, stage_outputs: Mapping[str, Any]) -> bool:
+    def continue_after_success(
+        self, canonical: Mapping[str, Any], stage_outputs: Mapping[str, Any]
+    ) -> bool:
         """For a succeeded execution asked for again: True when its completed stage state says
-        contract work remains, so a continuation run is queued instead of returning it."""
+        contract work remains, so a continuation run is queued instead of returning it.
+        ``stage_outputs`` maps each stage to its latest succeeded output across all runs."""
         return False
 
     def describe(self) -> dict[str, Any]:

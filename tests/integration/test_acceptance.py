@@ -226,3 +226,66 @@ def _release_lane() -> None:
     from lanes.models import Lane
 
     Lane.objects.update(state="free", owner=None, owner_token=None)
+
+
+def test_a_key_used_for_another_workflow_is_a_conflict(api):
+    first = submit(api, "add-domain", {"domain": "example.com"}, key="k-1").json()
+
+    response = submit(api, "add-certificate", {"domain": "example.com"}, key="k-1")
+
+    assert assert_problem(response, 409, "idempotency_conflict")["execution"] == first["id"]
+
+
+def test_a_rotated_token_keeps_its_keys(api):
+    from rest_framework.test import APIClient
+
+    from alfred.tokens import token_create, token_rotate
+
+    _, raw = token_create(name="rotating-bot", role="integration")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    first = submit(client, "add-subdomain", SUBDOMAIN, key="k-1").json()
+
+    _, rotated = token_rotate(name="rotating-bot", role="integration")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {rotated}")
+    again = submit(client, "add-subdomain", SUBDOMAIN, key="k-1")
+
+    assert again["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == first["id"]
+
+
+def test_a_succeeded_dry_run_certificate_is_returned_not_continued(api):
+    body = {**CERTIFICATE, "dry_run": True}
+    first = submit(api, "add-certificate", body, key="k-1").json()
+    _succeed_certificate(first["id"], None)
+
+    response = submit(api, "add-certificate", body, key="k-2")
+
+    assert response.json()["acceptance"]["outcome"] == "reused"
+
+
+def test_contract_state_of_earlier_runs_counts_for_a_certificate(api):
+    # given: run 1 verified the certificate; run 2 (a continuation) skipped that stage
+    first = submit(api, "add-certificate", CERTIFICATE, key="k-1").json()
+    _succeed_certificate(
+        first["id"], {"certificate_status": "ISSUED", "validation_records_in_place": True}
+    )
+    Execution.objects.filter(pk=first["id"]).update(status=ExecutionStatus.FAILED)
+    submit(api, "add-certificate", CERTIFICATE, key="k-2")  # continuation: run 2
+    Execution.objects.filter(pk=first["id"]).update(status=ExecutionStatus.SUCCEEDED)
+
+    response = submit(api, "add-certificate", CERTIFICATE, key="k-3")
+
+    assert response.json()["acceptance"]["outcome"] == "reused"
+    assert response.json()["current_run"]["number"] == 2
+
+
+def test_a_continuation_clears_the_previous_result(api):
+    first = submit(api, "add-subdomain", SUBDOMAIN, key="k-1").json()
+    Execution.objects.filter(pk=first["id"]).update(
+        status=ExecutionStatus.FAILED, result={"partial": True}, error={"code": "boom"}
+    )
+
+    body = submit(api, "add-subdomain", SUBDOMAIN, key="k-2").json()
+
+    assert body["result"] is None and body["error"] is None

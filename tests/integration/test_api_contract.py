@@ -252,3 +252,39 @@ def test_the_contract_page_documents_every_problem_code():
         if line.startswith("| `") and line.split("|")[2].strip().isdigit()
     }
     assert rows == {code: status for code, (status, _) in CODES.items()}
+
+
+def test_every_missing_required_field_is_named(api):
+    problem = assert_problem(submit(api, "add-subdomain", {}), 422, "invalid_input")
+
+    assert {e["field"] for e in problem["errors"]} == {"/zone", "/subdomain"}
+
+
+def test_an_unknown_workflow_is_404_before_the_key_is_checked(api):
+    response = api.post("/api/v1/workflows/nope/executions", {}, format="json")
+
+    assert_problem(response, 404, "unknown_workflow")
+
+
+def test_bad_paging_parameters_are_400(api):
+    assert_problem(api.get("/api/v1/executions?cursor=garbage"), 400, "malformed_request")
+    assert_problem(api.get("/api/v1/executions?limit=abc"), 400, "malformed_request")
+    assert_problem(api.get("/api/v1/executions?limit=0"), 400, "malformed_request")
+
+
+def test_api_errors_stay_problems_with_debug_on(api, settings):
+    settings.DEBUG = True
+
+    response = api.get("/api/v1/no-such-thing")
+
+    assert_problem(response, 404, "not_found")
+
+
+def test_the_lane_endpoints_declare_problem_responses(api):
+    schema = json.loads(api.get("/api/schema/?format=json").content)
+
+    detail = schema["paths"]["/api/v1/lanes/{key}"]["get"]["responses"]
+    create = schema["paths"]["/api/v1/workflows/{workflow}/executions"]["post"]["responses"]
+    assert "application/problem+json" in detail["404"]["content"]
+    assert "application/problem+json" in detail["401"]["content"]
+    assert set(create["202"]["headers"]) == {"Location", "Idempotent-Replayed"}

@@ -124,3 +124,21 @@ def test_a_real_worker_binds_the_run(api, broker, worker: WorkerProcess):
     ]
     assert events[1].payload["fence"] == 1
     assert events[1].payload["run"] == body["current_run"]["id"]
+
+
+@pytest.mark.django_db
+def test_a_duplicate_start_message_binds_nothing(api, django_capture_on_commit_callbacks):
+    from executions.engine.runner import run_bind
+
+    with django_capture_on_commit_callbacks(execute=False):
+        body = submit(api, "add-subdomain", SUBDOMAIN).json()
+    run_id = body["current_run"]["id"]
+
+    first = run_bind(run_id, "host-a:1")
+    duplicate = run_bind(run_id, "host-b:2")
+
+    assert (first.bound, first.fence) == (True, 1)
+    assert (duplicate.bound, duplicate.fence) == (False, 1)
+    assert "host-a:1" in duplicate.reason
+    started = OutboxEvent.objects.filter(execution_id=body["id"], type="execution.started")
+    assert started.count() == 1

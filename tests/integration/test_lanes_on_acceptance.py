@@ -126,3 +126,40 @@ def test_lanes_are_listed_with_their_queue(api):
     ]
     assert [w["execution"] for w in detail["queue"]] == [queued["id"]]
     assert_problem(api.get("/api/v1/lanes/nope"), 404, "not_found")
+
+
+def test_a_queued_execution_asked_for_again_keeps_its_place(api):
+    submit(api, "add-domain", {"domain": "a.example"})
+    queued = submit(api, "add-domain", {"domain": "b.example"}).json()
+    submit(api, "add-domain", {"domain": "c.example"})
+    Execution.objects.filter(pk=queued["id"]).update(status="canceled")
+
+    # when: a new key for the same operation continues it
+    again = submit(api, "add-domain", {"domain": "b.example"})
+
+    assert again.status_code == 202
+    assert again.json()["acceptance"]["outcome"] == "continued"
+    assert again.json()["lane"]["role"] == "queued"
+    assert again.json()["lane"]["position"] == 1
+    assert LaneWaiter.objects.filter(execution_id=queued["id"]).count() == 1
+
+
+def test_a_continuation_does_not_unblock_a_lane_awaiting_recovery(
+    api, django_capture_on_commit_callbacks
+):
+    owner = submit(api, "add-domain", {"domain": "a.example"}).json()
+    Execution.objects.filter(pk=owner["id"]).update(status="canceled")
+    Lane.objects.filter(key="aws-infrastructure").update(state="recovery_required")
+
+    with django_capture_on_commit_callbacks() as published:
+        again = submit(api, "add-domain", {"domain": "a.example"}).json()
+
+    assert again["acceptance"]["outcome"] == "continued"
+    assert again["lane"] == {
+        "key": "aws-infrastructure",
+        "role": "owner",
+        "state": "recovery_required",
+        "position": None,
+    }
+    assert published == []  # recorded, not started: an operator recovers the lane first
+    assert Lane.objects.get(key="aws-infrastructure").state == "recovery_required"

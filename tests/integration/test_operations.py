@@ -121,3 +121,50 @@ def test_production_refuses_insecure_defaults(change, message):
 
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_the_demo_bootstrap_refuses_to_run_in_production():
+    result = _manage("alfred_bootstrap", **PRODUCTION)
+
+    assert result.returncode != 0
+    assert "development demo" in result.stderr
+
+
+@pytest.mark.django_db
+def test_creating_a_second_active_token_of_one_name_is_a_clear_error():
+    from django.core.management.base import CommandError
+
+    call_command(
+        "alfred_token",
+        "create",
+        "--name",
+        "dup",
+        "--role",
+        "integration",
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+    )
+
+    with pytest.raises(CommandError, match="revoke it first"):
+        call_command(
+            "alfred_token",
+            "create",
+            "--name",
+            "dup",
+            "--role",
+            "operator",
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        )
+
+
+def test_the_development_secret_key_is_random_per_state_directory(tmp_path):
+    from alfred.embedded import development_secret_key
+
+    first = development_secret_key(tmp_path / "a")
+    again = development_secret_key(tmp_path / "a")
+    other = development_secret_key(tmp_path / "b")
+
+    assert first == again != other
+    assert len(first) >= 50
+    assert (tmp_path / "a" / "secret-key").stat().st_mode & 0o777 == 0o600

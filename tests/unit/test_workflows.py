@@ -423,25 +423,31 @@ def test_a_relative_name_that_repeats_the_zone_stays_below_it() -> None:
             True,
         ),
         ({}, True),
-        (
-            {"plan": {"dry_run": True}, "verify": {"certificate_status": "PENDING_VALIDATION"}},
-            False,
-        ),
-        ({"plan": {"dry_run": True}}, False),
-        ({"plan": {"dry_run": False}, "verify": {"certificate_status": "EXPIRED"}}, True),
+        ({"verify": {"certificate_status": "EXPIRED"}}, True),
     ],
 )
 def test_add_certificate_continues_after_success_only_while_contract_work_remains(
     stage_outputs: dict[str, Any], expected: bool
 ) -> None:
-    assert add_certificate.continue_after_success(stage_outputs) is expected
+    canonical = add_certificate.canonicalize({"domain": "example.com"})
+    assert add_certificate.continue_after_success(canonical, stage_outputs) is expected
+
+
+@pytest.mark.parametrize("stage_outputs", [{}, {"verify": {"certificate_status": "PENDING"}}])
+def test_a_dry_run_certificate_never_continues_after_success(
+    stage_outputs: dict[str, Any],
+) -> None:
+    canonical = add_certificate.canonicalize({"domain": "example.com", "dry_run": True})
+    assert add_certificate.continue_after_success(canonical, stage_outputs) is False
 
 
 @pytest.mark.parametrize(
     "name", ["onboard-domain", "add-domain", "update-lambda-version", "add-subdomain"]
 )
 def test_other_workflows_never_continue_after_success(name: str) -> None:
-    assert get_workflow(name).continue_after_success({}) is False
+    workflow = get_workflow(name)
+    canonical = workflow.canonicalize(workflow.input_schema["examples"][0])
+    assert workflow.continue_after_success(canonical, {}) is False
 
 
 # --- properties -----------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from alfred.embedded import state_dir
 from alfred.models import Role
@@ -26,6 +26,11 @@ class Command(BaseCommand):
     help = "Create the demo operator login and rotate the demo integration token (dev only)."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if settings.PRODUCTION:
+            raise CommandError(
+                "alfred_bootstrap sets up the development demo; in production create logins "
+                "with createsuperuser and tokens with alfred_token"
+            )
         password = self._operator_password()
         _, raw = token_rotate(name=DEMO_TOKEN, role=Role.INTEGRATION)
         base = os.environ.get("ALFRED_LOCAL_URL", settings.ALFRED_PUBLIC_URL)

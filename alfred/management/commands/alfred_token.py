@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import IntegrityError
 
 from alfred.models import ApiToken, Role
 from alfred.tokens import token_create, token_revoke
@@ -22,9 +23,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         if action == "create":
-            if ApiToken.objects.filter(name=options["name"], revoked_at__isnull=True).exists():
-                raise CommandError(f"an active token named {options['name']!r} exists; revoke it")
-            token, raw = token_create(name=options["name"], role=options["role"])
+            try:
+                token, raw = token_create(name=options["name"], role=options["role"])
+            except IntegrityError:
+                raise CommandError(
+                    f"an active token named {options['name']!r} exists; revoke it first"
+                ) from None
             self.stderr.write(f"created {token.id} ({token.role}); store it now, it is shown once:")
             self.stdout.write(raw)
         elif action == "list":

@@ -1,0 +1,118 @@
+"""Over real HTTP: uvicorn serving the ASGI app (with its connection pool) against the test
+database, for what the in-process client cannot show."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from django.conf import settings
+
+from alfred.tokens import token_create
+from executions.models import Execution
+from tests.conftest import ROOT, subprocess_database_url, wait_for
+from tests.helpers import SUBDOMAIN
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def live() -> Iterator[httpx.Client]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "DATABASE_URL": subprocess_database_url(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "DJANGO_SETTINGS_MODULE": "alfred.settings",
+        "ALFRED_ENV": "test",
+        "ALFRED_DEBUG": "1",
+        "ALFRED_MAX_BODY_BYTES": "2048",
+    }
+    web = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "alfred.asgi:application", "--port", str(port),
+         "--lifespan", "off", "--log-level", "warning"],
+        cwd=ROOT, env=env,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, timeout=30, interval=0.2)
+        _, raw = token_create(name="live", role="integration")
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {raw}"}) as client:
+            yield client
+    finally:
+        web.terminate()
+        web.wait(20)
+
+
+def _chunks(data: bytes, size: int = 7) -> Iterator[bytes]:
+    for i in range(0, len(data), size):
+        yield data[i : i + size]
+
+
+def test_a_chunked_body_is_read_whole(live):
+    import json
+
+    response = live.post(
+        "/api/v1/workflows/add-subdomain/executions",
+        content=_chunks(json.dumps(SUBDOMAIN).encode()),
+        headers={"Content-Type": "application/json", "Idempotency-Key": "chunked"},
+    )
+
+    assert response.status_code == 202, response.text
+    assert response.json()["input"]["subdomain"] == "api.example.com"
+    assert Execution.objects.count() == 1
+
+
+def test_a_chunked_body_over_the_limit_is_413(live):
+    response = live.post(
+        "/api/v1/workflows/add-subdomain/executions",
+        content=_chunks(b"{" + b" " * 4096 + b"}", size=512),
+        headers={"Content-Type": "application/json", "Idempotency-Key": "big"},
+    )
+
+    assert response.status_code == 413
+    assert response.json()["code"] == "payload_too_large"
+    assert not Execution.objects.exists()
+
+
+def test_debug_pages_never_replace_api_problems(live):
+    response = live.get("/api/v1/definitely/not/here")
+
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "not_found"
+
+
+def _sessions_started() -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
+def test_requests_reuse_pooled_connections(live):
+    # Each request runs on a fresh thread under ASGI; without the pool each would open its own
+    # PostgreSQL session. Count the sessions the database saw start.
+    assert live.get("/api/v1/executions").status_code == 200  # the pool is up
+    before = _sessions_started()
+
+    for i in range(30):
+        assert live.get("/api/v1/executions").status_code == 200, i
+
+    assert _sessions_started() - before <= 3

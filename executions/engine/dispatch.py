@@ -11,7 +11,7 @@ from celery import Celery, current_app
 from django.db import transaction
 from django.utils import timezone
 
-from executions.events.outbox import event_emit, event_key
+from executions.engine.projections import start_state_set
 from executions.models import Execution, StartState
 
 log = logging.getLogger(__name__)
@@ -48,12 +48,4 @@ def run_start_failed(run_id: str, exc: BaseException) -> None:
         )
         if execution is None:
             return  # already bound by a worker, or superseded by another run
-        execution.start_state = StartState.START_FAILED
-        execution.start_error = error
-        execution.save(update_fields=["start_state", "start_error", "updated_at"])
-        event_emit(
-            execution_id=execution.id,
-            type="execution.start_failed",
-            key=event_key(execution.id, f"{run_id}:start_failed"),
-            payload={"run": run_id, "error": error},
-        )
+        start_state_set(execution, StartState.START_FAILED, run_id=run_id, error=error)

@@ -14,7 +14,7 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from executions.events.outbox import event_emit, event_key
+from executions.engine.projections import start_state_set
 from executions.models import Execution, Run, RunStatus, StartState
 
 log = logging.getLogger(__name__)
@@ -59,13 +59,7 @@ def run_bind(run_id: str, worker: str) -> BindResult:
         run.lease_expires_at = now + timedelta(seconds=LEASE_SECONDS)
         run.started_at = run.started_at or now
         run.save(update_fields=["fence", "lease_owner", "lease_expires_at", "started_at"])
-        execution.start_state = StartState.STARTED
-        execution.start_error = None
-        execution.save(update_fields=["start_state", "start_error", "updated_at"])
-        event_emit(
-            execution_id=execution.id,
-            type="execution.started",
-            key=event_key(execution.id, f"{run.id}:started"),
-            payload={"run": run.id, "worker": worker, "fence": run.fence},
+        start_state_set(
+            execution, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
         )
         return BindResult(True, fence=run.fence)

@@ -130,32 +130,18 @@ def test_the_demo_bootstrap_refuses_to_run_in_production():
     assert "development demo" in result.stderr
 
 
+def _token_command(*args: str) -> None:
+    call_command("alfred_token", *args, stdout=io.StringIO(), stderr=io.StringIO())
+
+
 @pytest.mark.django_db
 def test_creating_a_second_active_token_of_one_name_is_a_clear_error():
     from django.core.management.base import CommandError
 
-    call_command(
-        "alfred_token",
-        "create",
-        "--name",
-        "dup",
-        "--role",
-        "integration",
-        stdout=io.StringIO(),
-        stderr=io.StringIO(),
-    )
+    _token_command("create", "--name", "dup", "--role", "integration")
 
     with pytest.raises(CommandError, match="revoke it first"):
-        call_command(
-            "alfred_token",
-            "create",
-            "--name",
-            "dup",
-            "--role",
-            "operator",
-            stdout=io.StringIO(),
-            stderr=io.StringIO(),
-        )
+        _token_command("create", "--name", "dup", "--role", "operator")
 
 
 def test_the_development_secret_key_is_random_per_state_directory(tmp_path):

@@ -1,0 +1,30 @@
+"""Projections the engine writes in the transaction of its own change: the execution's
+visible state, with the event that announces it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from executions.events.outbox import event_emit, event_key
+from executions.models import Execution
+
+
+def start_state_set(
+    execution: Execution,
+    state: str,
+    *,
+    run_id: str,
+    error: dict[str, Any] | None = None,
+    **payload: Any,
+) -> None:
+    """Move ``execution`` (locked by the caller) to start ``state`` for ``run_id`` and emit
+    ``execution.<state>``, keyed by run so that a re-emission is a no-op."""
+    execution.start_state = state
+    execution.start_error = error
+    execution.save(update_fields=["start_state", "start_error", "updated_at"])
+    event_emit(
+        execution_id=execution.id,
+        type=f"execution.{state}",
+        key=event_key(execution.id, f"{run_id}:{state}"),
+        payload={"run": run_id, **({"error": error} if error else {}), **payload},
+    )

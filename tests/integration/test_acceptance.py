@@ -289,3 +289,44 @@ def test_a_continuation_clears_the_previous_result(api):
     body = submit(api, "add-subdomain", SUBDOMAIN, key="k-2").json()
 
     assert body["result"] is None and body["error"] is None
+
+
+ARN = "arn:aws:acm:us-east-1:123456789012:certificate/0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f"
+CERT_BASE = {"domain": "example.com", "ticket_ids": ["OPS-2", "OPS-3"]}
+
+
+@pytest.mark.parametrize(
+    ("variant", "same_operation"),
+    [
+        ({"domain": "  Example.COM. "}, True),  # case, whitespace, trailing dot
+        ({"ticket_ids": ["ops-3", " OPS-2", "OPS-3"]}, True),  # order, case, duplicates
+        (
+            {
+                "alternative_names": [],
+                "kirby_mode": "disabled",
+                "dry_run": False,
+                "certificate_arn": None,
+            },
+            True,
+        ),  # every default sent explicitly
+        ({"ticket_ids": ["OPS-2"]}, False),
+        ({"ticket_ids": []}, False),
+        ({"kirby_mode": "enabled"}, False),
+        ({"dry_run": True}, False),
+        ({"certificate_arn": ARN}, False),
+        ({"alternative_names": ["www.example.com"]}, False),
+        ({"domain": "example.org"}, False),
+    ],
+)
+def test_add_certificate_identity_through_the_api(api, variant, same_operation):
+    first = submit(api, "add-certificate", CERT_BASE, key="k-1").json()
+
+    response = submit(api, "add-certificate", {**CERT_BASE, **variant}, key="k-2")
+
+    assert response.status_code == 202
+    body = response.json()
+    if same_operation:
+        assert (body["id"], body["acceptance"]["outcome"]) == (first["id"], "reused")
+    else:
+        assert body["id"] != first["id"]
+        assert body["acceptance"]["outcome"] == "created"

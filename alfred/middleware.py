@@ -87,10 +87,10 @@ class ApiGuardMiddleware:
             return response
         status = response.status_code
         code = _FALLBACK_CODES.get(status) or (
-            "internal_error" if status >= 500 else next(
-                (c for c, (s, _) in CODES.items() if s == status), "malformed_request"
-            )
-        )  # fmt: skip
+            "internal_error"
+            if status >= 500
+            else next((c for c, (s, _) in CODES.items() if s == status), "malformed_request")
+        )
         body = problem_body(code, _detail(response) or CODES[code][1], instance=request.path)
         body["status"] = status
         problem = JsonResponse(body, status=status, content_type=PROBLEM_CONTENT_TYPE)

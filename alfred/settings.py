@@ -33,6 +33,10 @@ DEBUG = env.bool("ALFRED_DEBUG", default=False)
 ALFRED_PUBLIC_URL = env.str("ALFRED_PUBLIC_URL", default="http://127.0.0.1:8000").rstrip("/")
 ALFRED_READ_ONLY = env.bool("ALFRED_READ_ONLY", default=False)
 ALFRED_MAX_BODY_BYTES = env.int("ALFRED_MAX_BODY_BYTES", default=64 * 1024)
+# Modules whose WORKFLOWS are added to the five (the tests' own workflows).
+ALFRED_EXTRA_WORKFLOWS = env.list("ALFRED_EXTRA_WORKFLOWS", default=[])
+# A worker's claim on a run; renewed at every step boundary. Longer than any single step.
+ALFRED_LEASE_SECONDS = env.float("ALFRED_LEASE_SECONDS", default=120.0)
 
 _public_host = ALFRED_PUBLIC_URL.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
 ALLOWED_HOSTS = env.list(
@@ -147,6 +151,24 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "interval_max": 0.5,
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# One message at a time per worker process: a long stage never holds others hostage.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A message is redelivered if not acknowledged within this many seconds. Stage tasks ack when
+# they return and never wait inside (waits are durable timers), so an hour is far beyond any
+# task; a lease (ALFRED_LEASE_SECONDS) fences the rare redelivery of a task still running.
+CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = 3600
+CELERY_BEAT_SCHEDULE = {
+    "timers-scan": {
+        "task": "executions.tasks.timers_scan",
+        "schedule": env.float("ALFRED_TIMER_SCAN_SECONDS", default=1.0),
+        "options": {"queue": "scanners", "expires": 5},
+    },
+    "runs-recover": {
+        "task": "executions.tasks.runs_recover",
+        "schedule": env.float("ALFRED_RECOVERY_SCAN_SECONDS", default=5.0),
+        "options": {"queue": "scanners", "expires": 10},
+    },
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Auth, API ----------------------------------------------------------------------------

@@ -55,9 +55,13 @@ def _percentile(samples: list[float], q: float) -> float:
 
 def _manage(env: dict[str, str], *args: str) -> str:
     return subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
-        capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 def _timed(call: Callable[..., httpx.Response], *args: Any) -> float:
@@ -71,9 +75,10 @@ def _timed(call: Callable[..., httpx.Response], *args: Any) -> float:
 
 def _post(client: httpx.Client, workflow: str, body: dict, key: str) -> httpx.Response:
     return client.post(
-        f"/api/v1/workflows/{workflow}/executions", json=body,
+        f"/api/v1/workflows/{workflow}/executions",
+        json=body,
         headers={"Idempotency-Key": key},
-    )  # fmt: skip
+    )
 
 
 def _scenarios(base: str, token: str) -> dict[str, list[float]]:
@@ -81,19 +86,27 @@ def _scenarios(base: str, token: str) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {}
     with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
         for i in range(WARMUP):
-            _post(client, "add-subdomain", {"zone": "warm.example", "subdomain": f"w{i}"},
-                  str(uuid.uuid4()))  # fmt: skip
+            _post(
+                client,
+                "add-subdomain",
+                {"zone": "warm.example", "subdomain": f"w{i}"},
+                str(uuid.uuid4()),
+            )
 
         results["new/no-lane"] = [
-            _timed(_post, client, "add-subdomain", {"zone": "example.com", "subdomain": f"s{i}"},
-                   str(uuid.uuid4()))
+            _timed(
+                _post,
+                client,
+                "add-subdomain",
+                {"zone": "example.com", "subdomain": f"s{i}"},
+                str(uuid.uuid4()),
+            )
             for i in range(N)
-        ]  # fmt: skip
+        ]
         results["new/lane"] = [
-            _timed(_post, client, "add-domain", {"domain": f"d{i}.example.com"},
-                   str(uuid.uuid4()))
+            _timed(_post, client, "add-domain", {"domain": f"d{i}.example.com"}, str(uuid.uuid4()))
             for i in range(N)
-        ]  # fmt: skip
+        ]
         body = {"zone": "example.com", "subdomain": "replayed"}
         _post(client, "add-subdomain", body, "replay-key")
         results["replay"] = [
@@ -144,17 +157,25 @@ for label, workflow, body in [
     print(f"{label}: {len(ctx.captured_queries)}")
 """
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, env=env, check=True, capture_output=True,
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
         text=True,
-    )  # fmt: skip
+    )
     return result.stdout.strip()
 
 
 def main() -> None:
     from alfred.embedded import EmbeddedStack
 
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "alfred.settings", "ALFRED_ENV": "test",
-           "ALFRED_LOG_LEVEL": "WARNING"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "alfred.settings",
+        "ALFRED_ENV": "test",
+        "ALFRED_LOG_LEVEL": "WARNING",
+    }
     stack = None
     if not (env.get("DATABASE_URL") and env.get("CELERY_BROKER_URL")):
         state = ROOT / ".alfred" / "bench"
@@ -167,14 +188,34 @@ def main() -> None:
     web = None
     try:
         _manage(env, "migrate", "--noinput")
-        token = _manage(env, "alfred_token", "create", "--name", f"bench-{uuid.uuid4().hex[:8]}",
-                        "--role", "integration").strip()  # fmt: skip
+        token = _manage(
+            env,
+            "alfred_token",
+            "create",
+            "--name",
+            f"bench-{uuid.uuid4().hex[:8]}",
+            "--role",
+            "integration",
+        ).strip()
         web = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "alfred.asgi:application", "--port", str(port),
-             "--workers", str(WEB_WORKERS), "--lifespan", "off", "--log-level", "warning",
-             "--no-access-log"],
-            cwd=ROOT, env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "alfred.asgi:application",
+                "--port",
+                str(port),
+                "--workers",
+                str(WEB_WORKERS),
+                "--lifespan",
+                "off",
+                "--log-level",
+                "warning",
+                "--no-access-log",
+            ],
+            cwd=ROOT,
+            env=env,
+        )
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -20,7 +20,9 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from alfred.ids import new_id
 from executions.engine.dispatch import run_dispatch_on_commit
+from executions.engine.records import execution_insert, run_new, stages_insert
 from executions.events.outbox import event_emit, event_key
 from executions.identity import fingerprint, logical_identity
 from executions.models import (
@@ -28,8 +30,6 @@ from executions.models import (
     DeliveryKey,
     Execution,
     ExecutionStatus,
-    OutboxEvent,
-    Run,
     RunKind,
     Stage,
     StageStatus,
@@ -145,7 +145,10 @@ def _accept_once(req: _Request) -> Acceptance:
             outcome=outcome,
         )
         if outcome != AcceptanceOutcome.REUSED and (lane is None or lane.may_start):
-            run_dispatch_on_commit(str(execution.current_run_id))
+            fresh = outcome == AcceptanceOutcome.CREATED
+            run_dispatch_on_commit(
+                str(execution.current_run_id), stages=req.workflow.stages if fresh else None
+            )
         return Acceptance(execution, outcome, False, req.key, lane)
 
 
@@ -176,55 +179,25 @@ def _claim(req: _Request, execution_id: str, *, urgent: bool = False) -> LaneCla
     )
 
 
-def _new_run(execution: Execution, number: int, kind: str) -> Run:
-    run = Run(execution=execution, number=number, kind=kind)
-    run.save(force_insert=True)
-    Stage.objects.bulk_create(
-        Stage(run=run, name=name, position=i) for i, name in enumerate(execution_stages(execution))
-    )
-    return run
-
-
-def execution_stages(execution: Execution) -> tuple[str, ...]:
-    return get_workflow(execution.workflow).stages
-
-
 def _create(
     req: _Request, *, predecessor: Execution | None
 ) -> tuple[Execution, LaneClaimResult | None]:
-    execution = Execution(
+    execution_id = new_id("exe")
+    # The lane first, so that the accepted event can say how it went; the lane's owner FK
+    # is checked at commit, when the execution exists.
+    lane = _claim(req, execution_id)
+    execution = execution_insert(
+        execution_id=execution_id,
         workflow=req.workflow.name,
-        input=req.canonical,
-        dry_run=bool(req.canonical.get("dry_run", False)),
-        logical_identity=req.identity,
+        stages=req.workflow.stages,
+        canonical=req.canonical,
+        identity=req.identity,
         principal=req.principal,
+        deadline_seconds=req.workflow.deadline_seconds,
         lane_key=req.claim.key if req.claim else None,
         lane_token=req.claim.token if req.claim else None,
         predecessor=predecessor,
-        last_sequence=1,
-    )
-    # The run's id is known before it exists: the FK is checked at commit (PostgreSQL
-    # foreign keys are DEFERRABLE INITIALLY DEFERRED under Django), which saves an UPDATE.
-    run = Run(execution=execution, number=1, kind=RunKind.INITIAL)
-    execution.current_run_id = run.id
-    execution.save(force_insert=True)
-    run.save(force_insert=True)
-    execution.current_run = run
-    Stage.objects.bulk_create(
-        Stage(run=run, name=name, position=i) for i, name in enumerate(req.workflow.stages)
-    )
-    lane = _claim(req, execution.id)
-    OutboxEvent.objects.create(
-        execution=execution,
-        sequence=1,
-        key=event_key(execution.id, "accepted"),
-        type="execution.accepted",
-        payload={
-            "workflow": execution.workflow,
-            "run": run.id,
-            "predecessor": predecessor.id if predecessor else None,
-            "lane": _lane_payload(lane),
-        },
+        accepted_payload={"lane": _lane_payload(lane)},
     )
     return execution, lane
 
@@ -233,7 +206,17 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
     """A continuation run on a failed/canceled (or unfinished succeeded) execution. It goes
     ahead of ordinary queued work: the infrastructure may be half-changed."""
     number = (execution.runs.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-    run = _new_run(execution, number, RunKind.CONTINUATION)
+    run = run_new(
+        execution,
+        number=number,
+        kind=RunKind.CONTINUATION,
+        deadline_seconds=req.workflow.deadline_seconds,
+    )
+    run.save(force_insert=True)
+    # Stages whose output an earlier run persisted are skipped; the last stage (verify)
+    # always runs again: success needs a post-condition observed now.
+    done = {k: v for k, v in _stage_outputs(execution).items() if k != req.workflow.stages[-1]}
+    stages_insert(run, req.workflow.stages, done)
     previous_status = execution.status
     execution.status = ExecutionStatus.QUEUED
     execution.start_state = StartState.START_PENDING

@@ -1,6 +1,24 @@
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class ExecutionsConfig(AppConfig):
     name = "executions"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from executions.engine.registry import Definition, register
+        from executions.workflows.registry import all_workflows, register_extra
+
+        for module in settings.ALFRED_EXTRA_WORKFLOWS:
+            register_extra(module)
+        for workflow in all_workflows():
+            register(
+                Definition(
+                    name=workflow.name,
+                    stages=workflow.stages,
+                    run_stage=workflow.run_stage,
+                    canonicalize=workflow.canonicalize,
+                    deadline_seconds=workflow.deadline_seconds,
+                )
+            )

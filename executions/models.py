@@ -168,6 +168,10 @@ class Run(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    wakeups = models.PositiveBigIntegerField(
+        default=0, help_text="Bumped by every waker; a stage that sees it move does not sleep."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -222,7 +226,8 @@ class Stage(models.Model):
 
 class ReceiptStatus(models.TextChoices):
     SUCCEEDED = "succeeded"
-    FAILED = "failed"
+    RETRYING = "retrying"  # failed with a retryable error; a timer brings it back
+    WAITING = "waiting"  # a durable wait (sleep, poll, hook, child) not yet over
 
 
 class StepReceipt(models.Model):
@@ -233,6 +238,7 @@ class StepReceipt(models.Model):
     stage = models.CharField(max_length=64)
     step_key = models.CharField(max_length=200)
     sequence = models.PositiveIntegerField(help_text="Order of the step within its stage.")
+    kind = models.CharField(max_length=16, default="step")
     status = models.CharField(max_length=16, choices=ReceiptStatus.choices)
     output = models.JSONField(null=True, blank=True)
     mutation = models.JSONField(null=True, blank=True)

@@ -1,16 +1,47 @@
-"""Celery tasks: thin — take ids, call the engine. Running one twice changes nothing."""
+"""Celery tasks: thin — take ids, call the engine. Running one twice changes nothing: a stage
+already done is a no-op, a run leased elsewhere refuses, scans are idempotent.
+
+``acks_late`` + ``task_reject_on_worker_lost``: a message is acknowledged only after its task
+returns, and a worker process that dies mid-task has its message requeued, so a crash loses no
+work; the duplicate execution that this allows is made harmless by the fenced lease. The
+broker's visibility timeout (settings) outlasts any stage task by far, because stages never
+wait inside a task: waits are durable timers.
+"""
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import shared_task
 
-from executions.engine.runner import run_bind
+from executions.engine import scans
+from executions.engine.runner import Outcome, stage_execute
 
 
-@shared_task(name="executions.tasks.run_start", acks_late=True, ignore_result=True, bind=True)
-def run_start(self, run_id: str) -> dict[str, object]:
+@shared_task(
+    name="executions.tasks.run_stage",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
+def run_stage(self: Any, run_id: str, stage: str) -> str:
     worker = f"{self.request.hostname or 'worker'}:{os.getpid()}"
-    result = run_bind(run_id, worker=worker)
-    return {"bound": result.bound, "fence": result.fence, "reason": result.reason}
+    outcome = stage_execute(run_id, stage, worker)
+    if outcome is Outcome.STOP:
+        self.request.chain = None  # suspended, finished or refused: the rest of the chain waits
+    return outcome.value
+
+
+@shared_task(name="executions.tasks.timers_scan", bind=True, ignore_result=True)
+def timers_scan(self: Any) -> int:
+    fired = scans.timers_fire()
+    if fired >= scans.BATCH:
+        self.apply_async(queue="scanners")  # more are due: go on at once, in a new task
+    return fired
+
+
+@shared_task(name="executions.tasks.runs_recover", ignore_result=True)
+def runs_recover() -> int:
+    return scans.runs_recover()

@@ -29,8 +29,15 @@ class LaneSerializer(serializers.ModelSerializer):
     class Meta:
         model = Lane
         fields = [
-            "key", "state", "owner", "owner_token", "version", "queued", "reason", "updated_at",
-        ]  # fmt: skip
+            "key",
+            "state",
+            "owner",
+            "owner_token",
+            "version",
+            "queued",
+            "reason",
+            "updated_at",
+        ]
 
 
 class LaneDetailSerializer(LaneSerializer):

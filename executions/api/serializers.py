@@ -10,7 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from executions import selectors
-from executions.models import AuditEntry, Execution, OutboxEvent, Stage
+from executions.models import AuditEntry, Execution, ExecutionStatus, OutboxEvent, Stage
 
 
 def _url(name: str, **kwargs: Any) -> str:
@@ -69,12 +69,17 @@ class ExecutionSummarySerializer(serializers.ModelSerializer):
 
 
 def execution_links(execution: Execution) -> dict[str, str]:
-    """Links to what the execution supports now. Controls (cancel, retry, rollback, approve)
-    are listed by the endpoints that implement them, only in states that allow them."""
-    return {
+    """Links to what the execution supports now: the controls only in states that allow
+    them."""
+    links = {
         "self": _url("execution-detail", execution_id=execution.id),
         "events": _url("execution-events", execution_id=execution.id),
     }
+    if not execution.terminal:
+        links["cancel"] = _url("execution-cancel", execution_id=execution.id)
+    if execution.status in (ExecutionStatus.FAILED, ExecutionStatus.CANCELED):
+        links["retry"] = _url("execution-retry", execution_id=execution.id)
+    return links
 
 
 class ExecutionSerializer(ExecutionSummarySerializer):

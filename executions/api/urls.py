@@ -15,6 +15,16 @@ urlpatterns = [
         "executions/<str:execution_id>", views.ExecutionDetailApi.as_view(), name="execution-detail"
     ),
     path(
+        "executions/<str:execution_id>/cancel",
+        views.ExecutionCancelApi.as_view(),
+        name="execution-cancel",
+    ),
+    path(
+        "executions/<str:execution_id>/retry",
+        views.ExecutionRetryApi.as_view(),
+        name="execution-retry",
+    ),
+    path(
         "executions/<str:execution_id>/events",
         views.ExecutionEventsApi.as_view(),
         name="execution-events",

@@ -35,6 +35,7 @@ from executions.api.serializers import (
     ExecutionSummarySerializer,
     WorkflowSerializer,
 )
+from executions.controls import InvalidState, NotRetryable, execution_cancel, execution_retry
 from executions.models import AuditEntry, Execution, ExecutionStatus
 
 # Printable ASCII without spaces at the ends; long enough for a UUID, a ULID or a hash.
@@ -309,3 +310,64 @@ class AuditEntryListApi(generics.ListAPIView):
     )
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return super().get(request, *args, **kwargs)
+
+
+class _ControlApi(APIView):
+    def respond(self, execution: Execution) -> Response:
+        data = ExecutionSerializer(selectors.execution_get(execution.id)).data
+        return Response(data, status=202, headers={"Location": data["links"]["self"]})
+
+
+CONTROL_RESPONSES = {(202, JSON): ExecutionSerializer, **problems(404, 409, 503)}
+
+
+class ExecutionCancelApi(_ControlApi):
+    @extend_schema(
+        operation_id="executions_cancel",
+        summary="Cancel: at once when waiting or queued, at the next step boundary when running",
+        request=None,
+        responses=CONTROL_RESPONSES,
+    )
+    def post(self, request: Request, execution_id: str) -> Response:
+        try:
+            result = execution_cancel(
+                execution_id=execution_id,
+                actor=principal_of(request.user),
+                reason=_reason(request),
+            )
+        except Execution.DoesNotExist:
+            raise Http404 from None
+        except InvalidState as exc:
+            raise Problem("invalid_state", str(exc), execution=exc.execution_id) from None
+        return self.respond(result.execution)
+
+
+class ExecutionRetryApi(_ControlApi):
+    @extend_schema(
+        operation_id="executions_retry",
+        summary="Retry a failed or canceled execution: a new run, no step cache",
+        request=None,
+        responses={**CONTROL_RESPONSES, **problems(422)},
+    )
+    def post(self, request: Request, execution_id: str) -> Response:
+        try:
+            execution = execution_retry(execution_id=execution_id, actor=principal_of(request.user))
+        except Execution.DoesNotExist:
+            raise Http404 from None
+        except NotRetryable as exc:
+            raise Problem("not_retryable", str(exc), execution=exc.execution_id) from None
+        except InvalidState as exc:
+            raise Problem("invalid_state", str(exc), execution=exc.execution_id) from None
+        except InvalidInput as exc:
+            raise Problem(
+                "invalid_input",
+                "The execution's input no longer fits its workflow's schema.",
+                errors=[e.as_dict() for e in exc.errors],
+            ) from None
+        return self.respond(execution)
+
+
+def _reason(request: Request) -> str:
+    """An optional ``{"reason": "..."}`` body, kept in the audit log."""
+    data = request.data
+    return str(data.get("reason", ""))[:1000] if isinstance(data, dict) else ""

@@ -1,36 +1,94 @@
 """Publishing work to Celery. The database is the source of truth; a message is only a hint
-that work is ready, so every publisher is safe to call twice and a lost message is found again
-by the recovery scan (``start_pending`` work, expired leases)."""
+that work is ready, so every publisher is safe to call twice (a stage already done is a no-op,
+a run under a live lease refuses a duplicate) and a lost message is found again by the scans
+(due timers, start_pending work, expired leases)."""
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 from typing import Any
 
-from celery import Celery, current_app
+from celery import Celery, chain, current_app
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from executions.engine.projections import start_state_set
-from executions.models import Execution, StartState
+from executions.models import Execution, Run, Stage, StageStatus, StartState
 
 log = logging.getLogger(__name__)
 
-RUN_START_TASK = "executions.tasks.run_start"
+RUN_STAGE_TASK = "executions.tasks.run_stage"
+# Timers nearer than this also get a Celery countdown (the hint); the scanner is the guarantee.
+HINT_HORIZON_SECONDS = 60
 
 
-def run_publish(run_id: str, app: Celery | None = None) -> None:
-    """Send the run's start message. Called after commit; on failure the execution records
-    ``start_failed`` with the error projected (the recovery scan may re-dispatch it)."""
+def _signature(app: Celery, run_id: str, stage: str) -> Any:
+    return app.signature(RUN_STAGE_TASK, args=[run_id, stage], queue="stages", immutable=True)
+
+
+def run_publish(
+    run_id: str,
+    app: Celery | None = None,
+    countdown: float | None = None,
+    stages: tuple[str, ...] | None = None,
+) -> None:
+    """Publish the run's remaining stages (``stages`` when the caller knows them) as one chain
+    of ``run_stage`` tasks."""
+    app = app or current_app
+    remaining = (
+        list(stages)
+        if stages is not None
+        else list(
+            Stage.objects.filter(run_id=run_id)
+            .exclude(status=StageStatus.SUCCEEDED)
+            .order_by("position")
+            .values_list("name", flat=True)
+        )
+    )
+    if not remaining:
+        return
+    chain(*(_signature(app, run_id, stage) for stage in remaining)).apply_async(
+        countdown=countdown or 0
+    )
+
+
+def run_dispatch(
+    run_id: str, app: Celery | None = None, stages: tuple[str, ...] | None = None
+) -> None:
+    """Publish now; a failure to publish a run that never started records ``start_failed``."""
     try:
-        (app or current_app).send_task(RUN_START_TASK, args=[run_id], queue="stages")
+        run_publish(run_id, app, stages=stages)
     except Exception as exc:
         log.exception("publishing run %s failed", run_id)
         run_start_failed(run_id, exc)
 
 
-def run_dispatch_on_commit(run_id: str) -> None:
-    transaction.on_commit(lambda: run_publish(run_id))
+def run_dispatch_on_commit(run_id: str, stages: tuple[str, ...] | None = None) -> None:
+    transaction.on_commit(lambda: run_dispatch(run_id, stages=stages))
+
+
+def run_wake(run_id: str) -> None:
+    """Something the run may wait for happened (a signal, a child's end): note it — a stage
+    suspending concurrently sees the count move and looks again — and dispatch."""
+    Run.objects.filter(pk=run_id).update(wakeups=F("wakeups") + 1)
+    run_dispatch(run_id)
+
+
+def run_wake_at(run_id: str, due: datetime) -> None:
+    """The hint for a near timer: a delayed dispatch. Best effort; the scanner guarantees."""
+    delay = (due - timezone.now()).total_seconds()
+    if delay > HINT_HORIZON_SECONDS:
+        return
+
+    def publish() -> None:
+        try:
+            run_publish(run_id, countdown=max(0.0, delay))
+        except Exception:
+            log.warning("timer hint for run %s not published; the scanner will", run_id)
+
+    transaction.on_commit(publish)
 
 
 def run_start_failed(run_id: str, exc: BaseException) -> None:

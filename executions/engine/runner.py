@@ -1,65 +1,270 @@
-"""Running a run under a fenced lease.
+"""Run one stage of one run under a fenced lease (DESIGN §2.2–2.7).
 
-For now a run is *bound* only: the worker that receives the start message takes the lease
-(``fence += 1``) and marks the execution ``started``. Stages (and the lease's renewal and
-expiry) arrive with the engine.
+``stage_execute`` is what a ``run_stage`` task calls. In order:
+
+1. claim — one transaction, the run and execution rows locked: refuse a superseded or
+   finished run, a stage already done, a run held under another worker's live lease (a
+   duplicate delivery: reported, nothing executed); honour a cancel request and the deadline;
+   else ``fence += 1``, lease, stage and execution ``running`` (the first claim binds the run:
+   ``start_state = started``).
+2. the stage's code, outside any transaction, through its ``Context``;
+3. the outcome, fenced: succeeded (the next stage follows in the chain; after the last, the
+   terminal transition), suspended (``waiting``/``paused``; the worker is free), or failed.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from executions.engine.context import Context
+from executions.engine.errors import (
+    Canceled,
+    EngineError,
+    FatalError,
+    LeaseLost,
+    ReadinessFailure,
+    Suspend,
+    unclassified,
+)
 from executions.engine.projections import start_state_set
-from executions.models import Execution, Run, RunStatus, StartState
+from executions.engine.registry import definition_get
+from executions.engine.terminal import execution_finish
+from executions.events.outbox import event_emit, event_key
+from executions.models import (
+    TERMINAL_STATUSES,
+    Execution,
+    ExecutionStatus,
+    Run,
+    RunStatus,
+    Stage,
+    StageStatus,
+    StartState,
+)
 
 log = logging.getLogger(__name__)
 
-LEASE_SECONDS = 60
+HANDOFF_GRACE_SECONDS = 15
+
+
+class Outcome(enum.Enum):
+    NEXT = "next"  # the stage is done: the chain goes on
+    STOP = "stop"  # suspended, finished, superseded or refused: the chain ends here
 
 
 @dataclass(frozen=True)
-class BindResult:
-    bound: bool
-    fence: int | None = None
-    reason: str = ""
+class _Claim:
+    run: Run
+    fence: int
+    wakeups: int
+    input: dict[str, Any]
+    workflow: str
 
 
-def run_bind(run_id: str, worker: str) -> BindResult:
-    """Claim ``run_id`` for ``worker`` (``host:pid``): take the lease, ``fence += 1``, mark the
-    execution ``started``. Binding happens once per run: a duplicate start message (a
-    redelivery, a second worker) binds nothing and reports the run's holder instead.
+def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
+    claimed = _claim(run_id, stage, worker)
+    if not isinstance(claimed, _Claim):
+        return claimed
+    definition = definition_get(claimed.workflow)
+    ctx = Context(
+        run=claimed.run, stage=stage, fence=claimed.fence, input=claimed.input, wake=_hint(run_id)
+    )
+    try:
+        output = definition.run_stage(stage, ctx)
+    except Suspend as suspend:
+        return _suspend(claimed, stage, suspend)
+    except LeaseLost as lost:
+        log.warning("run %s stage %s: %s", run_id, stage, lost)
+        return Outcome.STOP
+    except Canceled as canceled:
+        return _finish(claimed, stage, ExecutionStatus.CANCELED, error=canceled.projection())
+    except ReadinessFailure as failure:
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection())
+    except EngineError as failure:
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection())
+    except Exception as exc:
+        log.exception("run %s stage %s raised", run_id, stage)
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=unclassified(exc))
+    return _complete(claimed, stage, output, last=stage == definition.stages[-1])
 
-    Callers publish only runs that may start (lane owners, lane-free workflows); the run's
-    lane is not re-checked here, the engine knows no lanes.
-    """
+
+def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
     now = timezone.now()
     with transaction.atomic(durable=True):
         run = Run.objects.select_for_update().filter(pk=run_id).first()
         if run is None:
-            return BindResult(False, reason="unknown run")
+            return Outcome.STOP
         execution = Execution.objects.select_for_update().get(pk=run.execution_id)
-        if execution.current_run_id != run.id:
-            return BindResult(False, reason="superseded by a newer run")
-        if run.status not in (RunStatus.PENDING, RunStatus.RUNNING):
-            return BindResult(False, reason=f"run is {run.status}")
-        if run.fence > 0 and execution.start_state == StartState.STARTED:
-            log.warning(
-                "duplicate start of run %s ignored: bound by %s (fence %d)",
-                run.id, run.lease_owner, run.fence,
-            )  # fmt: skip
-            return BindResult(False, fence=run.fence, reason=f"already bound by {run.lease_owner}")
+        if execution.current_run_id != run.id or execution.status in TERMINAL_STATUSES:
+            return Outcome.STOP
+        stages = {s.name: s for s in Stage.objects.filter(run=run).order_by("position")}
+        stage = stages.get(stage_name)
+        if stage is None:
+            return _fail_locked(execution, FatalError(f"no stage {stage_name!r}", code="bad_stage"))
+        if stage.status == StageStatus.SUCCEEDED:
+            return Outcome.NEXT  # a redelivered message for work already done
+        if any(
+            s.status != StageStatus.SUCCEEDED
+            for s in stages.values()
+            if s.position < stage.position
+        ):
+            return Outcome.STOP  # out of order: the chain of the earlier stage will get here
+        if _leased_by_other(run, worker, now):
+            _report_duplicate(execution, run, stage_name, worker)
+            return Outcome.STOP
+        if run.cancel_requested_at is not None:
+            execution_finish(execution, ExecutionStatus.CANCELED)
+            return Outcome.STOP
+        if run.deadline_at is not None and now > run.deadline_at:
+            return _fail_locked(
+                execution, FatalError("the run passed its deadline", code="timed_out")
+            )
 
         run.fence += 1
         run.lease_owner = worker
-        run.lease_expires_at = now + timedelta(seconds=LEASE_SECONDS)
+        run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_LEASE_SECONDS)
+        run.status = RunStatus.RUNNING
         run.started_at = run.started_at or now
-        run.save(update_fields=["fence", "lease_owner", "lease_expires_at", "started_at"])
-        start_state_set(
-            execution, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
+        run.save(update_fields=["fence", "lease_owner", "lease_expires_at", "status", "started_at"])
+        stage.status = StageStatus.RUNNING
+        stage.started_at = stage.started_at or now
+        stage.save(update_fields=["status", "started_at"])
+        if execution.start_state != StartState.STARTED:
+            start_state_set(
+                execution, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
+            )
+        if execution.status != ExecutionStatus.RUNNING:
+            _status_set(execution, ExecutionStatus.RUNNING, run, stage_name)
+        _emit(execution.id, run, "stage.started", stage_name, worker=worker)
+        return _Claim(run, run.fence, run.wakeups, execution.input, execution.workflow)
+
+
+def _leased_by_other(run: Run, worker: str, now: Any) -> bool:
+    return bool(
+        run.lease_owner
+        and run.lease_owner != worker
+        and run.lease_expires_at
+        and run.lease_expires_at > now
+    )
+
+
+def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
+    with transaction.atomic(durable=True):
+        run = Run.objects.select_for_update().get(pk=claim.run.id)
+        if run.fence != claim.fence:
+            return Outcome.STOP
+        execution = Execution.objects.select_for_update().get(pk=run.execution_id)
+        run.lease_owner = ""
+        run.lease_expires_at = None
+        run.status = RunStatus.WAITING
+        run.save(update_fields=["lease_owner", "lease_expires_at", "status"])
+        Stage.objects.filter(run=run, name=stage_name).update(status=StageStatus.WAITING)
+        status = ExecutionStatus.PAUSED if suspend.operator else ExecutionStatus.WAITING
+        if execution.status != status:
+            _status_set(execution, status, run, stage_name, reason=suspend.reason)
+        _emit(execution.id, run, "stage.waiting", stage_name, reason=suspend.reason)
+        woken = run.wakeups != claim.wakeups
+    if woken:
+        # A signal, timer or child finished while this stage ran: it may already be what the
+        # stage waits for, and its own dispatch found the run leased. Look again now.
+        from executions.engine.dispatch import run_dispatch
+
+        run_dispatch(claim.run.id)
+    return Outcome.STOP
+
+
+def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Outcome:
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        run = Run.objects.select_for_update().get(pk=claim.run.id)
+        if run.fence != claim.fence:
+            return Outcome.STOP
+        execution = Execution.objects.select_for_update().get(pk=run.execution_id)
+        Stage.objects.filter(run=run, name=stage_name).update(
+            status=StageStatus.SUCCEEDED, output=output, error=None, finished_at=now
         )
-        return BindResult(True, fence=run.fence)
+        _emit(execution.id, run, "stage.succeeded", stage_name)
+        if last:
+            execution_finish(execution, ExecutionStatus.SUCCEEDED, result=output)
+            return Outcome.STOP
+        # Between stages the run belongs to no worker; if the next stage's message never
+        # comes (a lost broker), the recovery scan picks the run up once this grace is over.
+        run.lease_owner = ""
+        run.lease_expires_at = now + timedelta(seconds=HANDOFF_GRACE_SECONDS)
+        run.save(update_fields=["lease_owner", "lease_expires_at"])
+    return Outcome.NEXT
+
+
+def _finish(
+    claim: _Claim, stage_name: str, status: str, *, error: dict[str, Any] | None
+) -> Outcome:
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        run = Run.objects.select_for_update().get(pk=claim.run.id)
+        if run.fence != claim.fence:
+            return Outcome.STOP
+        execution = Execution.objects.select_for_update().get(pk=run.execution_id)
+        Stage.objects.filter(run=run, name=stage_name).update(
+            status=StageStatus.FAILED, error=error, finished_at=now
+        )
+        _emit(execution.id, run, "stage.failed", stage_name, error=error)
+        execution_finish(execution, status, error=error)
+    return Outcome.STOP
+
+
+def _fail_locked(execution: Execution, failure: FatalError) -> Outcome:
+    execution_finish(execution, ExecutionStatus.FAILED, error=failure.projection())
+    return Outcome.STOP
+
+
+def _status_set(execution: Execution, status: str, run: Run, stage: str, **payload: Any) -> None:
+    execution.status = status
+    execution.save(update_fields=["status", "updated_at"])
+    event_emit(
+        execution_id=execution.id,
+        type=f"execution.{status}",
+        key=event_key(execution.id, f"{run.id}:{status}:{run.fence}"),
+        payload={"run": run.id, "stage": stage, **payload},
+    )
+
+
+def _emit(execution_id: str, run: Run, type: str, stage: str, **payload: Any) -> None:
+    event_emit(
+        execution_id=execution_id,
+        type=type,
+        key=event_key(execution_id, f"{run.id}:{stage}:{type}:{run.fence}"),
+        payload={"run": run.id, "stage": stage, "fence": run.fence, **payload},
+    )
+
+
+def _report_duplicate(execution: Execution, run: Run, stage: str, worker: str) -> None:
+    log.warning(
+        "duplicate delivery of run %s stage %s to %s: held by %s until %s",
+        run.id,
+        stage,
+        worker,
+        run.lease_owner,
+        run.lease_expires_at,
+    )
+    event_emit(
+        execution_id=execution.id,
+        type="run.duplicate_delivery",
+        key=event_key(execution.id, f"{run.id}:{stage}:duplicate:{run.fence}:{worker}"),
+        payload={"run": run.id, "stage": stage, "worker": worker, "holder": run.lease_owner},
+    )
+
+
+def _hint(run_id: str) -> Any:
+    def wake_at(due: Any) -> None:
+        from executions.engine.dispatch import run_wake_at
+
+        run_wake_at(run_id, due)
+
+    return wake_at

@@ -81,6 +81,8 @@ class Workflow:
     # A failed or canceled execution asked for again (new key, same identity) is continued:
     # a new run on the same execution that skips stages whose output is persisted and valid.
     supports_continuation: ClassVar[bool] = True
+    # A run still going after this long fails with code timed_out (None: no deadline).
+    deadline_seconds: ClassVar[float | None] = 24 * 3600
 
     _validator: ClassVar[Draft202012Validator | None] = None
 
@@ -133,6 +135,18 @@ class Workflow:
         contract work remains, so a continuation run is queued instead of returning it.
         ``stage_outputs`` maps each stage to its latest succeeded output across all runs."""
         return False
+
+    def run_stage(self, stage: str, ctx: Any) -> Any:
+        """Run one stage: the method ``stage_<name>(ctx)``. Its return value (JSON) is the
+        stage's output; everything with a side effect goes through ``ctx.step``."""
+        method = getattr(self, f"stage_{stage}", None)
+        if method is None:
+            from executions.engine.errors import FatalError
+
+            raise FatalError(
+                f"stage {stage!r} of {self.name} is not implemented yet", code="not_implemented"
+            )
+        return method(ctx)
 
     def describe(self) -> dict[str, Any]:
         return {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from executions.workflows import (
     add_certificate,
     add_domain,
@@ -21,6 +23,13 @@ WORKFLOWS: dict[str, Workflow] = {
         add_subdomain.workflow,
     )
 }
+
+
+def register_extra(module_path: str) -> None:
+    """Add the workflows of ``module_path`` (its ``WORKFLOWS`` list): ALFRED_EXTRA_WORKFLOWS,
+    used by the tests to run workflows of their own through the API and the engine."""
+    for workflow in import_module(module_path).WORKFLOWS:
+        WORKFLOWS[workflow.name] = workflow
 
 
 def get_workflow(name: str) -> Workflow:

@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 from celery import Celery, current_app
 
-from executions.engine.dispatch import RUN_START_TASK, run_publish
+from executions.engine.dispatch import RUN_STAGE_TASK, run_dispatch
 from executions.models import Execution, OutboxEvent
-from tests.conftest import WorkerProcess, wait_for
 from tests.helpers import SUBDOMAIN, submit
 
 
@@ -44,7 +43,10 @@ def test_the_run_is_published_after_commit_only(api, broker, django_capture_on_c
     for callback in callbacks:
         callback()
 
-    assert _published(broker) == [{"task": RUN_START_TASK, "args": [body["current_run"]["id"]]}]
+    # one message: the first stage, carrying the rest of the chain
+    assert _published(broker) == [
+        {"task": RUN_STAGE_TASK, "args": [body["current_run"]["id"], "plan"]}
+    ]
 
 
 @pytest.mark.django_db
@@ -86,7 +88,7 @@ def test_a_publish_failure_records_start_failed(
     assert len(callbacks) == 1
 
     # when: publishing after commit meets a broker that does not answer
-    run_publish(body["current_run"]["id"], app=dead_broker_app)
+    run_dispatch(body["current_run"]["id"], app=dead_broker_app)
 
     # then
     execution = Execution.objects.get(pk=body["id"])
@@ -101,44 +103,3 @@ def test_a_publish_failure_records_start_failed(
     ]
     # the request itself stays accepted: the intent is durable
     assert api.get(f"/api/v1/executions/{body['id']}").json()["start_state"] == "start_failed"
-
-
-@pytest.mark.worker
-@pytest.mark.django_db(transaction=True)
-def test_a_real_worker_binds_the_run(api, broker, worker: WorkerProcess):
-    # when
-    body = submit(api, "add-subdomain", SUBDOMAIN).json()
-
-    # then
-    def started():
-        return Execution.objects.filter(pk=body["id"], start_state="started").exists()
-
-    try:
-        wait_for(started, timeout=60)
-    except AssertionError:
-        raise AssertionError(worker.output()[-4000:]) from None
-    events = OutboxEvent.objects.filter(execution_id=body["id"]).order_by("sequence")
-    assert [(e.sequence, e.type) for e in events] == [
-        (1, "execution.accepted"),
-        (2, "execution.started"),
-    ]
-    assert events[1].payload["fence"] == 1
-    assert events[1].payload["run"] == body["current_run"]["id"]
-
-
-@pytest.mark.django_db
-def test_a_duplicate_start_message_binds_nothing(api, django_capture_on_commit_callbacks):
-    from executions.engine.runner import run_bind
-
-    with django_capture_on_commit_callbacks(execute=False):
-        body = submit(api, "add-subdomain", SUBDOMAIN).json()
-    run_id = body["current_run"]["id"]
-
-    first = run_bind(run_id, "host-a:1")
-    duplicate = run_bind(run_id, "host-b:2")
-
-    assert (first.bound, first.fence) == (True, 1)
-    assert (duplicate.bound, duplicate.fence) == (False, 1)
-    assert "host-a:1" in duplicate.reason
-    started = OutboxEvent.objects.filter(execution_id=body["id"], type="execution.started")
-    assert started.count() == 1

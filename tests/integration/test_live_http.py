@@ -36,10 +36,21 @@ def live() -> Iterator[httpx.Client]:
         "ALFRED_MAX_BODY_BYTES": "2048",
     }
     web = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "alfred.asgi:application", "--port", str(port),
-         "--lifespan", "off", "--log-level", "warning"],
-        cwd=ROOT, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "alfred.asgi:application",
+            "--port",
+            str(port),
+            "--lifespan",
+            "off",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     base = f"http://127.0.0.1:{port}"
 
     def up() -> bool:

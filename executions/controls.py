@@ -1,0 +1,146 @@
+"""Operator and integration controls: one function per transition (DESIGN §4). Each opens a
+durable transaction, re-reads the execution under its row lock, checks that the state allows
+the move, writes, records its event (and an audit entry for operators) and dispatches after
+commit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from executions.engine.dispatch import run_dispatch_on_commit
+from executions.engine.records import run_new, stages_insert
+from executions.engine.terminal import execution_finish
+from executions.events.outbox import event_emit, event_key
+from executions.models import (
+    TERMINAL_STATUSES,
+    AuditEntry,
+    Execution,
+    ExecutionStatus,
+    Run,
+    RunKind,
+    RunStatus,
+    StartState,
+)
+from executions.workflows.base import InvalidInput
+from executions.workflows.registry import get_workflow
+from lanes.services import lane_claim
+
+
+class InvalidState(Exception):
+    def __init__(self, execution: Execution, action: str) -> None:
+        super().__init__(f"cannot {action} an execution that is {execution.status}")
+        self.execution_id = execution.id
+        self.status = execution.status
+
+
+class NotRetryable(InvalidState):
+    pass
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    execution: Execution
+    immediate: bool  # False: the running step finishes, the run stops at the next boundary
+
+
+def execution_cancel(*, execution_id: str, actor: str, reason: str = "") -> CancelResult:
+    """A suspended or not yet started run is canceled at once; a running one at its next step
+    boundary (the request is recorded on the run, which the step boundary checks)."""
+    with transaction.atomic(durable=True):
+        execution = Execution.objects.select_for_update().get(pk=execution_id)
+        if execution.status in TERMINAL_STATUSES:
+            raise InvalidState(execution, "cancel")
+        run = Run.objects.select_for_update().get(pk=execution.current_run_id)
+        _audit(actor, "execution.cancel", execution.id, reason)
+        if run.status == RunStatus.RUNNING and run.lease_owner:
+            if run.cancel_requested_at is None:
+                run.cancel_requested_at = timezone.now()
+                run.save(update_fields=["cancel_requested_at"])
+                event_emit(
+                    execution_id=execution.id,
+                    type="execution.cancel_requested",
+                    key=event_key(execution.id, f"{run.id}:cancel_requested"),
+                    payload={"run": run.id, "by": actor, "reason": reason},
+                )
+            return CancelResult(execution, immediate=False)
+        execution_finish(
+            execution,
+            ExecutionStatus.CANCELED,
+            error={"code": "canceled", "message": reason or f"canceled by {actor}"},
+        )
+        return CancelResult(execution, immediate=True)
+
+
+def execution_retry(*, execution_id: str, actor: str) -> Execution:
+    """A new run (kind retry, no step cache) on a failed or canceled execution, once its
+    persisted input still fits the workflow's current schema. A rolled-back execution is an
+    audit record: never retried."""
+    with transaction.atomic(durable=True):
+        execution = Execution.objects.select_for_update().get(pk=execution_id)
+        if execution.status == ExecutionStatus.ROLLED_BACK:
+            raise NotRetryable(execution, "retry")
+        if execution.status not in (ExecutionStatus.FAILED, ExecutionStatus.CANCELED):
+            raise InvalidState(execution, "retry")
+        workflow = get_workflow(execution.workflow)
+        workflow.validate(execution.input)  # InvalidInput: 422, nothing changed
+        number = execution.runs.count() + 1
+        run = run_new(
+            execution, number=number, kind=RunKind.RETRY, deadline_seconds=workflow.deadline_seconds
+        )
+        run.save(force_insert=True)
+        stages_insert(run, workflow.stages)
+        previous = execution.status
+        execution.status = ExecutionStatus.QUEUED
+        execution.start_state = StartState.START_PENDING
+        execution.start_error = execution.error = execution.result = None
+        execution.finished_at = None
+        execution.current_run = run
+        execution.save(
+            update_fields=[
+                "status",
+                "start_state",
+                "start_error",
+                "error",
+                "result",
+                "finished_at",
+                "current_run",
+                "updated_at",
+            ]
+        )
+        lane = None
+        claim = workflow.lane(execution.input)
+        if claim is not None and execution.parent_id is None:
+            lane = lane_claim(
+                key=claim.key, execution_id=execution.id, token=claim.token, urgent=True
+            )
+        event_emit(
+            execution_id=execution.id,
+            type="execution.retried",
+            key=event_key(execution.id, f"{run.id}:retried"),
+            payload={
+                "run": run.id,
+                "from_status": previous,
+                "by": actor,
+                "lane": None if lane is None else {"key": lane.key, "role": lane.role},
+            },
+        )
+        _audit(actor, "execution.retry", execution.id, "")
+        if lane is None or lane.may_start:
+            run_dispatch_on_commit(run.id)
+        return execution
+
+
+def _audit(actor: str, action: str, execution_id: str, reason: str) -> None:
+    AuditEntry.objects.create(
+        actor=actor,
+        action=action,
+        target_type="execution",
+        target_id=execution_id,
+        reason=reason,
+    )
+
+
+__all__ = ["InvalidInput", "InvalidState", "NotRetryable", "execution_cancel", "execution_retry"]

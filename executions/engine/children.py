@@ -1,0 +1,55 @@
+"""Child executions (``ctx.child``): created in the transaction of the parent's receipt,
+taking no lane slot — they run under their root's ownership — and published after commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from executions.engine.dispatch import run_dispatch_on_commit
+from executions.engine.records import execution_insert
+from executions.engine.registry import definition_get
+from executions.identity import logical_identity
+from executions.models import ACTIVE_STATUSES, Execution
+
+
+def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> str:
+    """The child's id. If the same operation is already active elsewhere (one active
+    execution per identity), the parent waits on that one instead of starting a twin."""
+    definition = definition_get(workflow)
+    canonical = definition.canonicalize(input)
+    identity = logical_identity(workflow, canonical)
+    try:
+        with transaction.atomic():
+            child = execution_insert(
+                workflow=workflow,
+                stages=definition.stages,
+                canonical=canonical,
+                identity=identity,
+                principal=f"execution:{parent_id}",
+                deadline_seconds=definition.deadline_seconds,
+                parent_id=parent_id,
+            )
+    except IntegrityError:
+        active = (
+            Execution.objects.filter(
+                workflow=workflow, logical_identity=identity, status__in=sorted(ACTIVE_STATUSES)
+            )
+            .values_list("id", flat=True)
+            .first()
+        )
+        if active is None:
+            raise
+        return str(active)
+    assert child.current_run_id is not None  # noqa: S101 - set by execution_insert
+    run_dispatch_on_commit(child.current_run_id)
+    return child.id
+
+
+def child_state(child_id: str) -> dict[str, Any] | None:
+    """None while the child is active; else its terminal state."""
+    child = Execution.objects.filter(pk=child_id).values("status", "result", "error").first()
+    if child is None or child["status"] in ACTIVE_STATUSES:
+        return None
+    return {"id": child_id, **child}

@@ -1,0 +1,88 @@
+"""Inserting an execution with its first run, stages and ``execution.accepted`` event: shared
+by acceptance (a request) and ``ctx.child`` (a parent's stage)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from executions.events.outbox import event_key
+from executions.models import Execution, OutboxEvent, Run, RunKind, Stage
+
+
+def execution_insert(
+    *,
+    execution_id: str | None = None,
+    workflow: str,
+    stages: tuple[str, ...],
+    canonical: dict[str, Any],
+    identity: str,
+    principal: str,
+    deadline_seconds: float | None,
+    lane_key: str | None = None,
+    lane_token: str | None = None,
+    predecessor: Execution | None = None,
+    parent_id: str | None = None,
+    accepted_payload: dict[str, Any] | None = None,
+) -> Execution:
+    """Insert in the caller's transaction; nothing is published here."""
+    execution = Execution(
+        **({"id": execution_id} if execution_id else {}),
+        workflow=workflow,
+        input=canonical,
+        dry_run=bool(canonical.get("dry_run", False)),
+        logical_identity=identity,
+        principal=principal,
+        lane_key=lane_key,
+        lane_token=lane_token,
+        predecessor=predecessor,
+        parent_id=parent_id,
+        last_sequence=1,
+    )
+    run = run_new(execution, number=1, kind=RunKind.INITIAL, deadline_seconds=deadline_seconds)
+    # The run's id is known before it exists: the FK is checked at commit (PostgreSQL
+    # foreign keys are DEFERRABLE INITIALLY DEFERRED under Django), which saves an UPDATE.
+    execution.current_run_id = run.id
+    execution.save(force_insert=True)
+    run.save(force_insert=True)
+    execution.current_run = run
+    stages_insert(run, stages)
+    OutboxEvent.objects.create(
+        execution=execution,
+        sequence=1,
+        key=event_key(execution.id, "accepted"),
+        type="execution.accepted",
+        payload={
+            "workflow": workflow,
+            "run": run.id,
+            "predecessor": predecessor.id if predecessor else None,
+            "parent": parent_id,
+            **(accepted_payload or {}),
+        },
+    )
+    return execution
+
+
+def run_new(execution: Execution, *, number: int, kind: str, deadline_seconds: float | None) -> Run:
+    deadline = timezone.now() + timedelta(seconds=deadline_seconds) if deadline_seconds else None
+    return Run(execution=execution, number=number, kind=kind, deadline_at=deadline)
+
+
+def stages_insert(run: Run, stages: tuple[str, ...], done: dict[str, Any] | None = None) -> None:
+    """The run's stages, pending; those in ``done`` (name → output persisted by an earlier
+    run) start out succeeded, so a continuation skips them."""
+    done = done or {}
+    now = timezone.now()
+    Stage.objects.bulk_create(
+        Stage(
+            run=run,
+            name=name,
+            position=i,
+            status="succeeded" if name in done else "pending",
+            output=done.get(name),
+            finished_at=now if name in done else None,
+        )
+        for i, name in enumerate(stages)
+    )

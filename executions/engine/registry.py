@@ -1,0 +1,39 @@
+"""What the engine runs: definitions registered by name. The engine imports no workflow;
+``executions.apps`` registers the workflows (and any ``ALFRED_EXTRA_WORKFLOWS``) at start."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from executions.engine.errors import FatalError
+
+if TYPE_CHECKING:
+    from executions.engine.context import Context
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    stages: tuple[str, ...]
+    run_stage: Callable[[str, Context], Any]
+    canonicalize: Callable[[Mapping[str, Any]], dict[str, Any]]
+    deadline_seconds: float | None = None
+    planning_stage: str = "plan"
+
+
+_DEFINITIONS: dict[str, Definition] = {}
+
+
+def register(definition: Definition) -> None:
+    _DEFINITIONS[definition.name] = definition
+
+
+def definition_get(name: str) -> Definition:
+    try:
+        return _DEFINITIONS[name]
+    except KeyError:
+        raise FatalError(
+            f"no workflow named {name!r} is registered", code="unknown_workflow"
+        ) from None

@@ -1,0 +1,80 @@
+"""The guarantees behind the hints: the timer scanner and the recovery scan. Both are safe to
+run on several hosts at once (SKIP LOCKED, idempotent dispatch) and work in bounded batches,
+so each tick costs what is due, not what is remembered."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from executions.engine.dispatch import run_dispatch
+from executions.models import (
+    ACTIVE_STATUSES,
+    Execution,
+    Run,
+    RunStatus,
+    StartState,
+    Timer,
+    TimerStatus,
+)
+
+BATCH = 200
+# How long a start message may take to arrive before the recovery scan sends another.
+START_GRACE_SECONDS = 10
+
+
+def timers_fire(batch: int = BATCH) -> int:
+    """Fire due timers: mark them fired, wake their runs. Returns how many fired."""
+    now = timezone.now()
+    with transaction.atomic(durable=True):
+        due = list(
+            Timer.objects.select_for_update(skip_locked=True)
+            .filter(status=TimerStatus.PENDING, due_at__lte=now)
+            .order_by("due_at")
+            .values_list("pk", "run_id")[:batch]
+        )
+        if not due:
+            return 0
+        Timer.objects.filter(pk__in=[pk for pk, _ in due]).update(
+            status=TimerStatus.FIRED, fired_at=now
+        )
+        run_ids = sorted({run_id for _, run_id in due})
+        Run.objects.filter(pk__in=run_ids).update(wakeups=F("wakeups") + 1)
+    for run_id in run_ids:
+        run_dispatch(run_id)
+    return len(due)
+
+
+def runs_recover(batch: int = BATCH) -> int:
+    """Dispatch again what lost its message: runs never started (start_pending past a grace,
+    start_failed) that may start, runs whose worker's lease ran out, runs past their
+    deadline. Returns how many were dispatched."""
+    now = timezone.now()
+    unstarted = (
+        Execution.objects.filter(
+            Q(
+                start_state=StartState.START_PENDING,
+                created_at__lt=now - timedelta(seconds=START_GRACE_SECONDS),
+            )
+            | Q(start_state=StartState.START_FAILED),
+            status__in=sorted(ACTIVE_STATUSES),
+            current_run__isnull=False,
+        )
+        # Queued behind a lane, or owning a lane an operator must recover first: not ours.
+        .exclude(lane_wait__isnull=False)
+        .exclude(owned_lanes__state="recovery_required")
+        .values_list("current_run_id", flat=True)[:batch]
+    )
+    stalled = Run.objects.filter(
+        Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+        | Q(status__in=[RunStatus.WAITING, RunStatus.RUNNING], deadline_at__lt=now),
+        execution__current_run_id=F("id"),
+        execution__status__in=sorted(ACTIVE_STATUSES),
+    ).values_list("id", flat=True)[:batch]
+    run_ids = sorted({*unstarted, *stalled})
+    for run_id in run_ids:
+        run_dispatch(run_id)
+    return len(run_ids)

@@ -1,0 +1,99 @@
+"""The terminal transition (DESIGN §2.7): one transaction sets the terminal status, records
+the result or error, purges the run's pending timers and hooks, cancels pending children,
+emits the terminal event; after commit, the lane is asked to act and a waiting parent wakes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import Signal
+from django.utils import timezone
+
+from executions.events.outbox import event_emit, event_key
+from executions.models import (
+    TERMINAL_STATUSES,
+    Execution,
+    ExecutionStatus,
+    Hook,
+    HookStatus,
+    Run,
+    RunStatus,
+    Timer,
+    TimerStatus,
+)
+
+# Sent after the commit of every terminal transition, with ``execution_id`` and ``lane_key``:
+# the lane reconciler listens (the engine knows no lanes).
+execution_finished = Signal()
+
+_RUN_STATUS = {
+    ExecutionStatus.SUCCEEDED: RunStatus.SUCCEEDED,
+    ExecutionStatus.FAILED: RunStatus.FAILED,
+    ExecutionStatus.CANCELED: RunStatus.CANCELED,
+    ExecutionStatus.ROLLED_BACK: RunStatus.SUCCEEDED,
+}
+
+
+def execution_finish(
+    execution: Execution,
+    status: str,
+    *,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+) -> bool:
+    """Move ``execution`` (its row locked by the caller's transaction) to terminal ``status``.
+    Returns False, changing nothing, when it is terminal already."""
+    if execution.status in TERMINAL_STATUSES:
+        return False
+    now = timezone.now()
+    run_id = execution.current_run_id
+    execution.status = status
+    execution.result = result
+    execution.error = error
+    execution.finished_at = now
+    execution.save(update_fields=["status", "result", "error", "finished_at", "updated_at"])
+    Run.objects.filter(pk=run_id).update(
+        status=_RUN_STATUS[ExecutionStatus(status)],
+        finished_at=now,
+        error=error,
+        lease_owner="",
+        lease_expires_at=None,
+    )
+    Timer.objects.filter(run_id=run_id, status=TimerStatus.PENDING).update(
+        status=TimerStatus.CANCELED
+    )
+    Hook.objects.filter(run_id=run_id, status=HookStatus.PENDING).update(
+        status=HookStatus.CANCELED, resolved_at=now
+    )
+    for child in Execution.objects.select_for_update().filter(
+        parent_id=execution.id, status__in=sorted(set(ExecutionStatus) - TERMINAL_STATUSES)
+    ):
+        execution_finish(
+            child,
+            ExecutionStatus.CANCELED,
+            error={"code": "parent_finished", "message": f"parent {execution.id} became {status}"},
+        )
+    event_emit(
+        execution_id=execution.id,
+        type=f"execution.{status}",
+        key=event_key(execution.id, f"{run_id}:{status}"),
+        payload={"run": run_id, "result": result, "error": error},
+    )
+    parent_id, lane_key = execution.parent_id, execution.lane_key
+
+    def after_commit() -> None:
+        if parent_id:
+            from executions.engine.dispatch import run_wake
+
+            parent_run = (
+                Execution.objects.filter(pk=parent_id)
+                .values_list("current_run_id", flat=True)
+                .first()
+            )
+            if parent_run:
+                run_wake(parent_run)
+        execution_finished.send(Execution, execution_id=execution.id, lane_key=lane_key)
+
+    transaction.on_commit(after_commit)
+    return True

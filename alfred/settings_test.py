@@ -5,6 +5,11 @@ import os
 
 os.environ.setdefault("ALFRED_STATE_DIR", ".alfred/test")
 os.environ.setdefault("ALFRED_ENV", "test")
+# The tests' own workflows, and short leases and scan intervals so crash tests run in seconds.
+# Set in the environment, so the worker processes the tests start get them too.
+os.environ.setdefault("ALFRED_EXTRA_WORKFLOWS", "tests.engine_workflows")
+os.environ.setdefault("ALFRED_LEASE_SECONDS", "4")
+os.environ.setdefault("ALFRED_RECOVERY_SCAN_SECONDS", "1")
 
 from alfred.settings import *  # noqa: F403
 

@@ -100,7 +100,14 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = ROOT / ".alfred" / f"worker-{name}-{os.getpid()}.log"
 
-    def start(self, *, queues: str = "stages,scanners,webhooks,celery") -> WorkerProcess:
+    def start(
+        self,
+        *,
+        queues: str = "stages,scanners,webhooks,celery",
+        concurrency: int = 1,
+        beat: bool = True,
+    ) -> WorkerProcess:
+        """``beat``: run the beat schedule (timer scanner, recovery scan) in the worker."""
         env = {
             **os.environ,
             "DATABASE_URL": subprocess_database_url(),
@@ -108,29 +115,38 @@ class WorkerProcess:
             "DJANGO_SETTINGS_MODULE": "alfred.settings",
             "ALFRED_ENV": "test",
         }
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "alfred",
+            "worker",
+            "-Q",
+            queues,
+            "--pool",
+            "prefork",
+            "--concurrency",
+            str(concurrency),
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            f"{self.name}@%h",
+            "--loglevel",
+            "INFO",
+        ]
+        if beat:
+            argv += [
+                "--beat",
+                "--scheduler",
+                "django_celery_beat.schedulers:DatabaseScheduler",
+                "--schedule",
+                str(self.log.with_suffix(".beat")),
+            ]
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "alfred",
-                "worker",
-                "-Q",
-                queues,
-                "--pool",
-                "prefork",
-                "--concurrency",
-                "1",
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-                "-n",
-                f"{self.name}@%h",
-                "--loglevel",
-                "INFO",
-            ],
+            argv,
             cwd=ROOT,
             env=env,
             stdout=self.log.open("wb"),

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -147,12 +149,29 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
 
 
 def _leased_by_other(run: Run, worker: str, now: Any) -> bool:
-    return bool(
+    live = bool(
         run.lease_owner
         and run.lease_owner != worker
         and run.lease_expires_at
         and run.lease_expires_at > now
     )
+    return live and not _holder_dead(run.lease_owner)
+
+
+def _holder_dead(holder: str) -> bool:
+    """A holder on this host (``node@host:pid``) whose process is gone cannot write any more:
+    its lease needs not run out before another worker takes the run (a SIGKILLed pool
+    process is replaced at once). Holders elsewhere are trusted until their lease expires."""
+    node, _, pid = holder.rpartition(":")
+    if node.rpartition("@")[2] != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:

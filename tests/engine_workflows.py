@@ -1,0 +1,204 @@
+"""Workflows defined by the tests to prove the engine (it knows no provider). Registered
+through ALFRED_EXTRA_WORKFLOWS in the test process and in the workers it starts.
+
+Side effects are counted in Redis (the broker's server), outside PostgreSQL, as a provider's
+would be: a step that ran twice shows as a count of 2.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import redis
+from django.conf import settings
+
+from executions.engine.errors import FatalError, ReadinessFailure, RetryableError
+from executions.workflows.base import LaneClaim, Workflow
+
+
+def counters() -> redis.Redis:
+    url = settings.CELERY_BROKER_URL
+    if url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
+    return redis.Redis.from_url(url)
+
+
+def effect(label: str, name: str) -> int:
+    return int(counters().incr(f"alfred-test:effect:{label}:{name}"))
+
+
+def effects(label: str, name: str) -> int:
+    return int(counters().get(f"alfred-test:effect:{label}:{name}") or 0)
+
+
+def _schema(**properties: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["label"],
+        "properties": {"label": {"type": "string"}, **properties},
+        "examples": [{"label": "example"}],
+    }
+
+
+class TestWorkflow(Workflow):
+    title = description = "a workflow of the tests"
+    lane_description = "none"
+
+    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(data)
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        return None
+
+
+class Counter(TestWorkflow):
+    """Five counted side effects in one stage. Between steps, a kill point listed in Redis
+    (``alfred-test:kill:<label>``) SIGKILLs the worker process, once each."""
+
+    name = "test-counter"
+    stages = ("plan", "work", "verify")
+    input_schema: ClassVar[dict[str, Any]] = _schema(steps={"type": "integer"})
+
+    def stage_plan(self, ctx: Any) -> Any:
+        return {"planned": ctx.input.get("steps", 5)}
+
+    def stage_work(self, ctx: Any) -> Any:
+        label = ctx.input["label"]
+        done = []
+        for i in range(1, ctx.input.get("steps", 5) + 1):
+            done.append(ctx.step(f"effect-{i}", effect, label, f"effect-{i}"))
+            if counters().srem(f"alfred-test:kill:{label}", i):
+                os.kill(os.getpid(), signal.SIGKILL)
+        return {"counts": done}
+
+    def stage_verify(self, ctx: Any) -> Any:
+        return {"verified": True}
+
+
+class Waits(TestWorkflow):
+    """Waits without holding a worker: a sleep or a hook, per ``mode``."""
+
+    name = "test-waits"
+    stages = ("plan", "wait")
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        mode={"enum": ["sleep", "hook", "operator"]}, seconds={"type": "number"}
+    )
+
+    def stage_plan(self, ctx: Any) -> Any:
+        return {}
+
+    def stage_wait(self, ctx: Any) -> Any:
+        label = ctx.input["label"]
+        if ctx.input["mode"] == "sleep":
+            ctx.sleep("nap", ctx.input.get("seconds", 1))
+            return {"slept": True, "effect": ctx.step("after", effect, label, "after")}
+        signal_payload = ctx.wait_for_hook(
+            "go",
+            token=f"go-{label}",
+            payload={"label": label},
+            operator=ctx.input["mode"] == "operator",
+        )
+        return {"signal": signal_payload, "effect": ctx.step("after", effect, label, "after")}
+
+
+class Flaky(TestWorkflow):
+    """A step that fails with RetryableError ``failures`` times, then succeeds."""
+
+    name = "test-flaky"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        failures={"type": "integer"}, fatal={"type": "boolean"}
+    )
+
+    def stage_plan(self, ctx: Any) -> Any:
+        from executions.engine.context import RetryPolicy
+
+        label = ctx.input["label"]
+
+        def attempt() -> int:
+            calls = effect(label, "attempts")
+            if ctx.input.get("fatal"):
+                raise FatalError("refused for good", code="refused")
+            if calls <= ctx.input.get("failures", 0):
+                raise RetryableError(f"not yet ({calls})")
+            return calls
+
+        return {"attempts": ctx.step("flaky", attempt, retry=RetryPolicy(base=0.2, cap=0.5))}
+
+
+class Slow(TestWorkflow):
+    """Steps of ``step_seconds`` each: a run that is running when canceled."""
+
+    name = "test-slow"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        steps={"type": "integer"}, step_seconds={"type": "number"}
+    )
+
+    def stage_plan(self, ctx: Any) -> Any:
+        label = ctx.input["label"]
+
+        def slow(i: int) -> int:
+            time.sleep(ctx.input.get("step_seconds", 0.5))
+            return effect(label, f"slow-{i}")
+
+        return [ctx.step(f"slow-{i}", slow, i) for i in range(ctx.input.get("steps", 10))]
+
+
+class Parent(TestWorkflow):
+    """Starts a test-waits child (a hook) and waits for it."""
+
+    name = "test-parent"
+    stages = ("plan", "children")
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: Any) -> Any:
+        return {}
+
+    def stage_children(self, ctx: Any) -> Any:
+        label = ctx.input["label"]
+        return ctx.child("child", "test-waits", {"label": f"{label}-child", "mode": "hook"})
+
+
+class NotReady(TestWorkflow):
+    """The planning stage finds a precondition unmet."""
+
+    name = "test-not-ready"
+    stages = ("plan", "apply")
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: Any) -> Any:
+        raise ReadinessFailure(
+            "the zone is not delegated",
+            code="zone_not_delegated",
+            checks=[{"name": "ns-delegation", "ok": False, "detail": "no NS at parent"}],
+        )
+
+
+class Crashing(TestWorkflow):
+    name = "test-crashing"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: Any) -> Any:
+        secret = "s3cr3t-value"  # a local the failure projection must not show
+        raise KeyError(f"missing {len(secret)}")
+
+
+class Deadline(TestWorkflow):
+    name = "test-deadline"
+    stages = ("plan",)
+    deadline_seconds = 1.0
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: Any) -> Any:
+        ctx.sleep("forever", 3600)
+        return {}
+
+
+WORKFLOWS = [Counter(), Waits(), Flaky(), Slow(), Parent(), NotReady(), Crashing(), Deadline()]

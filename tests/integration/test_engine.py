@@ -1,0 +1,130 @@
+"""The engine with a real Celery worker process on real Redis and PostgreSQL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from executions.models import Execution, OutboxEvent, Stage, StepReceipt
+from tests.conftest import WorkerProcess, wait_for
+from tests.engine_workflows import effects
+from tests.helpers import submit
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+def finished(execution_id: str, worker: WorkerProcess, timeout: float = 60) -> Execution:
+    def terminal() -> Execution | None:
+        execution = Execution.objects.get(pk=execution_id)
+        return execution if execution.terminal else None
+
+    try:
+        return wait_for(terminal, timeout=timeout, interval=0.1)
+    except AssertionError:
+        raise AssertionError(worker.output()[-6000:]) from None
+
+
+def event_types(execution_id: str) -> list[str]:
+    return list(
+        OutboxEvent.objects.filter(execution_id=execution_id)
+        .order_by("sequence")
+        .values_list("type", flat=True)
+    )
+
+
+def assert_gapless(execution_id: str) -> None:
+    sequences = list(
+        OutboxEvent.objects.filter(execution_id=execution_id)
+        .order_by("sequence")
+        .values_list("sequence", flat=True)
+    )
+    assert sequences == list(range(1, len(sequences) + 1))
+
+
+def test_a_run_goes_through_its_stages_to_success(api, worker):
+    body = submit(api, "test-counter", {"label": "happy"}).json()
+
+    execution = finished(body["id"], worker)
+
+    assert execution.status == "succeeded"
+    assert execution.start_state == "started"
+    assert execution.result == {"verified": True}
+    assert [effects("happy", f"effect-{i}") for i in range(1, 6)] == [1] * 5
+    stages = Stage.objects.filter(run_id=execution.current_run_id).order_by("position")
+    assert [(s.name, s.status) for s in stages] == [
+        ("plan", "succeeded"),
+        ("work", "succeeded"),
+        ("verify", "succeeded"),
+    ]
+    assert event_types(body["id"]) == [
+        "execution.accepted",
+        "execution.started",
+        "execution.running",
+        "stage.started",
+        "stage.succeeded",
+        "stage.started",
+        "stage.succeeded",
+        "stage.started",
+        "stage.succeeded",
+        "execution.succeeded",
+    ]
+    assert_gapless(body["id"])
+
+
+def test_a_retryable_step_backs_off_durably_then_succeeds(api, worker):
+    body = submit(api, "test-flaky", {"label": "flaky", "failures": 2}).json()
+
+    execution = finished(body["id"], worker)
+
+    assert execution.status == "succeeded"
+    assert execution.result == {"attempts": 3}
+    receipt = StepReceipt.objects.get(run_id=execution.current_run_id, step_key="flaky")
+    assert receipt.attempts == 3
+    # between attempts the stage waited on a timer: no worker was held
+    assert event_types(body["id"]).count("stage.waiting") == 2
+
+
+def test_a_fatal_error_stops_at_once(api, worker):
+    body = submit(api, "test-flaky", {"label": "fatal", "fatal": True}).json()
+
+    execution = finished(body["id"], worker)
+
+    assert execution.status == "failed"
+    assert execution.error["code"] == "refused"
+    assert effects("fatal", "attempts") == 1
+
+
+def test_an_unexpected_exception_is_a_failure_with_a_safe_projection(api, worker):
+    body = submit(api, "test-crashing", {"label": "crash"}).json()
+
+    execution = finished(body["id"], worker)
+
+    error: Any = execution.error
+    assert execution.status == "failed"
+    assert error["code"] == "unclassified"
+    assert error["type"] == "KeyError"
+    assert any("stage_plan" in frame for frame in error["frames"])
+    assert "s3cr3t-value" not in str(error)
+
+
+def test_a_readiness_failure_is_structured(api, worker):
+    body = submit(api, "test-not-ready", {"label": "nr"}).json()
+
+    execution = finished(body["id"], worker)
+
+    error: Any = execution.error
+    assert execution.status == "failed"
+    assert error["code"] == "readiness_failure"
+    assert error["readiness"]["code"] == "zone_not_delegated"
+    stage = Stage.objects.get(run_id=execution.current_run_id, name="plan")
+    assert stage.status == "failed" and stage.error["readiness"]["checks"][0]["ok"] is False
+
+
+def test_a_run_past_its_deadline_fails_timed_out(api, worker):
+    body = submit(api, "test-deadline", {"label": "late"}).json()
+
+    execution = finished(body["id"], worker, timeout=30)
+
+    assert execution.status == "failed"
+    assert execution.error["code"] == "timed_out"

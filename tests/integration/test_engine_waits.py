@@ -1,0 +1,127 @@
+"""Durable waits, hooks, children and cancel, with a real worker."""
+
+from __future__ import annotations
+
+import pytest
+
+from executions.engine.hooks import hook_signal
+from executions.models import Execution, Hook, HookSignal
+from tests.conftest import wait_for
+from tests.engine_workflows import effects
+from tests.helpers import assert_problem, submit
+from tests.integration.test_engine import event_types, finished
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+def status_becomes(execution_id: str, status: str, timeout: float = 30) -> None:
+    wait_for(
+        lambda: Execution.objects.filter(pk=execution_id, status=status).exists(),
+        timeout=timeout,
+    )
+
+
+def test_a_sleep_holds_no_worker_and_resumes_when_due(api, worker):
+    sleeper = submit(api, "test-waits", {"label": "nap", "mode": "sleep", "seconds": 2}).json()
+    status_becomes(sleeper["id"], "waiting")
+
+    # the only worker process is free meanwhile
+    quick = submit(api, "test-counter", {"label": "meanwhile"}).json()
+    assert finished(quick["id"], worker).status == "succeeded"
+    assert Execution.objects.get(pk=sleeper["id"]).status == "waiting"
+
+    assert finished(sleeper["id"], worker).status == "succeeded"
+    assert effects("nap", "after") == 1
+
+
+def test_a_hook_resumes_once_and_a_resent_signal_is_a_no_op(api, worker):
+    body = submit(api, "test-waits", {"label": "h1", "mode": "operator"}).json()
+    status_becomes(body["id"], "paused")
+
+    first = hook_signal(token="go-h1", idempotency_key="sig-1", payload={"ok": 1}, principal="ops")
+    again = hook_signal(token="go-h1", idempotency_key="sig-1", payload={"ok": 1}, principal="ops")
+
+    execution = finished(body["id"], worker)
+    assert (first.accepted, again.accepted) == (True, False)
+    assert execution.status == "succeeded"
+    assert execution.result == {"signal": {"ok": 1}, "effect": 1}
+    assert HookSignal.objects.filter(hook__token="go-h1").count() == 1
+    assert event_types(body["id"]).count("hook.signalled") == 1
+
+
+def test_cancel_of_a_waiting_run_is_immediate(api, worker):
+    body = submit(api, "test-waits", {"label": "c1", "mode": "hook"}).json()
+    status_becomes(body["id"], "waiting")
+
+    response = api.post(
+        f"/api/v1/executions/{body['id']}/cancel", {"reason": "not needed"}, format="json"
+    )
+
+    assert response.status_code == 202
+    assert response.json()["status"] == "canceled"
+    assert Hook.objects.get(token="go-c1").status == "canceled"
+    assert_problem(api.post(f"/api/v1/executions/{body['id']}/cancel"), 409, "invalid_state")
+
+
+def test_cancel_of_a_running_run_stops_at_the_next_step_boundary(api, worker):
+    body = submit(api, "test-slow", {"label": "s1", "steps": 20, "step_seconds": 0.3}).json()
+    wait_for(lambda: effects("s1", "slow-1") == 1, timeout=30)
+
+    response = api.post(f"/api/v1/executions/{body['id']}/cancel")
+
+    assert response.status_code == 202
+    assert response.json()["status"] == "running"  # the running step finishes first
+    execution = finished(body["id"], worker)
+    assert execution.status == "canceled"
+    done = sum(effects("s1", f"slow-{i}") for i in range(20))
+    assert 2 <= done < 20  # stopped part-way, each step at most once
+    assert all(effects("s1", f"slow-{i}") <= 1 for i in range(20))
+
+
+def test_canceling_a_parent_cancels_its_children(api, worker):
+    parent = submit(api, "test-parent", {"label": "p1"}).json()
+    wait_for(
+        lambda: Execution.objects.filter(parent_id=parent["id"], status="waiting").exists(),
+        timeout=30,
+    )
+    child = Execution.objects.get(parent_id=parent["id"])
+
+    api.post(f"/api/v1/executions/{parent['id']}/cancel")
+
+    child.refresh_from_db()
+    assert Execution.objects.get(pk=parent["id"]).status == "canceled"
+    assert child.status == "canceled"
+    assert child.error["code"] == "parent_finished"
+
+
+def test_a_parent_resumes_when_its_child_finishes(api, worker):
+    parent = submit(api, "test-parent", {"label": "p2"}).json()
+    wait_for(
+        lambda: Execution.objects.filter(parent_id=parent["id"], status="waiting").exists(),
+        timeout=30,
+    )
+    assert Execution.objects.get(pk=parent["id"]).status == "waiting"
+
+    hook_signal(token="go-p2-child", idempotency_key="k", payload={"child": "ok"}, principal="ops")
+
+    execution = finished(parent["id"], worker)
+    child = Execution.objects.get(parent_id=parent["id"])
+    assert execution.status == "succeeded"
+    assert execution.result["id"] == child.id
+    assert execution.result["status"] == "succeeded"
+    assert child.lane_key is None  # no lane slot of its own
+
+
+def test_retry_of_a_failed_run_is_a_new_run_and_a_rolled_back_one_is_refused(api, worker):
+    body = submit(api, "test-flaky", {"label": "r1", "fatal": True}).json()
+    assert finished(body["id"], worker).status == "failed"
+
+    response = api.post(f"/api/v1/executions/{body['id']}/retry")
+
+    assert response.status_code == 202
+    assert response.json()["current_run"]["kind"] == "retry"
+    assert response.json()["current_run"]["number"] == 2
+    assert finished(body["id"], worker).status == "failed"  # still refused, but re-run
+    assert effects("r1", "attempts") == 2
+    Execution.objects.filter(pk=body["id"]).update(status="rolled_back")
+    assert_problem(api.post(f"/api/v1/executions/{body['id']}/retry"), 409, "not_retryable")

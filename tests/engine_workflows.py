@@ -21,10 +21,13 @@ from executions.workflows.base import LaneClaim, Workflow
 
 
 def counters() -> redis.Redis:
+    """The broker's Redis server, another database: flushing the broker keeps the counts."""
     url = settings.CELERY_BROKER_URL
     if url.startswith("redis+socket://"):
-        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"))
-    return redis.Redis.from_url(url)
+        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"), db=1)
+    client = redis.Redis.from_url(url)
+    broker_db = int(client.connection_pool.connection_kwargs.get("db", 0))
+    return redis.Redis.from_url(url, db=(broker_db + 1) % 16)
 
 
 def effect(label: str, name: str) -> int:

@@ -1,0 +1,134 @@
+"""Breaking the real things: SIGKILLed workers, a flushed broker, duplicate deliveries, many
+waiting runs. Real Celery worker processes, real Redis, real PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+from celery import current_app
+
+from executions.engine.dispatch import RUN_STAGE_TASK
+from executions.engine.hooks import hook_signal
+from executions.models import Execution, OutboxEvent, Run
+from tests.conftest import WorkerProcess, wait_for
+from tests.engine_workflows import counters, effects
+from tests.helpers import submit
+from tests.integration.test_engine import assert_gapless, event_types, finished
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+def test_sigkill_at_every_step_boundary_repeats_no_side_effect(api, worker):
+    # given: the worker process dies after each of the 5 steps in turn (once each)
+    counters().sadd("alfred-test:kill:boom", 1, 2, 3, 4, 5)
+
+    body = submit(api, "test-counter", {"label": "boom"}).json()
+
+    execution = finished(body["id"], worker, timeout=120)
+    assert execution.status == "succeeded"
+    assert counters().scard("alfred-test:kill:boom") == 0  # every kill happened
+    assert [effects("boom", f"effect-{i}") for i in range(1, 6)] == [1, 1, 1, 1, 1]
+    assert_gapless(body["id"])
+    keys = list(OutboxEvent.objects.filter(execution_id=body["id"]).values_list("key", flat=True))
+    assert len(keys) == len(set(keys))
+    types = event_types(body["id"])
+    assert types.count("stage.succeeded") == 3
+    assert types.count("execution.succeeded") == 1
+    assert Run.objects.get(pk=execution.current_run_id).fence >= 6  # 5 takeovers + 3 claims
+
+
+def test_a_flushed_broker_loses_nothing(api, worker):
+    ids = []
+    for i in range(10):
+        ids.append(
+            submit(api, "test-waits", {"label": f"f{i}", "mode": "sleep", "seconds": 2}).json()[
+                "id"
+            ]
+        )
+        ids.append(submit(api, "test-counter", {"label": f"g{i}"}).json()["id"])
+    # mid-flight: some finished, some sleeping on timers, the rest not yet picked up
+    wait_for(
+        lambda: (
+            Execution.objects.filter(pk__in=ids, status="succeeded").count() >= 2
+            and Execution.objects.filter(pk__in=ids, status="waiting").exists()
+        ),
+        timeout=60,
+    )
+    assert Execution.objects.filter(pk__in=ids, status="succeeded").count() < len(ids)
+
+    with current_app.connection_for_write() as conn:
+        conn.default_channel.client.flushdb()  # the broker's database: every message is gone
+
+    for execution_id in ids:
+        assert finished(execution_id, worker, timeout=120).status == "succeeded"
+    for i in range(10):
+        assert effects(f"f{i}", "after") == 1
+        assert [effects(f"g{i}", f"effect-{n}") for n in range(1, 6)] == [1] * 5
+
+
+@pytest.fixture
+def two_workers():
+    workers = [WorkerProcess("w1").start(beat=False), WorkerProcess("w2").start(beat=False)]
+    yield workers
+    for proc in workers:
+        proc.stop()
+
+
+def test_one_message_delivered_to_two_workers_runs_the_stage_once(api, two_workers):
+    body = submit(api, "test-slow", {"label": "dup", "steps": 3, "step_seconds": 1}).json()
+    run_id = body["current_run"]["id"]
+    wait_for(lambda: effects("dup", "slow-0") == 1, timeout=30)
+
+    # when: the same stage message arrives again while the first worker is running it
+    current_app.send_task(RUN_STAGE_TASK, args=[run_id, "plan"], queue="stages")
+
+    def done() -> bool:
+        return Execution.objects.filter(pk=body["id"], status="succeeded").exists()
+
+    try:
+        wait_for(done, timeout=60)
+    except AssertionError:
+        logs = two_workers[0].output()[-3000:] + two_workers[1].output()[-3000:]
+        raise AssertionError(logs) from None
+    assert [effects("dup", f"slow-{i}") for i in range(3)] == [1, 1, 1]
+    duplicate = OutboxEvent.objects.get(execution_id=body["id"], type="run.duplicate_delivery")
+    assert duplicate.payload["holder"] != duplicate.payload["worker"]
+    assert_gapless(body["id"])
+
+
+def test_five_hundred_waiting_runs_hold_no_worker(api, integration_token):
+    worker = WorkerProcess("many").start(concurrency=2)
+    try:
+        sleepers = [
+            submit(api, "test-waits", {"label": f"z{i}", "mode": "sleep", "seconds": 20}).json()[
+                "id"
+            ]
+            for i in range(250)
+        ]
+        hooked = [
+            submit(api, "test-waits", {"label": f"k{i}", "mode": "hook"}).json()["id"]
+            for i in range(250)
+        ]
+        waiting = sleepers + hooked
+        wait_for(
+            lambda: Execution.objects.filter(pk__in=waiting, status="waiting").count() == 500,
+            timeout=240,
+            interval=0.5,
+        )
+
+        # the same two worker processes run other work meanwhile
+        quick = submit(api, "test-counter", {"label": "between"}).json()
+        assert finished(quick["id"], worker, timeout=60).status == "succeeded"
+        assert Execution.objects.filter(pk__in=waiting, status="waiting").count() == 500
+
+        for i in range(250):
+            hook_signal(token=f"go-k{i}", idempotency_key="s", payload={}, principal="ops")
+            hook_signal(token=f"go-k{i}", idempotency_key="s", payload={}, principal="ops")
+        wait_for(
+            lambda: Execution.objects.filter(pk__in=waiting, status="succeeded").count() == 500,
+            timeout=300,
+            interval=1,
+        )
+        assert all(effects(f"k{i}", "after") == 1 for i in range(250))
+        assert all(effects(f"z{i}", "after") == 1 for i in range(250))
+    finally:
+        worker.stop()

@@ -8,7 +8,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from executions.models import Execution, OutboxEvent, Stage
-from executions.workflows.registry import WORKFLOWS, all_workflows
+from executions.workflows.registry import all_workflows
 from lanes.models import Lane
 from lanes.selectors import lane_position
 
@@ -63,7 +63,7 @@ def execution_events(execution_id: str, *, after: int, limit: int) -> list[Outbo
 
 
 def workflow_names() -> list[str]:
-    return list(WORKFLOWS)
+    return [workflow.name for workflow in all_workflows()]
 
 
 def workflow_list() -> list[dict[str, Any]]:

@@ -168,6 +168,15 @@ class WorkerProcess:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+@pytest.fixture(autouse=True)
+def _fresh_counters(request: pytest.FixtureRequest) -> None:
+    """Side-effect counters live in Redis, which outlives a test (and a session)."""
+    if request.node.get_closest_marker("worker"):
+        from tests.engine_workflows import counters
+
+        counters().flushdb()
+
+
 @pytest.fixture
 def worker() -> Iterator[WorkerProcess]:
     proc = WorkerProcess().start()

@@ -200,7 +200,8 @@ def test_a_re_emitted_event_key_is_a_no_op(api):
 
 
 def test_the_workflows_and_their_schemas(api):
-    body = api.get("/api/v1/workflows").json()
+    # (the tests' own workflows, ALFRED_EXTRA_WORKFLOWS, follow the five)
+    body = [w for w in api.get("/api/v1/workflows").json() if not w["name"].startswith("test-")]
 
     assert [w["name"] for w in body] == [
         "onboard-domain",

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv run test lint fmt bench clean migrations-check
+.PHONY: help install venv run test lint fmt bench bench-engine bench-acceptance clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -16,7 +16,8 @@ help:
 	@echo "make lint              ruff check, ruff format --check, mypy"
 	@echo "make fmt               ruff format + ruff check --fix"
 	@echo "make migrations-check  fail if a model change lacks a migration"
-	@echo "make bench             run the benchmarks (python -m bench)"
+	@echo "make bench             run the benchmarks (python -m bench; reports in bench/reports)"
+	@echo "make bench-engine      the engine's per-step cost and throughput vs a bare chain"
 	@echo "make clean             delete local state (.alfred/: database, broker, demo login)"
 
 $(BIN)/python:
@@ -54,8 +55,13 @@ migrations-check: $(STAMP)
 	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/python manage.py makemigrations --check --dry-run
 
 bench: $(STAMP)
-	@test -f bench/__main__.py || { echo "bench/__main__.py does not exist yet"; exit 1; }
 	$(BIN)/python -m bench
+
+bench-engine: $(STAMP)
+	$(BIN)/python -m bench engine
+
+bench-acceptance: $(STAMP)
+	$(BIN)/python -m bench acceptance
 
 # Stop `make run` first: this deletes the data directories of its servers.
 clean:

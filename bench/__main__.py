@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from bench import acceptance
+from bench import acceptance, engine
 
-BENCHMARKS = {"acceptance": acceptance.main}
+BENCHMARKS = {"acceptance": acceptance.main, "engine": engine.main}
 
 
 def main(argv: list[str]) -> int:

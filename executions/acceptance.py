@@ -24,7 +24,7 @@ from alfred.ids import new_id
 from executions.engine.dispatch import run_dispatch_on_commit
 from executions.engine.records import execution_insert, run_new, stages_insert
 from executions.events.outbox import event_emit, event_key
-from executions.identity import fingerprint, logical_identity
+from executions.identity import NotCanonicalizable, fingerprint, logical_identity
 from executions.models import (
     AcceptanceOutcome,
     DeliveryKey,
@@ -35,7 +35,7 @@ from executions.models import (
     StageStatus,
     StartState,
 )
-from executions.workflows.base import InvalidInput, LaneClaim, Workflow
+from executions.workflows.base import FieldError, InvalidInput, LaneClaim, Workflow
 from executions.workflows.registry import get_workflow
 from lanes.services import LaneClaimResult, LaneConflict, lane_claim
 
@@ -90,11 +90,16 @@ def execution_accept(
         raise UnknownWorkflow(workflow_name) from None
     workflow.validate(body)
     canonical = workflow.canonicalize(body)
+    try:
+        body_fingerprint = fingerprint(workflow.name, body)
+        identity = logical_identity(workflow.name, canonical)
+    except NotCanonicalizable as exc:
+        raise InvalidInput([FieldError("", f"not representable in canonical JSON: {exc}")]) from exc
     request = _Request(
         workflow=workflow,
         canonical=canonical,
-        fingerprint=fingerprint(workflow.name, body),
-        identity=logical_identity(workflow.name, canonical),
+        fingerprint=body_fingerprint,
+        identity=identity,
         claim=workflow.lane(canonical),
         key=idempotency_key,
         principal=principal,

@@ -15,8 +15,15 @@ from typing import Any
 import rfc8785
 
 
+class NotCanonicalizable(ValueError):
+    """A value RFC 8785 cannot represent exactly (an integer beyond ±2⁵³, a NaN)."""
+
+
 def canonical_json(value: Any) -> bytes:
-    return rfc8785.dumps(value)
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError as exc:
+        raise NotCanonicalizable(str(exc)) from exc
 
 
 def sha256_hex(data: bytes) -> str:

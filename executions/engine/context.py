@@ -122,7 +122,12 @@ class Context:
                 ) from exc
             due = timezone.now() + timedelta(seconds=retry.delay(attempt))
             self._record(
-                key, "step", ReceiptStatus.RETRYING, attempts=attempt, error=exc.projection()
+                key,
+                "step",
+                ReceiptStatus.RETRYING,
+                existing=receipt,
+                attempts=attempt,
+                error=exc.projection(),
             )
             self._timer(f"retry:{key}:{attempt}", TimerPurpose.RETRY, due)
             raise Suspend(f"retrying {key}") from exc
@@ -133,6 +138,7 @@ class Context:
             key,
             "step",
             ReceiptStatus.SUCCEEDED,
+            existing=receipt,
             attempts=attempt,
             output=output,
             mutation=output if mutation else None,
@@ -292,15 +298,23 @@ class Context:
             raise LeaseLost(f"run {self.run_id} is no longer ours (fence {self.fence})")
         return row[0], row[1]
 
-    def _record(self, key: str, kind: str, status: str, **fields: Any) -> StepReceipt:
+    def _record(
+        self,
+        key: str,
+        kind: str,
+        status: str,
+        existing: StepReceipt | None = None,
+        **fields: Any,
+    ) -> StepReceipt:
+        """Write the receipt (fenced): one transaction, the lease renewed in it."""
         with transaction.atomic():
             self._renew()
-            existing = StepReceipt.objects.filter(
-                run_id=self.run_id, stage=self.stage, step_key=key
+            if existing is None:
+                return self._insert(key, kind, status, **fields)
+            StepReceipt.objects.filter(pk=existing.pk).update(
+                status=status, fence=self.fence, **fields
             )
-            if existing.update(status=status, fence=self.fence, **fields):
-                return existing.get()
-            return self._insert(key, kind, status, **fields)
+            return existing
 
     def _insert(self, key: str, kind: str, status: str, **fields: Any) -> StepReceipt:
         receipt = StepReceipt.objects.create(

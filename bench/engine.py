@@ -1,0 +1,226 @@
+"""The engine's own cost, beside a bare Celery chain on the same broker and worker.
+
+- step overhead: the time and SQL transactions one ``ctx.step`` adds (a stage of 200 no-op
+  steps, in-process, against a stage of none);
+- throughput: ``EXECUTIONS`` no-op workflows of ``STAGES`` stages each, and as many bare
+  Celery chains of ``STAGES`` no-op tasks, each batch published while the worker is stopped,
+  then drained by the same worker (2 processes); timed from the first task to the last.
+
+Writes bench/reports/engine.md and prints it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+REPORT = ROOT / "bench" / "reports" / "engine.md"
+EXECUTIONS = int(os.environ.get("BENCH_EXECUTIONS", "300"))
+STEPS = 200
+CONCURRENCY = 2
+
+
+def _setup() -> tuple[dict[str, str], Any]:
+    from alfred.embedded import EmbeddedStack
+
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "alfred.settings",
+        "ALFRED_ENV": "test",
+        "ALFRED_LOG_LEVEL": "WARNING",
+        "ALFRED_EXTRA_WORKFLOWS": "bench.workflows",
+    }
+    stack = None
+    if not (env.get("DATABASE_URL") and env.get("CELERY_BROKER_URL")):
+        state = ROOT / ".alfred" / "bench-engine"
+        shutil.rmtree(state, ignore_errors=True)
+        stack = EmbeddedStack(base=state, database="alfred_bench").start()
+        env.update(stack.environ(), ALFRED_STATE_DIR=str(state))
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    return env, stack
+
+
+def _worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "alfred",
+            "worker",
+            "-Q",
+            "stages,celery",
+            "--concurrency",
+            str(CONCURRENCY),
+            "--include",
+            "bench.tasks",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "WARNING",
+            "-n",
+            "bench@%h",
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _stop(worker: subprocess.Popen[bytes]) -> None:
+    worker.terminate()
+    worker.wait(30)
+
+
+def _step_overhead() -> dict[str, float]:
+    """In-process: a stage of STEPS no-op steps against a stage of none."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.acceptance import execution_accept
+    from executions.engine.runner import stage_execute
+
+    def run(steps: int) -> tuple[float, int, int]:
+        execution = execution_accept(
+            workflow_name="bench-steps",
+            body={"steps": steps, "n": time.time_ns() % 10**12},
+            idempotency_key=f"steps-{time.time_ns()}",
+            principal="bench",
+        ).execution
+        with CaptureQueriesContext(connection) as queries:
+            start = time.perf_counter()
+            stage_execute(str(execution.current_run_id), "s0", "bench@local:1")
+            elapsed = time.perf_counter() - start
+        commits = sum(1 for q in queries.captured_queries if q["sql"] == "COMMIT")
+        return elapsed, len(queries.captured_queries), commits
+
+    run(5)  # warm-up
+    base, base_queries, base_commits = run(0)
+    many, many_queries, many_commits = run(STEPS)
+    return {
+        "ms_per_step": (many - base) / STEPS * 1000,
+        "transactions_per_step": (many_commits - base_commits) / STEPS,
+        "queries_per_step": (many_queries - base_queries) / STEPS,
+        "ms_per_stage": base * 1000,
+    }
+
+
+def _drain(env: dict[str, str], done: Any, timeout: float = 600) -> None:
+    worker = _worker(env)
+    try:
+        deadline = time.monotonic() + timeout
+        while not done():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the worker did not drain the queue in time")
+            time.sleep(0.05)
+    finally:
+        _stop(worker)
+
+
+def _engine_throughput(env: dict[str, str]) -> float:
+    from django.db.models import Max, Min
+
+    from bench.workflows import STAGES
+    from executions.acceptance import execution_accept
+    from executions.models import Execution, OutboxEvent
+
+    ids = [
+        execution_accept(
+            workflow_name="bench-noop", body={"n": i}, idempotency_key=f"t{i}", principal="bench"
+        ).execution.id
+        for i in range(EXECUTIONS)
+    ]
+    _drain(
+        env, lambda: Execution.objects.filter(pk__in=ids, status="succeeded").count() == len(ids)
+    )
+    span = (
+        OutboxEvent.objects.filter(execution_id__in=ids)
+        .exclude(type="execution.accepted")
+        .aggregate(first=Min("created_at"), last=Max("created_at"))
+    )
+    seconds = (span["last"] - span["first"]).total_seconds()
+    assert STAGES
+    return EXECUTIONS / seconds
+
+
+def _celery_throughput(env: dict[str, str]) -> float:
+    from celery import chain, current_app
+
+    from bench.tasks import timing_client
+    from bench.workflows import STAGES
+
+    client = timing_client()
+    client.flushdb()
+    for _ in range(EXECUTIONS):
+        chain(
+            *(
+                current_app.signature(
+                    "bench.tasks.noop", args=[i, STAGES], queue="stages", immutable=True
+                )
+                for i in range(STAGES)
+            )
+        ).apply_async()
+    _drain(env, lambda: int(client.get("bench:chains") or 0) == EXECUTIONS)
+    first, last = client.get("bench:first"), client.get("bench:last")
+    return EXECUTIONS / (float(last or 0) - float(first or 0))
+
+
+def main() -> None:
+    env, stack = _setup()
+    try:
+        steps = _step_overhead()
+        engine = _engine_throughput(env)
+        celery = _celery_throughput(env)
+    finally:
+        if stack is not None:
+            stack.stop()
+    from bench.workflows import STAGES
+
+    lines = [
+        "# Engine benchmark",
+        "",
+        f"`python -m bench engine` — real PostgreSQL and Redis on this machine "
+        f"({os.cpu_count()} cores), one Celery worker with {CONCURRENCY} processes.",
+        "",
+        f"## Per step (in-process, a stage of {STEPS} no-op `ctx.step` calls against one of none)",
+        "",
+        "| ms per step | SQL transactions per step | SQL statements per step "
+        "| ms per empty stage |",
+        "|---:|---:|---:|---:|",
+        f"| {steps['ms_per_step']:.2f} | {steps['transactions_per_step']:.2f} | "
+        f"{steps['queries_per_step']:.2f} | {steps['ms_per_stage']:.1f} |",
+        "",
+        f"## Throughput ({EXECUTIONS} no-op workflows of {STAGES} stages; as many bare chains "
+        f"of {STAGES} no-op tasks)",
+        "",
+        "| | per second | stage tasks per second |",
+        "|---|---:|---:|",
+        f"| Alfred engine | {engine:.1f} executions | {engine * STAGES:.0f} |",
+        f"| bare Celery chain | {celery:.1f} chains | {celery * STAGES:.0f} |",
+        "",
+        f"Ratio engine / bare chain: {engine / celery:.2f} (the engine claims, fences and "
+        "projects every stage in PostgreSQL and writes its events; the bare chain does "
+        "nothing durable).",
+        "",
+    ]
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    REPORT.write_text("\n".join(lines))
+    print("\n".join(lines))

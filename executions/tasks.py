@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from celery import shared_task
+from django.conf import settings
 
 from executions.engine import scans
 from executions.engine.runner import Outcome, stage_execute
@@ -36,6 +37,8 @@ def run_stage(self: Any, run_id: str, stage: str) -> str:
 
 @shared_task(name="executions.tasks.timers_scan", bind=True, ignore_result=True)
 def timers_scan(self: Any) -> int:
+    if settings.ALFRED_READ_ONLY:
+        return 0  # a read-only instance runs no mutating background work
     fired = scans.timers_fire()
     if fired >= scans.BATCH:
         self.apply_async(queue="scanners")  # more are due: go on at once, in a new task
@@ -44,4 +47,6 @@ def timers_scan(self: Any) -> int:
 
 @shared_task(name="executions.tasks.runs_recover", ignore_result=True)
 def runs_recover() -> int:
+    if settings.ALFRED_READ_ONLY:
+        return 0
     return scans.runs_recover()

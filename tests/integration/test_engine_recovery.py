@@ -95,3 +95,28 @@ def test_dispatching_a_finished_run_again_changes_nothing(api, worker):
     finished(second["id"], worker)  # the worker has drained the queue by now
     assert execution.events.count() == events
     assert [effects("again", f"effect-{i}") for i in range(1, 6)] == [1] * 5
+
+
+def test_a_read_only_instance_runs_no_scan(api, settings):
+    from executions.models import Timer
+    from executions.tasks import runs_recover, timers_scan
+
+    body = submit(api, "test-waits", {"label": "ro", "mode": "sleep"}).json()
+    timer = Timer.objects.create(
+        run_id=body["current_run"]["id"],
+        stage="wait",
+        key="nap",
+        purpose="sleep",
+        due_at=timezone.now() - timedelta(seconds=1),
+    )
+
+    settings.ALFRED_READ_ONLY = True
+    assert timers_scan.apply().get() == 0
+    assert runs_recover.apply().get() == 0
+    timer.refresh_from_db()
+    assert timer.status == "pending"
+
+    settings.ALFRED_READ_ONLY = False
+    assert timers_scan.apply().get() == 1
+    timer.refresh_from_db()
+    assert timer.status == "fired"

@@ -1,10 +1,12 @@
-"""The operators' view. Read-only for now: controls arrive with the engine (as actions that
-call ``executions.controls``)."""
+"""The operators' view: read-only records, and actions that call ``executions.controls``."""
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
+from executions.controls import InvalidInput, InvalidState, execution_cancel, execution_retry
 from executions.models import (
     AuditEntry,
     DeliveryKey,
@@ -61,6 +63,36 @@ class ExecutionAdmin(ReadOnlyAdmin):
     search_fields = ["id", "logical_identity", "lane_key"]
     inlines = [RunInline, DeliveryKeyInline, EventInline]
     date_hierarchy = "created_at"
+    actions = ["cancel", "retry"]
+
+    @admin.action(description="Cancel the selected executions")
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
+        for execution_id in queryset.values_list("id", flat=True):
+            try:
+                result = execution_cancel(
+                    execution_id=execution_id,
+                    actor=_actor(request),
+                    reason="canceled from the admin",
+                )
+            except InvalidState as exc:
+                self.message_user(request, f"{execution_id}: {exc}", messages.WARNING)
+                continue
+            done = "canceled" if result.immediate else "cancel requested (running)"
+            self.message_user(request, f"{execution_id}: {done}", messages.SUCCESS)
+
+    @admin.action(description="Retry the selected executions")
+    def retry(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
+        for execution_id in queryset.values_list("id", flat=True):
+            try:
+                execution_retry(execution_id=execution_id, actor=_actor(request))
+            except (InvalidState, InvalidInput) as exc:
+                self.message_user(request, f"{execution_id}: {exc}", messages.WARNING)
+                continue
+            self.message_user(request, f"{execution_id}: retrying", messages.SUCCESS)
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"user:{request.user.pk}"
 
 
 @admin.register(Stage)

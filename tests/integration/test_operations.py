@@ -154,3 +154,22 @@ def test_the_development_secret_key_is_random_per_state_directory(tmp_path):
     assert first == again != other
     assert len(first) >= 50
     assert (tmp_path / "a" / "secret-key").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.django_db
+def test_the_admin_cancels_with_an_audit_entry(admin_client, api):
+    from executions.models import AuditEntry, Execution
+    from tests.helpers import SUBDOMAIN, submit
+
+    body = submit(api, "add-subdomain", SUBDOMAIN).json()
+
+    response = admin_client.post(
+        "/admin/executions/execution/",
+        {"action": "cancel", "_selected_action": [body["id"]]},
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    assert Execution.objects.get(pk=body["id"]).status == "canceled"
+    entry = AuditEntry.objects.get(target_id=body["id"])
+    assert entry.action == "execution.cancel" and entry.actor.startswith("user:")

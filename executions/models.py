@@ -8,7 +8,7 @@ active, not what is remembered (DESIGN §10).
 from __future__ import annotations
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from alfred.ids import Prefixed
 
@@ -172,6 +172,10 @@ class Run(models.Model):
     wakeups = models.PositiveBigIntegerField(
         default=0, help_text="Bumped by every waker; a stage that sees it move does not sleep."
     )
+    wakeups_seen = models.PositiveBigIntegerField(
+        default=0, help_text="``wakeups`` at the last claim: more since means a wake is owed."
+    )
+    woken_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -186,6 +190,11 @@ class Run(models.Model):
                 fields=["lease_expires_at"],
                 condition=Q(status__in=[RunStatus.RUNNING]),
                 name="run_live_lease",
+            ),
+            models.Index(
+                fields=["woken_at"],
+                condition=Q(status=RunStatus.WAITING, wakeups__gt=F("wakeups_seen")),
+                name="run_owed_wake",
             ),
         ]
 

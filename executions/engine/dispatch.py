@@ -72,7 +72,7 @@ def run_dispatch_on_commit(run_id: str, stages: tuple[str, ...] | None = None) -
 def run_wake(run_id: str) -> None:
     """Something the run may wait for happened (a signal, a child's end): note it — a stage
     suspending concurrently sees the count move and looks again — and dispatch."""
-    Run.objects.filter(pk=run_id).update(wakeups=F("wakeups") + 1)
+    Run.objects.filter(pk=run_id).update(wakeups=F("wakeups") + 1, woken_at=timezone.now())
     run_dispatch(run_id)
 
 

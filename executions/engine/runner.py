@@ -130,11 +130,21 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
             )
 
         run.fence += 1
+        run.wakeups_seen = run.wakeups
         run.lease_owner = worker
         run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_LEASE_SECONDS)
         run.status = RunStatus.RUNNING
         run.started_at = run.started_at or now
-        run.save(update_fields=["fence", "lease_owner", "lease_expires_at", "status", "started_at"])
+        run.save(
+            update_fields=[
+                "fence",
+                "wakeups_seen",
+                "lease_owner",
+                "lease_expires_at",
+                "status",
+                "started_at",
+            ]
+        )
         stage.status = StageStatus.RUNNING
         stage.started_at = stage.started_at or now
         stage.save(update_fields=["status", "started_at"])

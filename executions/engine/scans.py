@@ -42,7 +42,7 @@ def timers_fire(batch: int = BATCH) -> int:
             status=TimerStatus.FIRED, fired_at=now
         )
         run_ids = sorted({run_id for _, run_id in due})
-        Run.objects.filter(pk__in=run_ids).update(wakeups=F("wakeups") + 1)
+        Run.objects.filter(pk__in=run_ids).update(wakeups=F("wakeups") + 1, woken_at=now)
     for run_id in run_ids:
         run_dispatch(run_id)
     return len(due)
@@ -50,8 +50,8 @@ def timers_fire(batch: int = BATCH) -> int:
 
 def runs_recover(batch: int = BATCH) -> int:
     """Dispatch again what lost its message: runs never started (start_pending past a grace,
-    start_failed) that may start, runs whose worker's lease ran out, runs past their
-    deadline. Returns how many were dispatched."""
+    start_failed) that may start, runs whose worker's lease ran out, waiting runs woken but
+    not claimed since, runs past their deadline. Returns how many were dispatched."""
     now = timezone.now()
     unstarted = (
         Execution.objects.filter(
@@ -68,8 +68,12 @@ def runs_recover(batch: int = BATCH) -> int:
         .exclude(owned_lanes__state="recovery_required")
         .values_list("current_run_id", flat=True)[:batch]
     )
+    grace = now - timedelta(seconds=START_GRACE_SECONDS)
     stalled = Run.objects.filter(
         Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+        # woken (a timer fired, a hook answered, a child ended) but never claimed since:
+        # the wake's message was lost
+        | Q(status=RunStatus.WAITING, wakeups__gt=F("wakeups_seen"), woken_at__lt=grace)
         | Q(status__in=[RunStatus.WAITING, RunStatus.RUNNING], deadline_at__lt=now),
         execution__current_run_id=F("id"),
         execution__status__in=sorted(ACTIVE_STATUSES),

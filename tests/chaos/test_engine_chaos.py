@@ -133,3 +133,31 @@ def test_five_hundred_waiting_runs_hold_no_worker(api, integration_token):
         assert all(effects(f"z{i}", "after") == 1 for i in range(250))
     finally:
         worker.stop()
+
+
+def test_a_wake_whose_message_was_lost_is_recovered(api):
+    from executions.models import Run
+
+    worker = WorkerProcess("wake").start()
+    try:
+        body = submit(api, "test-waits", {"label": "lostwake", "mode": "hook"}).json()
+        wait_for(
+            lambda: Execution.objects.filter(pk=body["id"], status="waiting").exists(), timeout=30
+        )
+    finally:
+        worker.stop()
+
+    # when: the hook is answered, and the message that would resume the run is lost
+    hook_signal(token="go-lostwake", idempotency_key="s", payload={}, principal="ops")
+    with current_app.connection_for_write() as conn:
+        conn.default_channel.client.flushdb()  # type: ignore[attr-defined]
+    run = Run.objects.get(pk=body["current_run"]["id"])
+    assert run.wakeups > run.wakeups_seen  # a wake is owed
+
+    # then: the recovery scan of a new worker resumes it
+    worker = WorkerProcess("wake2").start()
+    try:
+        assert finished(body["id"], worker, timeout=60).status == "succeeded"
+    finally:
+        worker.stop()
+    assert effects("lostwake", "after") == 1

@@ -8,15 +8,18 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from executions.engine.dispatch import run_dispatch_on_commit
+from executions.engine.errors import FatalError
 from executions.engine.records import execution_insert
 from executions.engine.registry import definition_get
 from executions.identity import logical_identity
 from executions.models import ACTIVE_STATUSES, Execution
 
 
-def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> str:
-    """The child's id. If the same operation is already active elsewhere (one active
-    execution per identity), the parent waits on that one instead of starting a twin."""
+def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> tuple[str, bool]:
+    """The child's id, and whether it was adopted: if the same operation is already active
+    elsewhere (one active execution per identity), the parent waits on that one instead of
+    starting a twin. An adopted execution does not wake this parent when it ends: the
+    parent polls it."""
     definition = definition_get(workflow)
     canonical = definition.canonicalize(input)
     identity = logical_identity(workflow, canonical)
@@ -41,10 +44,14 @@ def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> str:
         )
         if active is None:
             raise
-        return str(active)
+        if active == parent_id:
+            raise FatalError(
+                f"{workflow} would wait on its own parent {parent_id}", code="child_cycle"
+            ) from None
+        return str(active), True
     assert child.current_run_id is not None  # noqa: S101 - set by execution_insert
     run_dispatch_on_commit(child.current_run_id)
-    return child.id
+    return child.id, False
 
 
 def child_state(child_id: str) -> dict[str, Any] | None:

@@ -69,6 +69,7 @@ class RetryPolicy:
 
 
 DEFAULT_RETRY = RetryPolicy()
+ADOPTED_CHILD_POLL_SECONDS = 5.0
 
 _RENEW_SQL = f"""
     UPDATE {Run._meta.db_table} SET lease_expires_at = %s
@@ -109,6 +110,8 @@ class Context:
         receipt = self._replay(key, "step")
         if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
             return receipt.output
+        if receipt is not None and timezone.now() < _parse(_state(receipt)["retry_at"]):
+            raise Suspend(f"retrying {key}")  # woken before the backoff is over: wait on
         self._boundary()
         attempt = receipt.attempts + 1 if receipt is not None else 1
         try:
@@ -128,6 +131,7 @@ class Context:
                 existing=receipt,
                 attempts=attempt,
                 error=exc.projection(),
+                output={"retry_at": due.isoformat()},
             )
             self._timer(f"retry:{key}:{attempt}", TimerPurpose.RETRY, due)
             raise Suspend(f"retrying {key}") from exc
@@ -180,6 +184,8 @@ class Context:
         receipt = self._replay(key, "poll")
         if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
             return _state(receipt)["value"]
+        if receipt is not None and timezone.now() < _parse(_state(receipt)["next_poll_at"]):
+            raise Suspend(f"polling {key}")  # woken before the next poll is due: wait on
         self._boundary()
         now = timezone.now()
         since = _parse(_state(receipt)["since"]) if receipt is not None else now
@@ -195,12 +201,10 @@ class Context:
             return value
         if (now - since).total_seconds() >= timeout:
             raise FatalError(f"{key!r} not met after {timeout:.0f}s", code="wait_timed_out")
-        state = {"since": since.isoformat(), "polls": polls}
-        if receipt is None:
-            self._record(key, "poll", ReceiptStatus.WAITING, output=state)
-        else:
-            StepReceipt.objects.filter(pk=receipt.pk).update(output=state, fence=self.fence)
-        self._timer(f"{key}:{polls}", TimerPurpose.POLL, now + timedelta(seconds=every))
+        next_poll = now + timedelta(seconds=every)
+        state = {"since": since.isoformat(), "polls": polls, "next_poll_at": next_poll.isoformat()}
+        self._record(key, "poll", ReceiptStatus.WAITING, existing=receipt, output=state)
+        self._timer(f"{key}:{polls}", TimerPurpose.POLL, next_poll)
         raise Suspend(f"polling {key}")
 
     def wait_for_hook(
@@ -221,12 +225,25 @@ class Context:
             self._boundary()
             with transaction.atomic():
                 self._renew()
-                # A hook of an earlier run with this token (same plan) carries over to this
-                # run: a signal it already got still counts, a pending one now wakes this run.
-                moved = Hook.objects.filter(token=token).update(
-                    run_id=self.run_id, stage=self.stage
-                )
-                if not moved:
+                # A hook of an earlier run of this execution with this token (the same plan)
+                # carries over to this run: a signal it already got still counts; a pending
+                # or a canceled one waits again, for this run.
+                earlier = Hook.objects.filter(token=token).first()
+                if earlier is not None and earlier.execution_id != self.execution_id:
+                    raise FatalError(
+                        f"hook token {token!r} belongs to execution {earlier.execution_id}",
+                        code="hook_token_taken",
+                    )
+                if earlier is not None:
+                    reopened = (
+                        HookStatus.SIGNALLED
+                        if earlier.status == HookStatus.SIGNALLED
+                        else HookStatus.PENDING
+                    )
+                    Hook.objects.filter(pk=earlier.pk).update(
+                        run_id=self.run_id, stage=self.stage, status=reopened
+                    )
+                else:
                     Hook.objects.create(
                         execution_id=self.execution_id,
                         run_id=self.run_id,
@@ -256,10 +273,16 @@ class Context:
             self._boundary()
             with transaction.atomic():
                 self._renew()
-                child_id = child_create(self.execution_id, workflow, input)
-                receipt = self._insert(key, "child", ReceiptStatus.WAITING, output={"id": child_id})
+                child_id, adopted = child_create(self.execution_id, workflow, input)
+                receipt = self._insert(
+                    key, "child", ReceiptStatus.WAITING, output={"id": child_id, "adopted": adopted}
+                )
         state = child_state(_state(receipt)["id"])
         if state is None:
+            if _state(receipt).get("adopted"):
+                # not our child: its end wakes its own parent, not us; look again later
+                due = timezone.now() + timedelta(seconds=ADOPTED_CHILD_POLL_SECONDS)
+                self._timer(f"{key}:adopted", TimerPurpose.POLL, due)
             raise Suspend(f"awaiting child {key}")
         self._resolve(receipt, state)
         return state

@@ -70,10 +70,12 @@ def run_dispatch_on_commit(run_id: str, stages: tuple[str, ...] | None = None) -
 
 
 def run_wake(run_id: str) -> None:
-    """Something the run may wait for happened (a signal, a child's end): note it — a stage
-    suspending concurrently sees the count move and looks again — and dispatch."""
+    """Something the run may wait for happened (a signal, a child's end). In the caller's
+    transaction, note that the run is owed a look — a stage suspending concurrently sees the
+    count move and looks again; if the message below is lost, the recovery scan finds the
+    owed wake — then publish after commit."""
     Run.objects.filter(pk=run_id).update(wakeups=F("wakeups") + 1, woken_at=timezone.now())
-    run_dispatch(run_id)
+    transaction.on_commit(lambda: run_dispatch(run_id))
 
 
 def run_wake_at(run_id: str, due: datetime) -> None:

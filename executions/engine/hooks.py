@@ -49,6 +49,5 @@ def hook_signal(
             key=event_key(hook.execution_id, f"{hook.id}:signalled"),
             payload={"hook": hook.id, "name": hook.name, "by": principal},
         )
-        run_id = hook.run_id
-        transaction.on_commit(lambda: run_wake(run_id))
+        run_wake(hook.run_id)
     return SignalResult(hook.id, accepted=True)

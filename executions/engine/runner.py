@@ -74,11 +74,15 @@ def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
     claimed = _claim(run_id, stage, worker)
     if not isinstance(claimed, _Claim):
         return claimed
-    definition = definition_get(claimed.workflow)
-    ctx = Context(
-        run=claimed.run, stage=stage, fence=claimed.fence, input=claimed.input, wake=_hint(run_id)
-    )
     try:
+        definition = definition_get(claimed.workflow)
+        ctx = Context(
+            run=claimed.run,
+            stage=stage,
+            fence=claimed.fence,
+            input=claimed.input,
+            wake=_hint(run_id),
+        )
         output = definition.run_stage(stage, ctx)
     except Suspend as suspend:
         return _suspend(claimed, stage, suspend)
@@ -97,13 +101,41 @@ def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
     return _complete(claimed, stage, output, last=stage == definition.stages[-1])
 
 
+def _lock(run_id: str) -> tuple[Execution, Run] | None:
+    """Lock the execution, then its run: the order every writer (controls, the terminal
+    transition, the scans) keeps, so that two of them never wait on each other."""
+    execution_id = Run.objects.filter(pk=run_id).values_list("execution_id", flat=True).first()
+    if execution_id is None:
+        return None
+    execution = Execution.objects.select_for_update().get(pk=execution_id)
+    run = Run.objects.select_for_update().get(pk=run_id)
+    return execution, run
+
+
+def _lock_current(claim: _Claim) -> tuple[Execution, Run] | None:
+    """Lock for a write after the stage ran; None when the round is no longer ours: fenced
+    out (a takeover, or the terminal transition, which bumps the fence), superseded by a
+    newer run, or finished."""
+    locked = _lock(claim.run.id)
+    if locked is None:
+        return None
+    execution, run = locked
+    if (
+        run.fence != claim.fence
+        or execution.current_run_id != run.id
+        or execution.status in TERMINAL_STATUSES
+    ):
+        return None
+    return execution, run
+
+
 def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
     now = timezone.now()
     with transaction.atomic(durable=True):
-        run = Run.objects.select_for_update().filter(pk=run_id).first()
-        if run is None:
+        locked = _lock(run_id)
+        if locked is None:
             return Outcome.STOP
-        execution = Execution.objects.select_for_update().get(pk=run.execution_id)
+        execution, run = locked
         if execution.current_run_id != run.id or execution.status in TERMINAL_STATUSES:
             return Outcome.STOP
         stages = {s.name: s for s in Stage.objects.filter(run=run).order_by("position")}
@@ -186,10 +218,18 @@ def _holder_dead(holder: str) -> bool:
 
 def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
     with transaction.atomic(durable=True):
-        run = Run.objects.select_for_update().get(pk=claim.run.id)
-        if run.fence != claim.fence:
+        locked = _lock_current(claim)
+        if locked is None:
             return Outcome.STOP
-        execution = Execution.objects.select_for_update().get(pk=run.execution_id)
+        execution, run = locked
+        if run.cancel_requested_at is not None:
+            # asked to stop while the stage replayed its waits: stop instead of waiting
+            execution_finish(
+                execution,
+                ExecutionStatus.CANCELED,
+                error={"code": "canceled", "message": "canceled while waiting"},
+            )
+            return Outcome.STOP
         run.lease_owner = ""
         run.lease_expires_at = None
         run.status = RunStatus.WAITING
@@ -212,10 +252,10 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
 def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Outcome:
     now = timezone.now()
     with transaction.atomic(durable=True):
-        run = Run.objects.select_for_update().get(pk=claim.run.id)
-        if run.fence != claim.fence:
+        locked = _lock_current(claim)
+        if locked is None:
             return Outcome.STOP
-        execution = Execution.objects.select_for_update().get(pk=run.execution_id)
+        execution, run = locked
         Stage.objects.filter(run=run, name=stage_name).update(
             status=StageStatus.SUCCEEDED, output=output, error=None, finished_at=now
         )
@@ -236,10 +276,10 @@ def _finish(
 ) -> Outcome:
     now = timezone.now()
     with transaction.atomic(durable=True):
-        run = Run.objects.select_for_update().get(pk=claim.run.id)
-        if run.fence != claim.fence:
+        locked = _lock_current(claim)
+        if locked is None:
             return Outcome.STOP
-        execution = Execution.objects.select_for_update().get(pk=run.execution_id)
+        execution, run = locked
         Stage.objects.filter(run=run, name=stage_name).update(
             status=StageStatus.FAILED, error=error, finished_at=now
         )

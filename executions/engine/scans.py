@@ -57,7 +57,7 @@ def runs_recover(batch: int = BATCH) -> int:
         Execution.objects.filter(
             Q(
                 start_state=StartState.START_PENDING,
-                created_at__lt=now - timedelta(seconds=START_GRACE_SECONDS),
+                current_run__created_at__lt=now - timedelta(seconds=START_GRACE_SECONDS),
             )
             | Q(start_state=StartState.START_FAILED),
             status__in=sorted(ACTIVE_STATUSES),

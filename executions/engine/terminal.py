@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -19,6 +20,8 @@ from executions.models import (
     HookStatus,
     Run,
     RunStatus,
+    Stage,
+    StageStatus,
     Timer,
     TimerStatus,
 )
@@ -53,13 +56,19 @@ def execution_finish(
     execution.error = error
     execution.finished_at = now
     execution.save(update_fields=["status", "result", "error", "finished_at", "updated_at"])
+    # The fence moves: a worker still running a stage of this run is fenced out at its next
+    # write (it cannot bring a finished execution back).
     Run.objects.filter(pk=run_id).update(
         status=_RUN_STATUS[ExecutionStatus(status)],
         finished_at=now,
         error=error,
         lease_owner="",
         lease_expires_at=None,
+        fence=F("fence") + 1,
     )
+    Stage.objects.filter(
+        run_id=run_id, status__in=[StageStatus.RUNNING, StageStatus.WAITING]
+    ).update(status=StageStatus.FAILED, error=error or {"code": status}, finished_at=now)
     Timer.objects.filter(run_id=run_id, status=TimerStatus.PENDING).update(
         status=TimerStatus.CANCELED
     )
@@ -80,20 +89,18 @@ def execution_finish(
         key=event_key(execution.id, f"{run_id}:{status}"),
         payload={"run": run_id, "result": result, "error": error},
     )
-    parent_id, lane_key = execution.parent_id, execution.lane_key
+    if execution.parent_id:
+        from executions.engine.dispatch import run_wake
 
-    def after_commit() -> None:
-        if parent_id:
-            from executions.engine.dispatch import run_wake
-
-            parent_run = (
-                Execution.objects.filter(pk=parent_id)
-                .values_list("current_run_id", flat=True)
-                .first()
-            )
-            if parent_run:
-                run_wake(parent_run)
-        execution_finished.send(Execution, execution_id=execution.id, lane_key=lane_key)
-
-    transaction.on_commit(after_commit)
+        parent_run = (
+            Execution.objects.filter(pk=execution.parent_id)
+            .values_list("current_run_id", flat=True)
+            .first()
+        )
+        if parent_run:
+            run_wake(parent_run)
+    execution_id, lane_key = execution.id, execution.lane_key
+    transaction.on_commit(
+        lambda: execution_finished.send(Execution, execution_id=execution_id, lane_key=lane_key)
+    )
     return True

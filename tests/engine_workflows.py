@@ -125,6 +125,7 @@ class Flaky(TestWorkflow):
 
         def attempt() -> int:
             calls = effect(label, "attempts")
+            counters().rpush(f"alfred-test:times:{label}", repr(time.time()))
             if ctx.input.get("fatal"):
                 raise FatalError("refused for good", code="refused")
             if calls <= ctx.input.get("failures", 0):
@@ -154,17 +155,20 @@ class Slow(TestWorkflow):
 
 
 class Parent(TestWorkflow):
-    """Starts a test-waits child (a hook) and waits for it."""
+    """Starts a child — test-waits on a hook, or test-slow with ``slow_child`` — and waits."""
 
     name = "test-parent"
     stages = ("plan", "children")
-    input_schema: ClassVar[dict[str, Any]] = _schema()
+    input_schema: ClassVar[dict[str, Any]] = _schema(slow_child={"type": "boolean"})
 
     def stage_plan(self, ctx: Any) -> Any:
         return {}
 
     def stage_children(self, ctx: Any) -> Any:
         label = ctx.input["label"]
+        if ctx.input.get("slow_child"):
+            child = {"label": f"{label}-child", "steps": 20, "step_seconds": 0.3}
+            return ctx.child("child", "test-slow", child)
         return ctx.child("child", "test-waits", {"label": f"{label}-child", "mode": "hook"})
 
 

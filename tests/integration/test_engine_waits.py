@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+import time
+
 import pytest
 
 from executions.engine.hooks import hook_signal
@@ -125,3 +128,52 @@ def test_retry_of_a_failed_run_is_a_new_run_and_a_rolled_back_one_is_refused(api
     assert effects("r1", "attempts") == 2
     Execution.objects.filter(pk=body["id"]).update(status="rolled_back")
     assert_problem(api.post(f"/api/v1/executions/{body['id']}/retry"), 409, "not_retryable")
+
+
+def test_a_child_ended_mid_stage_by_its_parent_stays_ended(api, worker):
+    from executions.models import OutboxEvent
+
+    parent = submit(api, "test-parent", {"label": "pk", "slow_child": True}).json()
+    wait_for(lambda: effects("pk-child", "slow-1") == 1, timeout=30)
+    child = Execution.objects.get(parent_id=parent["id"])
+
+    # when: the parent is canceled while the child's worker is inside a step
+    api.post(f"/api/v1/executions/{parent['id']}/cancel")
+
+    # then: the child's worker is fenced out at its next write; the child stays canceled
+    child.refresh_from_db()
+    assert child.status == "canceled"
+    time.sleep(2)  # the child's worker reaches its next step boundary meanwhile
+    child.refresh_from_db()
+    assert child.status == "canceled"
+    last = OutboxEvent.objects.filter(execution_id=child.id).order_by("-sequence").first()
+    assert last is not None and last.type == "execution.canceled"
+    done = sum(effects("pk-child", f"slow-{i}") for i in range(20))
+    assert done <= 3
+
+
+def test_a_canceled_operator_hook_waits_again_after_a_retry(api, worker):
+    body = submit(api, "test-waits", {"label": "rh", "mode": "operator"}).json()
+    status_becomes(body["id"], "paused")
+    api.post(f"/api/v1/executions/{body['id']}/cancel")
+
+    api.post(f"/api/v1/executions/{body['id']}/retry")
+    status_becomes(body["id"], "paused")
+    hook_signal(token="go-rh", idempotency_key="after-retry", payload={"ok": 2}, principal="ops")
+
+    execution = finished(body["id"], worker)
+    assert execution.status == "succeeded"
+    assert execution.result["signal"] == {"ok": 2}
+
+
+def test_retries_wait_out_their_backoff(api, worker):
+    from tests.engine_workflows import counters
+
+    body = submit(api, "test-flaky", {"label": "gaps", "failures": 3}).json()
+    assert finished(body["id"], worker).status == "succeeded"
+
+    times = [float(t) for t in counters().lrange("alfred-test:times:gaps", 0, -1)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert len(times) == 4
+    # base 0.2 s, cap 0.5 s, jitter keeps at least half: ≥ 0.1, 0.2, 0.25 s
+    assert [round(g, 2) >= low for g, low in zip(gaps, [0.1, 0.2, 0.25], strict=True)] == [True] * 3

@@ -37,6 +37,9 @@ ALFRED_MAX_BODY_BYTES = env.int("ALFRED_MAX_BODY_BYTES", default=64 * 1024)
 ALFRED_EXTRA_WORKFLOWS = env.list("ALFRED_EXTRA_WORKFLOWS", default=[])
 # A worker's claim on a run; renewed at every step boundary. Longer than any single step.
 ALFRED_LEASE_SECONDS = env.float("ALFRED_LEASE_SECONDS", default=120.0)
+# How long the next stage's message may take (a queue backlog) before the recovery scan
+# publishes the run again.
+ALFRED_HANDOFF_GRACE_SECONDS = env.float("ALFRED_HANDOFF_GRACE_SECONDS", default=60.0)
 
 _public_host = ALFRED_PUBLIC_URL.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
 ALLOWED_HOSTS = env.list(

@@ -10,6 +10,7 @@ os.environ.setdefault("ALFRED_ENV", "test")
 os.environ.setdefault("ALFRED_EXTRA_WORKFLOWS", "tests.engine_workflows")
 os.environ.setdefault("ALFRED_LEASE_SECONDS", "4")
 os.environ.setdefault("ALFRED_RECOVERY_SCAN_SECONDS", "1")
+os.environ.setdefault("ALFRED_HANDOFF_GRACE_SECONDS", "5")
 
 from alfred.settings import *  # noqa: F403
 

@@ -12,14 +12,17 @@ so a worker whose claim was taken over stops before writing anything.
 from __future__ import annotations
 
 import json
+import logging
 import random
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from jsonschema import Draft202012Validator
@@ -41,6 +44,8 @@ from executions.models import (
     TimerPurpose,
     TimerStatus,
 )
+
+log = logging.getLogger(__name__)
 
 MUTATION_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -115,7 +120,8 @@ class Context:
         self._boundary()
         attempt = receipt.attempts + 1 if receipt is not None else 1
         try:
-            output = fn(*args, **kwargs)
+            with self._heartbeat():
+                output = fn(*args, **kwargs)
         except RetryableError as exc:
             if attempt >= retry.max_attempts:
                 raise FatalError(
@@ -311,6 +317,30 @@ class Context:
             raise Canceled("canceled at a step boundary")
         if deadline_at is not None and timezone.now() > deadline_at:
             raise FatalError("the run passed its deadline", code="timed_out")
+
+    @contextmanager
+    def _heartbeat(self) -> Iterator[None]:
+        """Keep the lease while a step runs longer than a third of it, so that no other
+        worker takes the run over (and runs the step again) behind a slow provider call. The
+        beat runs on its own thread, with its own database connection, only once needed."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            try:
+                while not stop.wait(settings.ALFRED_LEASE_SECONDS / 3):
+                    self._renew()
+            except LeaseLost:
+                log.warning("run %s: lease lost during a step", self.run_id)
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=beat, name=f"lease-{self.run_id}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def _renew(self) -> tuple[datetime | None, datetime | None]:
         expires = timezone.now() + timedelta(seconds=settings.ALFRED_LEASE_SECONDS)

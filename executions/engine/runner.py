@@ -53,8 +53,6 @@ from executions.models import (
 
 log = logging.getLogger(__name__)
 
-HANDOFF_GRACE_SECONDS = 15
-
 
 class Outcome(enum.Enum):
     NEXT = "next"  # the stage is done: the chain goes on
@@ -266,7 +264,7 @@ def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Out
         # Between stages the run belongs to no worker; if the next stage's message never
         # comes (a lost broker), the recovery scan picks the run up once this grace is over.
         run.lease_owner = ""
-        run.lease_expires_at = now + timedelta(seconds=HANDOFF_GRACE_SECONDS)
+        run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_HANDOFF_GRACE_SECONDS)
         run.save(update_fields=["lease_owner", "lease_expires_at"])
     return Outcome.NEXT
 

@@ -161,3 +161,29 @@ def test_a_wake_whose_message_was_lost_is_recovered(api):
     finally:
         worker.stop()
     assert effects("lostwake", "after") == 1
+
+
+def test_a_step_longer_than_the_lease_is_not_taken_over():
+    from django.conf import settings as django_settings
+    from rest_framework.test import APIClient
+
+    from alfred.tokens import token_create
+    from executions.models import Run
+
+    client = APIClient()
+    client.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {token_create(name='hb', role='integration')[1]}"
+    )
+    seconds = django_settings.ALFRED_LEASE_SECONDS * 1.75
+    worker = WorkerProcess("heartbeat").start(concurrency=2)  # a second process is free
+    try:
+        body = submit(
+            client, "test-slow", {"label": "long", "steps": 1, "step_seconds": seconds}
+        ).json()
+        execution = finished(body["id"], worker, timeout=60)
+    finally:
+        worker.stop()
+
+    assert execution.status == "succeeded"
+    assert effects("long", "slow-0") == 1
+    assert Run.objects.get(pk=execution.current_run_id).fence == 2  # one claim + the end

@@ -208,4 +208,66 @@ class Deadline(TestWorkflow):
         return {}
 
 
-WORKFLOWS = [Counter(), Waits(), Flaky(), Slow(), Parent(), NotReady(), Crashing(), Deadline()]
+class Probe(TestWorkflow):
+    """``ctx.wait_until`` on a Redis flag the test sets; ``ctx.now`` recorded around it."""
+
+    name = "test-probe"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema(timeout={"type": "number"})
+
+    def stage_plan(self, ctx: Any) -> Any:
+        label = ctx.input["label"]
+        before = ctx.now()
+        counters().rpush(f"alfred-test:now:{label}", before.isoformat())  # once per replay
+
+        def ready() -> Any:
+            effect(label, "polls")
+            value = counters().get(f"alfred-test:ready:{label}")
+            return value.decode() if value else None
+
+        value = ctx.wait_until("ready", ready, every=0.3, timeout=ctx.input.get("timeout", 30))
+        return {"value": value}
+
+
+class Shifty(TestWorkflow):
+    """A stage whose step keys change between replays: not deterministic."""
+
+    name = "test-shifty"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: Any) -> Any:
+        label = ctx.input["label"]
+        replay = effect(label, "replays")
+        ctx.step(f"first-{replay}", effect, label, "first")
+        ctx.sleep("pause", 0.2)
+        return {}
+
+
+class Mutating(TestWorkflow):
+    """A mutation step: a valid receipt is stored; ``bad`` returns one without ``undo``."""
+
+    name = "test-mutating"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema(bad={"type": "boolean"})
+
+    def stage_plan(self, ctx: Any) -> Any:
+        receipt = {"resource": "dns:api.example.com", "action": "upsert"}
+        if not ctx.input.get("bad"):
+            receipt["undo"] = {"action": "delete", "values": ["1.2.3.4"]}
+        return ctx.step("change", lambda: receipt, mutation=True)
+
+
+WORKFLOWS = [
+    Counter(),
+    Waits(),
+    Flaky(),
+    Slow(),
+    Parent(),
+    NotReady(),
+    Crashing(),
+    Deadline(),
+    Probe(),
+    Shifty(),
+    Mutating(),
+]

@@ -128,3 +128,55 @@ def test_a_run_past_its_deadline_fails_timed_out(api, worker):
 
     assert execution.status == "failed"
     assert execution.error["code"] == "timed_out"
+
+
+def test_wait_until_polls_durably_until_the_condition_holds(api, worker):
+    from tests.engine_workflows import counters
+
+    body = submit(api, "test-probe", {"label": "pr"}).json()
+    wait_for(lambda: effects("pr", "polls") >= 3, timeout=30)
+    assert Execution.objects.get(pk=body["id"]).status == "waiting"
+
+    counters().set("alfred-test:ready:pr", "yes")
+
+    execution = finished(body["id"], worker)
+    assert execution.status == "succeeded"
+    assert execution.result["value"] == "yes"
+    polls = effects("pr", "polls")
+    receipt = StepReceipt.objects.get(run_id=execution.current_run_id, step_key="ready")
+    assert receipt.output["polls"] == polls  # every poll recorded, none repeated on replay
+    # ctx.now() returned the recorded instant on every replay of the stage
+    instants = counters().lrange("alfred-test:now:pr", 0, -1)
+    assert len(instants) >= 3 and len(set(instants)) == 1
+
+
+def test_wait_until_gives_up_after_its_timeout(api, worker):
+    body = submit(api, "test-probe", {"label": "never", "timeout": 1}).json()
+
+    execution = finished(body["id"], worker)
+
+    assert execution.status == "failed"
+    assert execution.error["code"] == "wait_timed_out"
+
+
+def test_a_replay_that_reaches_another_step_key_is_fatal(api, worker):
+    body = submit(api, "test-shifty", {"label": "shift"}).json()
+
+    execution = finished(body["id"], worker)
+
+    assert execution.status == "failed"
+    assert execution.error["code"] == "nondeterministic"
+    assert "first-1" in execution.error["message"] and "first-2" in execution.error["message"]
+    assert effects("shift", "first") == 1
+
+
+def test_mutation_receipts_are_validated_and_kept(api, worker):
+    good = submit(api, "test-mutating", {"label": "m1"}).json()
+    bad = submit(api, "test-mutating", {"label": "m2", "bad": True}).json()
+
+    assert finished(good["id"], worker).status == "succeeded"
+    receipt = StepReceipt.objects.get(run__execution_id=good["id"], step_key="change")
+    assert receipt.mutation["undo"] == {"action": "delete", "values": ["1.2.3.4"]}
+    failed = finished(bad["id"], worker)
+    assert failed.status == "failed"
+    assert failed.error["code"] == "bad_mutation_receipt"

@@ -252,7 +252,7 @@ class Mutating(TestWorkflow):
     input_schema: ClassVar[dict[str, Any]] = _schema(bad={"type": "boolean"})
 
     def stage_plan(self, ctx: Any) -> Any:
-        receipt = {"resource": "dns:api.example.com", "action": "upsert"}
+        receipt: dict[str, Any] = {"resource": "dns:api.example.com", "action": "upsert"}
         if not ctx.input.get("bad"):
             receipt["undo"] = {"action": "delete", "values": ["1.2.3.4"]}
         return ctx.step("change", lambda: receipt, mutation=True)

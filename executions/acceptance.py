@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 
 from alfred.ids import new_id
 from executions.engine.dispatch import run_dispatch_on_commit
-from executions.engine.records import execution_insert, run_new, stages_insert
+from executions.engine.records import execution_insert, run_again
 from executions.events.outbox import event_emit, event_key
 from executions.identity import NotCanonicalizable, fingerprint, logical_identity
 from executions.models import (
@@ -33,7 +33,6 @@ from executions.models import (
     RunKind,
     Stage,
     StageStatus,
-    StartState,
 )
 from executions.workflows.base import FieldError, InvalidInput, LaneClaim, Workflow
 from executions.workflows.registry import get_workflow
@@ -210,37 +209,16 @@ def _create(
 def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaimResult | None]:
     """A continuation run on a failed/canceled (or unfinished succeeded) execution. It goes
     ahead of ordinary queued work: the infrastructure may be half-changed."""
-    number = (execution.runs.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-    run = run_new(
-        execution,
-        number=number,
-        kind=RunKind.CONTINUATION,
-        deadline_seconds=req.workflow.deadline_seconds,
-    )
-    run.save(force_insert=True)
+    previous_status = execution.status
     # Stages whose output an earlier run persisted are skipped; the last stage (verify)
     # always runs again: success needs a post-condition observed now.
     done = {k: v for k, v in _stage_outputs(execution).items() if k != req.workflow.stages[-1]}
-    stages_insert(run, req.workflow.stages, done)
-    previous_status = execution.status
-    execution.status = ExecutionStatus.QUEUED
-    execution.start_state = StartState.START_PENDING
-    execution.start_error = None
-    execution.error = None
-    execution.result = None
-    execution.finished_at = None
-    execution.current_run = run
-    execution.save(
-        update_fields=[
-            "status",
-            "start_state",
-            "start_error",
-            "error",
-            "result",
-            "finished_at",
-            "current_run",
-            "updated_at",
-        ]
+    run = run_again(
+        execution,
+        kind=RunKind.CONTINUATION,
+        stages=req.workflow.stages,
+        deadline_seconds=req.workflow.deadline_seconds,
+        done=done,
     )
     lane = _claim(req, execution.id, urgent=True)
     event_emit(

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from executions.engine.dispatch import run_dispatch_on_commit
-from executions.engine.records import run_new, stages_insert
+from executions.engine.records import run_again
 from executions.engine.terminal import execution_finish
 from executions.events.outbox import event_emit, event_key
 from executions.models import (
@@ -22,7 +22,6 @@ from executions.models import (
     Run,
     RunKind,
     RunStatus,
-    StartState,
 )
 from executions.workflows.base import InvalidInput
 from executions.workflows.registry import get_workflow
@@ -86,29 +85,12 @@ def execution_retry(*, execution_id: str, actor: str) -> Execution:
             raise InvalidState(execution, "retry")
         workflow = get_workflow(execution.workflow)
         workflow.validate(execution.input)  # InvalidInput: 422, nothing changed
-        number = execution.runs.count() + 1
-        run = run_new(
-            execution, number=number, kind=RunKind.RETRY, deadline_seconds=workflow.deadline_seconds
-        )
-        run.save(force_insert=True)
-        stages_insert(run, workflow.stages)
         previous = execution.status
-        execution.status = ExecutionStatus.QUEUED
-        execution.start_state = StartState.START_PENDING
-        execution.start_error = execution.error = execution.result = None
-        execution.finished_at = None
-        execution.current_run = run
-        execution.save(
-            update_fields=[
-                "status",
-                "start_state",
-                "start_error",
-                "error",
-                "result",
-                "finished_at",
-                "current_run",
-                "updated_at",
-            ]
+        run = run_again(
+            execution,
+            kind=RunKind.RETRY,
+            stages=workflow.stages,
+            deadline_seconds=workflow.deadline_seconds,
         )
         lane = None
         claim = workflow.lane(execution.input)

@@ -9,7 +9,15 @@ from typing import Any
 from django.utils import timezone
 
 from executions.events.outbox import event_key
-from executions.models import Execution, OutboxEvent, Run, RunKind, Stage
+from executions.models import (
+    Execution,
+    ExecutionStatus,
+    OutboxEvent,
+    Run,
+    RunKind,
+    Stage,
+    StartState,
+)
 
 
 def execution_insert(
@@ -86,3 +94,37 @@ def stages_insert(run: Run, stages: tuple[str, ...], done: dict[str, Any] | None
         )
         for i, name in enumerate(stages)
     )
+
+
+def run_again(
+    execution: Execution,
+    *,
+    kind: str,
+    stages: tuple[str, ...],
+    deadline_seconds: float | None,
+    done: dict[str, Any] | None = None,
+) -> Run:
+    """A new run on ``execution`` (locked by the caller): it becomes the current run, and the
+    execution is queued again with its previous outcome cleared."""
+    number = (execution.runs.order_by("-number").values_list("number", flat=True).first() or 0) + 1
+    run = run_new(execution, number=number, kind=kind, deadline_seconds=deadline_seconds)
+    run.save(force_insert=True)
+    stages_insert(run, stages, done)
+    execution.status = ExecutionStatus.QUEUED
+    execution.start_state = StartState.START_PENDING
+    execution.start_error = execution.error = execution.result = None
+    execution.finished_at = None
+    execution.current_run = run
+    execution.save(
+        update_fields=[
+            "status",
+            "start_state",
+            "start_error",
+            "error",
+            "result",
+            "finished_at",
+            "current_run",
+            "updated_at",
+        ]
+    )
+    return run

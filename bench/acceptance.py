@@ -17,7 +17,6 @@ Writes bench/reports/acceptance.md and prints it.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -31,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from bench.stack import bench_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "bench" / "reports" / "acceptance.md"
@@ -168,26 +169,12 @@ for label, workflow, body in [
 
 
 def main() -> None:
-    from alfred.embedded import EmbeddedStack
-
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "alfred.settings",
-        "ALFRED_ENV": "test",
-        "ALFRED_LOG_LEVEL": "WARNING",
-    }
-    stack = None
-    if not (env.get("DATABASE_URL") and env.get("CELERY_BROKER_URL")):
-        state = ROOT / ".alfred" / "bench"
-        shutil.rmtree(state, ignore_errors=True)
-        stack = EmbeddedStack(base=state, database="alfred_bench").start()
-        env.update(stack.environ(), ALFRED_STATE_DIR=str(state))
+    env, stack = bench_stack("bench")
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     env["ALFRED_PUBLIC_URL"] = base
     web = None
     try:
-        _manage(env, "migrate", "--noinput")
         token = _manage(
             env,
             "alfred_token",

@@ -12,12 +12,13 @@ Writes bench/reports/engine.md and prints it.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.stack import bench_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "bench" / "reports" / "engine.md"
@@ -27,28 +28,7 @@ CONCURRENCY = 2
 
 
 def _setup() -> tuple[dict[str, str], Any]:
-    from alfred.embedded import EmbeddedStack
-
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "alfred.settings",
-        "ALFRED_ENV": "test",
-        "ALFRED_LOG_LEVEL": "WARNING",
-        "ALFRED_EXTRA_WORKFLOWS": "bench.workflows",
-    }
-    stack = None
-    if not (env.get("DATABASE_URL") and env.get("CELERY_BROKER_URL")):
-        state = ROOT / ".alfred" / "bench-engine"
-        shutil.rmtree(state, ignore_errors=True)
-        stack = EmbeddedStack(base=state, database="alfred_bench").start()
-        env.update(stack.environ(), ALFRED_STATE_DIR=str(state))
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "--noinput"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-    )
+    env, stack = bench_stack("bench-engine", ALFRED_EXTRA_WORKFLOWS="bench.workflows")
     os.environ.update(env)
     import django
 

@@ -100,7 +100,7 @@ def test_five_hundred_waiting_runs_hold_no_worker(api, integration_token):
     worker = WorkerProcess("many").start(concurrency=2)
     try:
         sleepers = [
-            submit(api, "test-waits", {"label": f"z{i}", "mode": "sleep", "seconds": 20}).json()[
+            submit(api, "test-waits", {"label": f"z{i}", "mode": "sleep", "seconds": 3600}).json()[
                 "id"
             ]
             for i in range(250)
@@ -121,6 +121,17 @@ def test_five_hundred_waiting_runs_hold_no_worker(api, integration_token):
         assert finished(quick["id"], worker, timeout=60).status == "succeeded"
         assert Execution.objects.filter(pk__in=waiting, status="waiting").count() == 500
 
+        # an hour passes for the sleepers (their timers and receipts say so), and the hooks
+        # are answered, each twice
+        from django.utils import timezone
+
+        from executions.models import StepReceipt, Timer
+
+        now = timezone.now()
+        Timer.objects.filter(run__execution_id__in=sleepers).update(due_at=now)
+        StepReceipt.objects.filter(run__execution_id__in=sleepers, kind="sleep").update(
+            output={"due": now.isoformat()}
+        )
         for i in range(250):
             hook_signal(token=f"go-k{i}", idempotency_key="s", payload={}, principal="ops")
             hook_signal(token=f"go-k{i}", idempotency_key="s", payload={}, principal="ops")

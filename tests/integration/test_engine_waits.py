@@ -25,7 +25,7 @@ def status_becomes(execution_id: str, status: str, timeout: float = 30) -> None:
 
 
 def test_a_sleep_holds_no_worker_and_resumes_when_due(api, worker):
-    sleeper = submit(api, "test-waits", {"label": "nap", "mode": "sleep", "seconds": 2}).json()
+    sleeper = submit(api, "test-waits", {"label": "nap", "mode": "sleep", "seconds": 6}).json()
     status_becomes(sleeper["id"], "waiting")
 
     # the only worker process is free meanwhile

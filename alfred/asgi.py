@@ -1,3 +1,4 @@
+import logging
 import os
 
 from django.core.asgi import get_asgi_application
@@ -6,3 +7,22 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "alfred.settings")
 # See ALFRED_DB_POOL_SIZE in settings: a request under ASGI runs on a fresh thread.
 os.environ.setdefault("ALFRED_DB_POOL_SIZE", "10")
 application = get_asgi_application()
+
+
+def _release_ready_lanes() -> None:
+    """Before serving triggers: lanes left blocked whose owner holds valid readiness evidence
+    are released (DESIGN §5). Read-only instances change nothing. If the database does not
+    answer yet, serve anyway: /readyz says so, and the next start tries again."""
+    from django.conf import settings
+
+    from lanes.reconciler import lanes_release_ready
+
+    if settings.ALFRED_READ_ONLY:
+        return
+    try:
+        lanes_release_ready()
+    except Exception:
+        logging.getLogger(__name__).exception("releasing ready lanes at start failed")
+
+
+_release_ready_lanes()

@@ -166,6 +166,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": env.float("ALFRED_TIMER_SCAN_SECONDS", default=1.0),
         "options": {"queue": "scanners", "expires": 5},
     },
+    "lanes-reconcile": {
+        "task": "lanes.tasks.reconcile",
+        "schedule": env.float("ALFRED_LANE_RECONCILE_SECONDS", default=5.0),
+        "options": {"queue": "scanners", "expires": 10},
+    },
     "runs-recover": {
         "task": "executions.tasks.runs_recover",
         "schedule": env.float("ALFRED_RECOVERY_SCAN_SECONDS", default=5.0),

@@ -4,6 +4,7 @@ Redis by its own tasks."""
 from __future__ import annotations
 
 import time
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from celery import shared_task
@@ -14,7 +15,8 @@ def timing_client() -> redis.Redis:
     url = settings.CELERY_BROKER_URL
     if url.startswith("redis+socket://"):
         return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"), db=2)
-    return redis.Redis.from_url(url, db=2)
+    parts = urlsplit(url)  # redis-py lets the URL's database win over a db= argument
+    return redis.Redis.from_url(urlunsplit(parts._replace(path="/2")))
 
 
 @shared_task(name="bench.tasks.noop", acks_late=True, ignore_result=True)

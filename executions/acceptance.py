@@ -203,6 +203,7 @@ def _create(
         predecessor=predecessor,
         accepted_payload={"lane": _lane_payload(lane)},
     )
+    _lane_event(execution, lane)
     return execution, lane
 
 
@@ -221,6 +222,7 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
         done=done,
     )
     lane = _claim(req, execution.id, urgent=True)
+    _lane_event(execution, lane)
     event_emit(
         execution_id=execution.id,
         type="execution.continued",
@@ -228,6 +230,18 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
         payload={"run": run.id, "from_status": previous_status, "lane": _lane_payload(lane)},
     )
     return execution, lane
+
+
+def _lane_event(execution: Execution, lane: LaneClaimResult | None) -> None:
+    if lane is None:
+        return
+    kind = "acquired" if lane.role == "owner" else "queued"
+    event_emit(
+        execution_id=execution.id,
+        type=f"lane.{kind}",
+        key=event_key(execution.id, f"{execution.current_run_id}:lane:{kind}"),
+        payload=_lane_payload(lane) or {},
+    )
 
 
 def _lane_payload(lane: LaneClaimResult | None) -> dict[str, Any] | None:

@@ -9,9 +9,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from alfred.authentication import principal_of
 from alfred.openapi import JSON, problems
+from alfred.permissions import IsOperator
+from alfred.problems import Problem
 from lanes.models import Lane, LaneWaiter
 from lanes.selectors import lane_list, lane_queue
+from lanes.services import LaneOwnerMismatch, lane_recover
 
 
 class LaneWaiterSerializer(serializers.ModelSerializer):
@@ -73,3 +77,41 @@ class LaneDetailApi(APIView):
         if lane is None:
             raise Http404
         return Response(LaneDetailSerializer(lane).data)
+
+
+class LaneRecoverSerializer(serializers.Serializer):
+    expected_owner = serializers.CharField(
+        allow_null=True, help_text="The owner you saw: refused (409) if it changed meanwhile."
+    )
+    reason = serializers.CharField(min_length=3, max_length=1000)
+    to = serializers.CharField(
+        required=False, help_text="A queued execution to hand the lane to (default: the next)."
+    )
+
+
+class LaneRecoverApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="lanes_recover",
+        summary="Release a blocked lane to the next in line (operator; audited)",
+        request=LaneRecoverSerializer,
+        responses={(202, JSON): LaneDetailSerializer, **problems(400, 403, 404, 409, 422)},
+    )
+    def post(self, request: Request, key: str) -> Response:
+        form = LaneRecoverSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            lane_recover(
+                key=key,
+                expected_owner=form.validated_data["expected_owner"],
+                actor=principal_of(request.user),
+                reason=form.validated_data["reason"],
+                to=form.validated_data.get("to"),
+            )
+        except Lane.DoesNotExist:
+            raise Http404 from None
+        except LaneOwnerMismatch as exc:
+            raise Problem("invalid_state", str(exc), lane=key, owner=exc.actual) from None
+        lane = lane_list().get(key=key)
+        return Response(LaneDetailSerializer(lane).data, status=202)

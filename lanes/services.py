@@ -125,3 +125,109 @@ def _swap(key: str, expected: tuple[str | None, str, int], **changes: object) ->
     )
     if changed != 1:
         raise LaneRaceLost(f"lane {key} changed under us (expected version {version})")
+
+
+class LaneOwnerMismatch(Exception):
+    """An operator named an owner the lane no longer has (someone acted first)."""
+
+    def __init__(self, key: str, expected: str | None, actual: str | None) -> None:
+        super().__init__(f"lane {key} is owned by {actual}, not {expected}")
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+
+
+def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> str | None:
+    """Release ``lane`` (its row locked by the caller) and give it to the next in line — or
+    to the queued execution ``to`` — dispatching that one after commit, in this
+    transaction. Returns the new owner, or None when nobody waits (the lane is free)."""
+    from executions.engine.dispatch import run_dispatch_on_commit
+    from executions.events.outbox import event_emit, event_key
+    from executions.models import Execution
+
+    waiters = LaneWaiter.objects.filter(lane_id=lane.key)
+    waiter = (waiters.filter(execution_id=to) if to else waiters.order_by("priority", "id")).first()
+    if to and waiter is None:
+        raise LaneOwnerMismatch(lane.key, to, None)
+    previous = lane.owner_id
+    expected = (previous, lane.state, lane.version)
+    if waiter is None:
+        _swap(
+            lane.key, expected, state=LaneState.FREE, owner_id=None, owner_token=None, reason=reason
+        )
+    else:
+        _swap(
+            lane.key,
+            expected,
+            state=LaneState.HELD,
+            owner_id=waiter.execution_id,
+            owner_token=waiter.token,
+            reason="",
+        )
+        waiter.delete()
+    version = lane.version + 1
+    if previous:
+        event_emit(
+            execution_id=previous,
+            type="lane.released",
+            key=event_key(previous, f"lane:{lane.key}:{version}:released"),
+            payload={"lane": lane.key, "reason": reason, "next": waiter and waiter.execution_id},
+        )
+    if waiter is not None:
+        event_emit(
+            execution_id=waiter.execution_id,
+            type="lane.acquired",
+            key=event_key(waiter.execution_id, f"lane:{lane.key}:{version}:acquired"),
+            payload={"lane": lane.key, "after": previous},
+        )
+        run_id = (
+            Execution.objects.filter(pk=waiter.execution_id)
+            .values_list("current_run_id", flat=True)
+            .first()
+        )
+        if run_id:
+            run_dispatch_on_commit(run_id)
+        return waiter.execution_id
+    return None
+
+
+def lane_mark_recovery_required(lane: Lane, *, reason: str) -> None:
+    """Block ``lane`` (row locked by the caller) for an operator."""
+    from executions.events.outbox import event_emit, event_key
+
+    _swap(
+        lane.key,
+        (lane.owner_id, lane.state, lane.version),
+        state=LaneState.RECOVERY_REQUIRED,
+        reason=reason,
+    )
+    if lane.owner_id:
+        event_emit(
+            execution_id=lane.owner_id,
+            type="lane.recovery_required",
+            key=event_key(lane.owner_id, f"lane:{lane.key}:{lane.version + 1}:recovery"),
+            payload={"lane": lane.key, "reason": reason},
+        )
+
+
+def lane_recover(
+    *, key: str, expected_owner: str | None, actor: str, reason: str, to: str | None = None
+) -> str | None:
+    """An operator releases a lane (and it goes to the next in line, or to ``to``). Names the
+    owner they saw: a lane that changed hands meanwhile is refused. Audited."""
+    from executions.models import AuditEntry
+
+    with transaction.atomic(durable=True):
+        lane = Lane.objects.select_for_update().get(key=key)
+        if lane.owner_id != expected_owner:
+            raise LaneOwnerMismatch(key, expected_owner, lane.owner_id)
+        new_owner = lane_hand_over(lane, reason=f"recovered by {actor}: {reason}", to=to)
+        AuditEntry.objects.create(
+            actor=actor,
+            action="lane.recover",
+            target_type="lane",
+            target_id=key,
+            reason=reason,
+            data={"owner": expected_owner, "next": new_owner},
+        )
+        return new_owner

@@ -12,6 +12,7 @@ import signal
 import time
 from collections.abc import Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.conf import settings
@@ -25,9 +26,10 @@ def counters() -> redis.Redis:
     url = settings.CELERY_BROKER_URL
     if url.startswith("redis+socket://"):
         return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"), db=1)
-    client = redis.Redis.from_url(url)
-    broker_db = int(client.connection_pool.connection_kwargs.get("db", 0))
-    return redis.Redis.from_url(url, db=(broker_db + 1) % 16)
+    # (redis-py lets the URL's own database win over a db= argument: set it in the URL)
+    parts = urlsplit(url)
+    broker_db = int(parts.path.strip("/") or 0)
+    return redis.Redis.from_url(urlunsplit(parts._replace(path=f"/{(broker_db + 1) % 16}")))
 
 
 def effect(label: str, name: str) -> int:
@@ -258,7 +260,40 @@ class Mutating(TestWorkflow):
         return ctx.step("change", lambda: receipt, mutation=True)
 
 
+class Infra(TestWorkflow):
+    """Work on the aws-infrastructure lane, standing in for onboard/add-domain/certificate."""
+
+    name = "test-infra"
+    stages = ("plan", "apply", "verify")
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        not_ready={"type": "boolean"}, seconds={"type": "number"}
+    )
+    lane_description = "aws-infrastructure"
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        return LaneClaim("aws-infrastructure")
+
+    def stage_plan(self, ctx: Any) -> Any:
+        if ctx.input.get("not_ready"):
+            raise ReadinessFailure(
+                "the zone is not delegated",
+                code="zone_not_delegated",
+                checks=[{"name": "ns-delegation", "ok": False}],
+            )
+        return {}
+
+    def stage_apply(self, ctx: Any) -> Any:
+        label = ctx.input["label"]
+        counters().rpush("alfred-test:infra-order", label)
+        time.sleep(ctx.input.get("seconds", 0))
+        return ctx.step("change", effect, label, "change")
+
+    def stage_verify(self, ctx: Any) -> Any:
+        return {"ok": True}
+
+
 WORKFLOWS = [
+    Infra(),
     Counter(),
     Waits(),
     Flaky(),

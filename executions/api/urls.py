@@ -1,7 +1,7 @@
 from django.urls import path
 
 from executions.api import views
-from lanes.api import LaneDetailApi, LaneListApi
+from lanes.api import LaneDetailApi, LaneListApi, LaneRecoverApi
 
 urlpatterns = [
     path("workflows", views.WorkflowListApi.as_view(), name="workflow-list"),
@@ -31,5 +31,6 @@ urlpatterns = [
     ),
     path("audit", views.AuditEntryListApi.as_view(), name="audit-list"),
     path("lanes", LaneListApi.as_view(), name="lane-list"),
+    path("lanes/<path:key>/recover", LaneRecoverApi.as_view(), name="lane-recover"),
     path("lanes/<path:key>", LaneDetailApi.as_view(), name="lane-detail"),
 ]

@@ -81,9 +81,10 @@ def test_after_a_failed_attempt_the_same_key_is_accepted(api, fail_on_insert):
 # The number of SQL queries one acceptance makes, authentication included. The transaction
 # (BEGIN, COMMIT counted): key lookup, identity lookup (FOR UPDATE), execution, run, stages,
 # lane create-or-lock, then either queue check + compare-and-swap (owner) or waiter insert +
-# queue position (queued), event, delivery key = 12 (BEGIN and COMMIT included); around it
-# the token lookup and the answer's stages, pending approval and children = 4.
-ACCEPTANCE_QUERIES = 16
+# queue position (queued), the accepted event, the lane event, delivery key = 13 (BEGIN and
+# COMMIT included); around it the token lookup and the answer's stages, pending approval and
+# children = 4.
+ACCEPTANCE_QUERIES = 17
 
 
 @pytest.mark.parametrize("role", ["owner", "queued"])

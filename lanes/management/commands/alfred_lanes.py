@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from lanes.models import Lane
+from lanes.selectors import lane_list, lane_queue
+from lanes.services import LaneOwnerMismatch, lane_recover
+
+
+class Command(BaseCommand):
+    help = "List, show and recover concurrency lanes (recover is audited)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        sub.add_parser("list", help="every lane: state, owner, queue length")
+        show = sub.add_parser("show", help="one lane and its queue")
+        show.add_argument("key")
+        recover = sub.add_parser("recover", help="release a lane to the next in line")
+        recover.add_argument("key")
+        recover.add_argument("--owner", required=True, help="the owner you expect (or 'none')")
+        recover.add_argument("--reason", required=True)
+        recover.add_argument("--to", help="a queued execution to hand the lane to")
+        recover.add_argument("--actor", default="cli", help="who you are, for the audit log")
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        if action == "list":
+            for row in lane_list():
+                self.stdout.write(
+                    f"{row.key}\t{row.state}\t{row.owner_id or '-'}\t"
+                    f"queued={row.queued_count}\t{row.reason}"  # type: ignore[attr-defined]
+                )
+        elif action == "show":
+            lane = Lane.objects.filter(key=options["key"]).first()
+            if lane is None:
+                raise CommandError(f"no lane {options['key']!r}")
+            self.stdout.write(
+                f"{lane.key}: {lane.state}, owner {lane.owner_id or '-'}, "
+                f"version {lane.version}; {lane.reason}"
+            )
+            for position, waiter in enumerate(lane_queue(lane.key), start=1):
+                self.stdout.write(f"  {position}. {waiter.execution_id} ({waiter.token or '-'})")
+        elif action == "recover":
+            owner = None if options["owner"] == "none" else options["owner"]
+            try:
+                new_owner = lane_recover(
+                    key=options["key"],
+                    expected_owner=owner,
+                    actor=f"cli:{options['actor']}",
+                    reason=options["reason"],
+                    to=options["to"],
+                )
+            except Lane.DoesNotExist:
+                raise CommandError(f"no lane {options['key']!r}") from None
+            except LaneOwnerMismatch as exc:
+                raise CommandError(str(exc)) from None
+            self.stdout.write(f"{options['key']}: released to {new_owner or 'nobody (free)'}")

@@ -1,0 +1,168 @@
+"""The lane reconciler (DESIGN §5): observe a lane's owner — its execution and its bound run —
+and decide retain, release or recovery_required. It runs on every terminal transition (at
+once, for that lane) and from beat over every busy lane (the guarantee); both paths are
+compare-and-swap writes, so two reconcilers racing release a lane once.
+
+Decisions:
+- live or suspended run → retain;
+- succeeded / rolled_back, consistent with the run → release, and hand to the next in line;
+- failed with a schema-valid readiness failure in the planning stage and no later stage
+  started → release;
+- anything else (canceled, unclassified failure, missing run, contradictory state) →
+  recovery_required: the lane stays blocked for an operator.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from executions.engine.errors import readiness_is_valid
+from executions.models import (
+    ACTIVE_STATUSES,
+    Execution,
+    ExecutionStatus,
+    Run,
+    RunStatus,
+    Stage,
+    StageStatus,
+)
+from lanes.models import Lane, LaneState, LaneWaiter
+from lanes.services import lane_hand_over, lane_mark_recovery_required
+
+log = logging.getLogger(__name__)
+
+BATCH = 200
+
+
+class Action(enum.Enum):
+    RETAIN = "retain"
+    RELEASE = "release"
+    RECOVERY_REQUIRED = "recovery_required"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    reason: str
+
+
+_LIVE_RUN = {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING}
+
+
+def lane_decide(owner: Execution | None, run: Run | None, stages: list[Stage]) -> Decision:
+    """The rule, on what was observed (pure: no reads, no writes)."""
+    if owner is None:
+        return Decision(Action.RECOVERY_REQUIRED, "the owner execution is missing")
+    if run is None:
+        return Decision(Action.RECOVERY_REQUIRED, f"{owner.id} has no bound run")
+    if owner.status in ACTIVE_STATUSES:
+        if run.status in _LIVE_RUN:
+            return Decision(Action.RETAIN, f"{owner.id} is {owner.status}")
+        return Decision(
+            Action.RECOVERY_REQUIRED, f"{owner.id} is {owner.status} but its run is {run.status}"
+        )
+    if owner.status in (ExecutionStatus.SUCCEEDED, ExecutionStatus.ROLLED_BACK):
+        if run.status == RunStatus.SUCCEEDED:
+            return Decision(Action.RELEASE, f"{owner.id} {owner.status}")
+        return Decision(
+            Action.RECOVERY_REQUIRED, f"{owner.id} {owner.status} but its run is {run.status}"
+        )
+    if owner.status == ExecutionStatus.FAILED:
+        return _readiness(owner, stages)
+    return Decision(Action.RECOVERY_REQUIRED, f"{owner.id} was {owner.status}")
+
+
+def _readiness(owner: Execution, stages: list[Stage]) -> Decision:
+    """A failed owner lets the lane go only on evidence that it changed nothing."""
+    if not stages:
+        return Decision(Action.RECOVERY_REQUIRED, f"{owner.id} failed; no stage to inspect")
+    planning, later = stages[0], stages[1:]
+    error: Any = planning.error
+    if planning.status != StageStatus.FAILED or not isinstance(error, dict):
+        return Decision(Action.RECOVERY_REQUIRED, f"{owner.id} failed outside its planning stage")
+    if error.get("code") != "readiness_failure" or not readiness_is_valid(error.get("readiness")):
+        return Decision(Action.RECOVERY_REQUIRED, f"{owner.id} failed without readiness evidence")
+    started = [s.name for s in later if s.started_at is not None or s.status != StageStatus.PENDING]
+    if started:
+        return Decision(
+            Action.RECOVERY_REQUIRED, f"{owner.id} failed after stage {started[0]} started"
+        )
+    return Decision(Action.RELEASE, f"{owner.id} was not ready: {error['readiness']['code']}")
+
+
+def lane_reconcile(key: str, *, wait: bool = True) -> Decision | None:
+    """Reconcile one lane; None when there was nothing to decide (free, nobody waiting).
+    ``wait=False`` (the beat tick) skips a lane another writer holds right now."""
+    with transaction.atomic(durable=True):
+        lanes = Lane.objects.select_for_update(skip_locked=not wait).filter(key=key)
+        lane = lanes.first()
+        if lane is None:
+            return None  # unknown, or (not waiting) another writer holds it right now
+        if lane.state == LaneState.FREE:
+            if LaneWaiter.objects.filter(lane_id=key).exists():
+                lane_hand_over(lane, reason="a queued execution waited on a free lane")
+                return Decision(Action.RELEASE, "lost handoff")
+            return None
+        if lane.state == LaneState.RECOVERY_REQUIRED:
+            return Decision(Action.RECOVERY_REQUIRED, lane.reason)
+        decision = _observe(lane)
+        if decision.action is Action.RELEASE:
+            lane_hand_over(lane, reason=decision.reason)
+        elif decision.action is Action.RECOVERY_REQUIRED:
+            lane_mark_recovery_required(lane, reason=decision.reason)
+        return decision
+
+
+def _observe(lane: Lane) -> Decision:
+    owner = Execution.objects.filter(pk=lane.owner_id).first()
+    run = None
+    stages: list[Stage] = []
+    if owner is not None and owner.current_run_id:
+        run = Run.objects.filter(pk=owner.current_run_id).first()
+        stages = list(Stage.objects.filter(run_id=owner.current_run_id).order_by("position"))
+    return lane_decide(owner, run, stages)
+
+
+def lanes_reconcile(batch: int = BATCH) -> int:
+    """The beat tick: every held lane, and every free lane someone waits on. Costs what is
+    busy: the lanes scanned are found through partial indexes on non-free state."""
+    busy = Lane.objects.exclude(state=LaneState.FREE).values_list("key", flat=True)
+    stranded = (
+        LaneWaiter.objects.filter(lane__state=LaneState.FREE)
+        .values_list("lane_id", flat=True)
+        .distinct()
+    )
+    keys = sorted({*busy[:batch], *stranded[:batch]})
+    for key in keys:
+        try:
+            lane_reconcile(key, wait=False)
+        except Exception:
+            log.exception("reconciling lane %s failed; the next tick tries again", key)
+    return len(keys)
+
+
+def lanes_release_ready() -> list[str]:
+    """At the API process's start: the rule again, once, for every lane an operator has not
+    recovered yet — a restart never leaves a safely releasable lane blocked. Compare-and-swap:
+    two processes starting together release a lane once. Returns the lanes released."""
+    released = []
+    keys = Lane.objects.filter(state=LaneState.RECOVERY_REQUIRED).values_list("key", flat=True)
+    for key in list(keys):
+        with transaction.atomic(durable=True):
+            lane = (
+                Lane.objects.select_for_update(skip_locked=True)
+                .filter(key=key, state=LaneState.RECOVERY_REQUIRED)
+                .first()
+            )
+            if lane is None:
+                continue  # released by another process meanwhile, or being
+            decision = _observe(lane)
+            if decision.action is Action.RELEASE:
+                lane_hand_over(lane, reason=f"released at start: {decision.reason}")
+                released.append(key)
+    return released

@@ -1,0 +1,256 @@
+"""The lane reconciler's decisions (DESIGN §5), against real PostgreSQL; a real worker where
+the terminal transition itself must hand the lane over."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections
+
+from executions.models import Execution, OutboxEvent, Run, Stage
+from lanes.models import Lane, LaneWaiter
+from lanes.reconciler import Action, lane_reconcile, lanes_release_ready
+from tests.conftest import wait_for
+from tests.helpers import submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = "aws-infrastructure"
+READY = {
+    "code": "readiness_failure",
+    "message": "not ready",
+    "readiness": {
+        "code": "zone_not_delegated",
+        "message": "not ready",
+        "checks": [{"name": "ns", "ok": False}],
+    },
+}
+
+
+def _owner_and_next(api) -> tuple[str, str]:
+    owner = submit(api, "add-domain", {"domain": "one.example"}).json()["id"]
+    queued = submit(api, "add-domain", {"domain": "two.example"}).json()["id"]
+    return owner, queued
+
+
+def _finish(execution_id: str, status: str, run_status: str, **stages: dict) -> None:
+    execution = Execution.objects.get(pk=execution_id)
+    Execution.objects.filter(pk=execution_id).update(status=status)
+    Run.objects.filter(pk=execution.current_run_id).update(status=run_status)
+    for name, fields in stages.items():
+        Stage.objects.filter(run_id=execution.current_run_id, name=name).update(**fields)
+
+
+def test_a_live_owner_keeps_its_lane(api):
+    owner, _ = _owner_and_next(api)
+
+    decision = lane_reconcile(KEY)
+
+    assert decision is not None and decision.action is Action.RETAIN
+    assert Lane.objects.get(key=KEY).owner_id == owner
+
+
+def test_a_succeeded_owner_releases_to_the_next_in_line(api):
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "succeeded", "succeeded")
+
+    decision = lane_reconcile(KEY)
+
+    assert decision is not None and decision.action is Action.RELEASE
+    lane = Lane.objects.get(key=KEY)
+    assert (lane.state, lane.owner_id) == ("held", queued)
+    assert not LaneWaiter.objects.exists()
+    assert OutboxEvent.objects.filter(execution_id=owner, type="lane.released").exists()
+    assert OutboxEvent.objects.filter(execution_id=queued, type="lane.acquired").exists()
+
+
+def test_a_readiness_failure_in_planning_releases(api):
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
+
+    assert lane_reconcile(KEY).action is Action.RELEASE
+    assert Lane.objects.get(key=KEY).owner_id == queued
+
+
+@pytest.mark.parametrize(
+    ("status", "run_status", "stages"),
+    [
+        ("canceled", "canceled", {}),
+        ("failed", "failed", {"plan": {"status": "failed", "error": {"code": "unclassified"}}}),
+        (
+            "failed",
+            "failed",
+            {
+                "plan": {
+                    "status": "failed",
+                    "error": {"code": "readiness_failure", "readiness": {"code": "x"}},
+                }
+            },
+        ),  # malformed evidence
+        (
+            "failed",
+            "failed",
+            {"plan": {"status": "failed", "error": READY}, "certificate": {"status": "failed"}},
+        ),  # a later stage started
+        (
+            "failed",
+            "failed",
+            {"plan": {"status": "succeeded"}, "dns": {"status": "failed", "error": READY}},
+        ),  # not in planning
+        ("succeeded", "failed", {}),  # contradictory
+        ("running", "succeeded", {}),  # contradictory
+    ],
+    ids=[
+        "canceled",
+        "unclassified",
+        "malformed",
+        "later-stage",
+        "not-planning",
+        "succeeded-but-run-failed",
+        "running-but-run-done",
+    ],
+)
+def test_anything_else_blocks_the_lane_for_an_operator(api, status, run_status, stages):
+    owner, queued = _owner_and_next(api)
+    _finish(owner, status, run_status, **stages)
+
+    decision = lane_reconcile(KEY)
+
+    assert decision is not None and decision.action is Action.RECOVERY_REQUIRED
+    lane = Lane.objects.get(key=KEY)
+    assert (lane.state, lane.owner_id) == ("recovery_required", owner)
+    assert LaneWaiter.objects.get().execution_id == queued  # the queue is kept
+    assert OutboxEvent.objects.filter(execution_id=owner, type="lane.recovery_required").exists()
+
+
+def test_a_missing_run_blocks_the_lane(api):
+    owner, _ = _owner_and_next(api)
+    Execution.objects.filter(pk=owner).update(current_run=None)
+
+    assert lane_reconcile(KEY).action is Action.RECOVERY_REQUIRED
+
+
+def test_a_lost_handoff_is_completed(api):
+    _, queued = _owner_and_next(api)
+    Lane.objects.filter(key=KEY).update(state="free", owner=None)
+
+    lane_reconcile(KEY)
+
+    assert Lane.objects.get(key=KEY).owner_id == queued
+
+
+def _concurrently(fn, times: int = 2) -> list:
+    barrier = threading.Barrier(times)
+    results: list = []
+
+    def call() -> None:
+        try:
+            barrier.wait(10)
+            results.append(fn())
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=call) for _ in range(times)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return results
+
+
+def test_two_reconcilers_racing_release_once(api):
+    owner, queued = _owner_and_next(api)
+    third = submit(api, "add-domain", {"domain": "three.example"}).json()["id"]
+    _finish(owner, "succeeded", "succeeded")
+    version = Lane.objects.get(key=KEY).version
+
+    _concurrently(lambda: lane_reconcile(KEY))
+
+    lane = Lane.objects.get(key=KEY)
+    assert lane.owner_id == queued and lane.version == version + 1
+    assert list(LaneWaiter.objects.values_list("execution_id", flat=True)) == [third]
+    assert OutboxEvent.objects.filter(type="lane.released").count() == 1
+
+
+def test_the_api_start_releases_ready_lanes_once_and_leaves_the_others(api):
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
+    Lane.objects.filter(key=KEY).update(state="recovery_required", reason="crash")
+    other = submit(
+        api, "update-lambda-version", {"target": "t", "environment": "e", "version": "1"}
+    ).json()["id"]
+    _finish(other, "canceled", "canceled")
+    Lane.objects.filter(key="lambda:t:e").update(state="recovery_required", reason="canceled")
+
+    results = _concurrently(lanes_release_ready)
+
+    released = [key for result in results for key in result]
+    assert released == [KEY]  # released by exactly one of the two
+    assert Lane.objects.get(key=KEY).owner_id == queued
+    assert Lane.objects.get(key="lambda:t:e").state == "recovery_required"
+
+
+@pytest.mark.worker
+def test_the_terminal_transition_hands_the_lane_over_at_once(api, worker):
+    first = submit(api, "test-infra", {"label": "i1"}).json()["id"]
+    second = submit(api, "test-infra", {"label": "i2"}).json()["id"]
+
+    wait_for(lambda: Execution.objects.filter(pk=second, status="succeeded").exists(), 60)
+
+    done = OutboxEvent.objects.get(execution_id=first, type="execution.succeeded")
+    acquired = OutboxEvent.objects.get(execution_id=second, type="lane.acquired")
+    assert (acquired.created_at - done.created_at).total_seconds() < 1.0
+    assert Lane.objects.get(key=KEY).state == "free"
+
+
+def test_an_operator_recovers_a_blocked_lane_with_an_audit_entry(api, operator_api):
+    from executions.models import AuditEntry
+    from tests.helpers import assert_problem
+
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "canceled", "canceled")
+    lane_reconcile(KEY)
+    url = f"/api/v1/lanes/{KEY}/recover"
+
+    assert_problem(
+        api.post(url, {"expected_owner": owner, "reason": "checked"}, format="json"),
+        403,
+        "permission_denied",
+    )
+    stale = operator_api.post(
+        url, {"expected_owner": "exe_other", "reason": "checked"}, format="json"
+    )
+    assert_problem(stale, 409, "invalid_state")
+    response = operator_api.post(
+        url, {"expected_owner": owner, "reason": "DNS checked by hand"}, format="json"
+    )
+
+    assert response.status_code == 202
+    assert response.json()["owner"] == queued
+    entry = AuditEntry.objects.get(action="lane.recover")
+    assert (entry.target_id, entry.reason) == (KEY, "DNS checked by hand")
+    assert entry.data == {"owner": owner, "next": queued}
+
+
+def test_the_lanes_command_lists_shows_and_recovers(api):
+    import io
+
+    from django.core.management import call_command
+
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "canceled", "canceled")
+    lane_reconcile(KEY)
+    out = io.StringIO()
+
+    call_command("alfred_lanes", "list", stdout=out)
+    call_command("alfred_lanes", "show", KEY, stdout=out)
+    call_command(
+        "alfred_lanes", "recover", KEY, "--owner", owner, "--reason", "by hand", stdout=out
+    )
+
+    text = out.getvalue()
+    assert f"{KEY}\trecovery_required\t{owner}\tqueued=1" in text
+    assert f"1. {queued}" in text
+    assert f"released to {queued}" in text
+    assert Lane.objects.get(key=KEY).owner_id == queued

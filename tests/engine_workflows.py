@@ -266,7 +266,7 @@ class Infra(TestWorkflow):
     name = "test-infra"
     stages = ("plan", "apply", "verify")
     input_schema: ClassVar[dict[str, Any]] = _schema(
-        not_ready={"type": "boolean"}, seconds={"type": "number"}
+        not_ready={"type": "boolean"}, seconds={"type": "number"}, with_child={"type": "boolean"}
     )
     lane_description = "aws-infrastructure"
 
@@ -289,6 +289,9 @@ class Infra(TestWorkflow):
         return ctx.step("change", effect, label, "change")
 
     def stage_verify(self, ctx: Any) -> Any:
+        if ctx.input.get("with_child"):
+            child = ctx.child("cert", "test-infra", {"label": f"{ctx.input['label']}-cert"})
+            return {"ok": True, "child": child["status"]}
         return {"ok": True}
 
 

@@ -254,3 +254,61 @@ def test_the_lanes_command_lists_shows_and_recovers(api):
     assert f"1. {queued}" in text
     assert f"released to {queued}" in text
     assert Lane.objects.get(key=KEY).owner_id == queued
+
+
+def test_a_reconciler_killed_mid_transaction_changes_nothing(api):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from django.db import connection
+
+    from tests.conftest import ROOT, subprocess_database_url
+
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "succeeded", "succeeded")
+    version = Lane.objects.get(key=KEY).version
+    with connection.cursor() as cursor:  # the lane write stalls inside its transaction
+        cursor.execute(
+            "CREATE FUNCTION alfred_test_stall() RETURNS trigger AS $$ BEGIN "
+            "PERFORM pg_sleep(2); RETURN NEW; END $$ LANGUAGE plpgsql"
+        )
+        cursor.execute(
+            "CREATE TRIGGER alfred_test_stall BEFORE UPDATE ON lanes_lane "
+            "FOR EACH ROW EXECUTE FUNCTION alfred_test_stall()"
+        )
+    try:
+        reconciler = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import django; django.setup(); "
+                "from lanes.reconciler import lane_reconcile; lane_reconcile('aws-infrastructure')",
+            ],
+            cwd=ROOT,
+            env={
+                **os.environ,
+                "DATABASE_URL": subprocess_database_url(),
+                "DJANGO_SETTINGS_MODULE": "alfred.settings",
+            },
+        )
+        time.sleep(1.5)  # inside the UPDATE by now
+        reconciler.send_signal(signal.SIGKILL)
+        reconciler.wait(10)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER alfred_test_stall ON lanes_lane")
+            cursor.execute("DROP FUNCTION alfred_test_stall()")
+
+    # the dead reconciler's transaction never committed: owner, version and queue as they were
+    lane = Lane.objects.get(key=KEY)
+    assert (lane.owner_id, lane.version) == (owner, version)
+    assert LaneWaiter.objects.get().execution_id == queued
+
+    # (this one waits for the dead one's row lock to go with its rolled-back transaction)
+    assert lane_reconcile(KEY).action is Action.RELEASE
+    lane = Lane.objects.get(key=KEY)
+    assert (lane.owner_id, lane.version) == (queued, version + 1)
+    assert OutboxEvent.objects.filter(type="lane.released").count() == 1

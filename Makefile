@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv run test lint fmt bench bench-engine bench-acceptance clean migrations-check
+.PHONY: help install venv run test lint fmt bench bench-engine bench-lanes bench-acceptance clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -59,6 +59,9 @@ bench: $(STAMP)
 
 bench-engine: $(STAMP)
 	$(BIN)/python -m bench engine
+
+bench-lanes: $(STAMP)
+	$(BIN)/python -m bench lanes
 
 bench-acceptance: $(STAMP)
 	$(BIN)/python -m bench acceptance

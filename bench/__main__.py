@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from bench import acceptance, engine
+from bench import acceptance, engine, lanes
 
-BENCHMARKS = {"acceptance": acceptance.main, "engine": engine.main}
+BENCHMARKS = {"acceptance": acceptance.main, "engine": engine.main, "lanes": lanes.main}
 
 
 def main(argv: list[str]) -> int:

@@ -213,15 +213,25 @@ def lane_mark_recovery_required(lane: Lane, *, reason: str) -> None:
 def lane_recover(
     *, key: str, expected_owner: str | None, actor: str, reason: str, to: str | None = None
 ) -> str | None:
-    """An operator releases a lane (and it goes to the next in line, or to ``to``). Names the
-    owner they saw: a lane that changed hands meanwhile is refused. Audited."""
-    from executions.models import AuditEntry
+    """An operator recovers a lane. Names the owner they saw: a lane that changed hands
+    meanwhile is refused. An owner that is active again (retried or continued while the lane
+    was blocked) gets its lane back and starts; otherwise the lane goes to the next in line,
+    or to ``to``. Audited."""
+    from executions.engine.dispatch import run_dispatch_on_commit
+    from executions.models import ACTIVE_STATUSES, AuditEntry, Execution
 
     with transaction.atomic(durable=True):
         lane = Lane.objects.select_for_update().get(key=key)
         if lane.owner_id != expected_owner:
             raise LaneOwnerMismatch(key, expected_owner, lane.owner_id)
-        new_owner = lane_hand_over(lane, reason=f"recovered by {actor}: {reason}", to=to)
+        owner = Execution.objects.filter(pk=lane.owner_id).first() if lane.owner_id else None
+        if to is None and owner is not None and owner.status in ACTIVE_STATUSES:
+            _swap(key, (lane.owner_id, lane.state, lane.version), state=LaneState.HELD, reason="")
+            if owner.current_run_id:
+                run_dispatch_on_commit(owner.current_run_id)
+            new_owner: str | None = owner.id
+        else:
+            new_owner = lane_hand_over(lane, reason=f"recovered by {actor}: {reason}", to=to)
         AuditEntry.objects.create(
             actor=actor,
             action="lane.recover",

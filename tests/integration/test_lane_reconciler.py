@@ -312,3 +312,20 @@ def test_a_reconciler_killed_mid_transaction_changes_nothing(api):
     lane = Lane.objects.get(key=KEY)
     assert (lane.owner_id, lane.version) == (queued, version + 1)
     assert OutboxEvent.objects.filter(type="lane.released").count() == 1
+
+
+def test_recovering_a_lane_whose_owner_was_retried_gives_it_back(api, operator_api):
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "canceled", "canceled")
+    lane_reconcile(KEY)
+    retried = operator_api.post(f"/api/v1/executions/{owner}/retry").json()
+    assert retried["lane"]["state"] == "recovery_required"  # recorded, waiting for the lane
+
+    from lanes.services import lane_recover
+
+    new_owner = lane_recover(key=KEY, expected_owner=owner, actor="ops", reason="finish it")
+
+    assert new_owner == owner
+    lane = Lane.objects.get(key=KEY)
+    assert (lane.state, lane.owner_id) == ("held", owner)
+    assert LaneWaiter.objects.get().execution_id == queued

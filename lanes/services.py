@@ -143,9 +143,11 @@ def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> str | N
     transaction. Returns the new owner, or None when nobody waits (the lane is free)."""
     from executions.engine.dispatch import run_dispatch_on_commit
     from executions.events.outbox import event_emit, event_key
-    from executions.models import Execution
+    from executions.models import TERMINAL_STATUSES, Execution
 
     waiters = LaneWaiter.objects.filter(lane_id=lane.key)
+    # Only an execution still waiting is eligible: one canceled while queued leaves the queue.
+    waiters.filter(execution__status__in=sorted(TERMINAL_STATUSES)).delete()
     waiter = (waiters.filter(execution_id=to) if to else waiters.order_by("priority", "id")).first()
     if to and waiter is None:
         raise LaneOwnerMismatch(lane.key, to, None)

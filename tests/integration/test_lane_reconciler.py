@@ -329,3 +329,66 @@ def test_recovering_a_lane_whose_owner_was_retried_gives_it_back(api, operator_a
     lane = Lane.objects.get(key=KEY)
     assert (lane.state, lane.owner_id) == ("held", owner)
     assert LaneWaiter.objects.get().execution_id == queued
+
+
+def test_a_continuation_queues_ahead_of_ordinary_work(api):
+    owner, first = _owner_and_next(api)
+    second = submit(api, "add-domain", {"domain": "three.example"}).json()["id"]
+    earlier = submit(api, "add-domain", {"domain": "earlier.example"}).json()["id"]
+    LaneWaiter.objects.filter(execution_id=earlier).delete()  # it ran and failed before
+    Execution.objects.filter(pk=earlier).update(status="failed")
+
+    again = submit(api, "add-domain", {"domain": "earlier.example"}).json()
+
+    assert again["acceptance"]["outcome"] == "continued"
+    assert again["lane"]["position"] == 1  # ahead: the infrastructure may be half-changed
+    order = list(
+        LaneWaiter.objects.order_by("priority", "id").values_list("execution_id", flat=True)
+    )
+    assert order == [earlier, first, second]
+    assert Lane.objects.get(key=KEY).owner_id == owner
+
+
+def test_two_api_processes_starting_together_release_a_ready_lane_once(api):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, subprocess_database_url
+
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
+    Lane.objects.filter(key=KEY).update(state="recovery_required", reason="crash")
+    version = Lane.objects.get(key=KEY).version
+    env = {
+        **os.environ,
+        "DATABASE_URL": subprocess_database_url(),
+        "DJANGO_SETTINGS_MODULE": "alfred.settings",
+    }
+
+    # what uvicorn does when it starts: import the ASGI application
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "-c", "import alfred.asgi"],
+            cwd=ROOT,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    assert [p.wait(60) for p in starts] == [0, 0]
+
+    lane = Lane.objects.get(key=KEY)
+    assert (lane.state, lane.owner_id, lane.version) == ("held", queued, version + 1)
+    assert OutboxEvent.objects.filter(type="lane.released").count() == 1
+
+
+def test_an_execution_canceled_while_queued_is_skipped(api):
+    owner, first = _owner_and_next(api)
+    second = submit(api, "add-domain", {"domain": "three.example"}).json()["id"]
+    api.post(f"/api/v1/executions/{first}/cancel")
+    _finish(owner, "succeeded", "succeeded")
+
+    lane_reconcile(KEY)
+
+    assert Lane.objects.get(key=KEY).owner_id == second
+    assert not LaneWaiter.objects.exists()

@@ -254,10 +254,7 @@ def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Out
         if locked is None:
             return Outcome.STOP
         execution, run = locked
-        Stage.objects.filter(run=run, name=stage_name).update(
-            status=StageStatus.SUCCEEDED, output=output, error=None, finished_at=now
-        )
-        _emit(execution.id, run, "stage.succeeded", stage_name)
+        _stage_end(execution, run, stage_name, StageStatus.SUCCEEDED, output=output)
         if last:
             execution_finish(execution, ExecutionStatus.SUCCEEDED, result=output)
             return Outcome.STOP
@@ -272,18 +269,29 @@ def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Out
 def _finish(
     claim: _Claim, stage_name: str, status: str, *, error: dict[str, Any] | None
 ) -> Outcome:
-    now = timezone.now()
     with transaction.atomic(durable=True):
         locked = _lock_current(claim)
         if locked is None:
             return Outcome.STOP
         execution, run = locked
-        Stage.objects.filter(run=run, name=stage_name).update(
-            status=StageStatus.FAILED, error=error, finished_at=now
-        )
-        _emit(execution.id, run, "stage.failed", stage_name, error=error)
+        _stage_end(execution, run, stage_name, StageStatus.FAILED, error=error)
         execution_finish(execution, status, error=error)
     return Outcome.STOP
+
+
+def _stage_end(
+    execution: Execution,
+    run: Run,
+    stage: str,
+    status: str,
+    *,
+    output: Any = None,
+    error: dict[str, Any] | None = None,
+) -> None:
+    Stage.objects.filter(run=run, name=stage).update(
+        status=status, output=output, error=error, finished_at=timezone.now()
+    )
+    _emit(execution.id, run, f"stage.{status}", stage, **({"error": error} if error else {}))
 
 
 def _fail_locked(execution: Execution, failure: FatalError) -> Outcome:

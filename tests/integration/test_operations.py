@@ -173,3 +173,21 @@ def test_the_admin_cancels_with_an_audit_entry(admin_client, api):
     assert Execution.objects.get(pk=body["id"]).status == "canceled"
     entry = AuditEntry.objects.get(target_id=body["id"])
     assert entry.action == "execution.cancel" and entry.actor.startswith("user:")
+
+
+@pytest.mark.django_db(transaction=True)  # the scheduler closes the connection it used
+def test_beat_installs_the_scans_as_periodic_tasks_editable_in_the_admin(admin_client):
+    from django_celery_beat.models import PeriodicTask
+    from django_celery_beat.schedulers import DatabaseScheduler
+
+    from alfred.celery import app
+
+    DatabaseScheduler(app=app)  # what `celery beat` does when it starts
+
+    tasks = dict(PeriodicTask.objects.values_list("name", "task"))
+    assert tasks["lanes-reconcile"] == "lanes.tasks.reconcile"
+    assert tasks["timers-scan"] == "executions.tasks.timers_scan"
+    assert tasks["runs-recover"] == "executions.tasks.runs_recover"
+    reconcile = PeriodicTask.objects.get(name="lanes-reconcile")
+    page = admin_client.get(f"/admin/django_celery_beat/periodictask/{reconcile.pk}/change/")
+    assert page.status_code == 200 and b"lanes.tasks.reconcile" in page.content

@@ -120,8 +120,7 @@ class Context:
         self._boundary()
         attempt = receipt.attempts + 1 if receipt is not None else 1
         try:
-            with self._heartbeat():
-                output = fn(*args, **kwargs)
+            output = fn(*args, **kwargs)
         except RetryableError as exc:
             if attempt >= retry.max_attempts:
                 raise FatalError(
@@ -319,10 +318,10 @@ class Context:
             raise FatalError("the run passed its deadline", code="timed_out")
 
     @contextmanager
-    def _heartbeat(self) -> Iterator[None]:
-        """Keep the lease while a step runs longer than a third of it, so that no other
-        worker takes the run over (and runs the step again) behind a slow provider call. The
-        beat runs on its own thread, with its own database connection, only once needed."""
+    def heartbeat(self) -> Iterator[None]:
+        """Keep the lease for as long as the stage runs, so that no other worker takes the run
+        over (and runs a step again) behind a slow provider call or slow stage code. One
+        thread per stage round; it opens its own database connection only once it renews."""
         stop = threading.Event()
 
         def beat() -> None:

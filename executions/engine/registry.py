@@ -20,7 +20,6 @@ class Definition:
     run_stage: Callable[[str, Context], Any]
     canonicalize: Callable[[Mapping[str, Any]], dict[str, Any]]
     deadline_seconds: float | None = None
-    planning_stage: str = "plan"
 
 
 _DEFINITIONS: dict[str, Definition] = {}

@@ -81,7 +81,8 @@ def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
             input=claimed.input,
             wake=_hint(run_id),
         )
-        output = definition.run_stage(stage, ctx)
+        with ctx.heartbeat():
+            output = definition.run_stage(stage, ctx)
     except Suspend as suspend:
         return _suspend(claimed, stage, suspend)
     except LeaseLost as lost:

@@ -392,3 +392,18 @@ def test_an_execution_canceled_while_queued_is_skipped(api):
 
     assert Lane.objects.get(key=KEY).owner_id == second
     assert not LaneWaiter.objects.exists()
+
+
+def test_a_read_only_instance_does_not_reconcile(api, settings):
+    from lanes.tasks import reconcile
+
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "succeeded", "succeeded")
+
+    settings.ALFRED_READ_ONLY = True
+    assert reconcile.apply().get() == 0
+    assert Lane.objects.get(key=KEY).owner_id == owner
+
+    settings.ALFRED_READ_ONLY = False
+    assert reconcile.apply().get() == 1
+    assert Lane.objects.get(key=KEY).owner_id == queued

@@ -26,7 +26,7 @@ $(BIN)/python:
 # Re-install only when pyproject.toml changes (or the venv was recreated).
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,sandbox]'
 	@touch $@
 
 install venv: $(STAMP)

@@ -1,0 +1,640 @@
+"""ArgoCD: what an application runs, and whether it has converged on a commit (httpx).
+
+Platform routing (DESIGN.md §6) commits Helm values and then waits until the ArgoCD
+applications that render them run that commit. ArgoCD's REST API reports an application as
+``GET /api/v1/applications/{name}``, a ``v1alpha1.Application``; this adapter reads the parts
+that matter into an :class:`ApplicationStatus` and judges them with :func:`assess`.
+
+**Converged on commit X** means all of:
+
+- ``status.sync.status == "Synced"``: the live state equals the desired state. Without it the
+  cluster still runs something else than the manifests ArgoCD rendered.
+- ``status.sync.revision == X`` (for a multi-source application, X is one of
+  ``status.sync.revisions``): the desired state it compared against was rendered from X.
+  "Synced" alone may be about an older commit that ArgoCD has not yet replaced with X (it polls
+  Git every few minutes unless a webhook tells it), so being Synced at an older revision is not
+  being converged on X.
+- ``status.health.status == "Healthy"``: the applied resources are up (Deployments rolled out,
+  Pods ready). Synced-but-Progressing is a rollout still under way; Degraded, Missing or
+  Suspended is not serving the change.
+- no operation running: no ``operation`` field and ``status.operationState.phase`` neither
+  ``Running`` nor ``Terminating``. A sync is Synced as soon as its resources are applied, then
+  waits for them to be healthy and runs PostSync hooks; until it finishes, its result is open.
+- the last operation did not fail: ``operationState.phase`` is ``Succeeded``, not ``Failed``
+  or ``Error``. A sync can apply every resource (Synced, even Healthy) and still fail in a hook.
+
+The last operation is normally the sync *at X* (``operationState.syncResult.revision``). One
+deliberate exception: when a commit does not change what an application renders, ArgoCD finds it
+Synced at X at once and starts no operation, so its last operation stays the older successful
+one. Synced at X is the evidence in that case; requiring an operation at X would wait forever.
+
+Every condition is evaluated and reported separately (:class:`Reason`), so a workflow that is
+still waiting can say why ("operation_running: Running: waiting for healthy state...").
+
+Waiting is handle-based (:mod:`providers.handles`): :meth:`ArgoCD.watch` returns a
+``convergence`` handle and :meth:`ArgoCD.inspect` re-reads it; a workflow polls it durably with
+``ctx.wait_until``. It is *done* when converged, or when the sync at X failed and ArgoCD will not
+retry it on its own (auto-sync skips a revision whose sync failed), and *ok* only when converged.
+:meth:`ArgoCD.sync` starts a sync for applications without auto-sync; :meth:`ArgoCD.stop`
+terminates it.
+
+Errors (:mod:`providers.errors`): 401 → Rejected (the token is missing, expired or wrong);
+403 → Rejected (the token's account may not do this — or, when no ``project`` is configured,
+the application does not exist: ArgoCD answers a missing application with 403 so as not to
+reveal which names exist, and with 404 only to a query that names the project); 404 →
+NotFound; 429 → Throttled; 5xx, timeouts and broken connections → Transient. Reads are retried
+a bounded number of times (a GET changes nothing); a sync is never repeated blindly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Self
+from urllib.parse import quote
+
+import httpx
+
+from providers.errors import (
+    Conflict,
+    NotFound,
+    ProviderError,
+    Rejected,
+    Throttled,
+    Transient,
+    Unknown,
+)
+from providers.handles import Handle, StopUnsupported, handle
+
+PROVIDER: Final = "argocd"
+
+# Reason codes: stable strings (they land in receipts and events).
+OUT_OF_SYNC: Final = "out_of_sync"
+REVISION_MISMATCH: Final = "revision_mismatch"
+UNHEALTHY: Final = "unhealthy"
+OPERATION_RUNNING: Final = "operation_running"
+OPERATION_FAILED: Final = "operation_failed"
+
+RUNNING_PHASES: Final = frozenset({"Running", "Terminating"})
+FAILED_PHASES: Final = frozenset({"Failed", "Error"})
+
+# gRPC status codes, as ArgoCD's gateway puts them in error bodies ({"error", "code", "message"}).
+_GRPC_CODES: Final = {
+    2: "Unknown",
+    3: "InvalidArgument",
+    4: "DeadlineExceeded",
+    5: "NotFound",
+    6: "AlreadyExists",
+    7: "PermissionDenied",
+    8: "ResourceExhausted",
+    9: "FailedPrecondition",
+    10: "Aborted",
+    13: "Internal",
+    14: "Unavailable",
+    16: "Unauthenticated",
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    repo_url: str
+    target_revision: str  # a branch, tag or commit; "" means HEAD
+    path: str
+
+
+@dataclass(frozen=True)
+class ApplicationStatus:
+    """The parts of a ``v1alpha1.Application`` that say what it runs."""
+
+    name: str
+    project: str
+    sources: tuple[Source, ...]  # spec.source, or spec.sources of a multi-source application
+    sync_status: str  # Synced | OutOfSync | Unknown
+    sync_revision: str | None  # the revision the desired state was rendered from
+    sync_revisions: tuple[str, ...]  # multi-source: one per source
+    health_status: str  # Healthy | Progressing | Degraded | Suspended | Missing | Unknown
+    health_message: str | None
+    operation_running: bool  # an operation is requested or in progress
+    operation_phase: str | None  # the current or last operation's phase, None if never
+    operation_revision: str | None  # syncResult.revision (or the running sync's target)
+    operation_revisions: tuple[str, ...]
+    operation_message: str | None
+    operation_started_at: str | None
+    operation_finished_at: str | None
+    reconciled_at: str | None
+    conditions: tuple[dict[str, str], ...]  # [{type, message}]: ComparisonError, SyncError...
+
+    @property
+    def repo_url(self) -> str | None:
+        return self.sources[0].repo_url if self.sources else None
+
+    @property
+    def target_revision(self) -> str | None:
+        return self.sources[0].target_revision if self.sources else None
+
+    @property
+    def path(self) -> str | None:
+        return self.sources[0].path if self.sources else None
+
+    def at_revision(self, revision: str) -> bool:
+        return revision == self.sync_revision or revision in self.sync_revisions
+
+    def operation_at(self, revision: str) -> bool:
+        return revision == self.operation_revision or revision in self.operation_revisions
+
+    @classmethod
+    def from_application(cls, app: Mapping[str, Any]) -> ApplicationStatus:
+        """Read an Application document; absent fields read as ArgoCD's zero values."""
+        metadata = _obj(app.get("metadata"))
+        spec = _obj(app.get("spec"))
+        status = _obj(app.get("status"))
+        sync = _obj(status.get("sync"))
+        health = _obj(status.get("health"))
+        state = _obj(status.get("operationState"))
+        result = _obj(state.get("syncResult"))
+        operation = app.get("operation")
+        raw_sources = spec.get("sources") or ([spec["source"]] if spec.get("source") else [])
+        sources = tuple(
+            Source(
+                repo_url=str(source.get("repoURL") or ""),
+                target_revision=str(source.get("targetRevision") or ""),
+                path=str(source.get("path") or source.get("chart") or ""),
+            )
+            for source in map(_obj, raw_sources)
+        )
+        phase = _str(state.get("phase"))
+        running = bool(operation) or phase in RUNNING_PHASES
+        # While a sync runs, its target is the requested operation's revision (ArgoCD's auto-sync
+        # requests the resolved commit); once it ran, the result's. A sync that failed before it
+        # produced a result (a manifest generation error) still names its target in the request.
+        requested = _obj(_obj(operation if running and operation else state.get("operation")))
+        wanted = _obj(requested.get("sync"))
+        first, second = (wanted, result) if running else (result, wanted)
+        op_revision = _str(first.get("revision")) or _str(second.get("revision"))
+        op_revisions = tuple(first.get("revisions") or ()) or tuple(second.get("revisions") or ())
+        return cls(
+            name=str(metadata.get("name") or ""),
+            project=str(spec.get("project") or "default"),
+            sources=sources,
+            sync_status=_str(sync.get("status")) or "Unknown",
+            sync_revision=_str(sync.get("revision")),
+            sync_revisions=tuple(str(r) for r in sync.get("revisions") or ()),
+            health_status=_str(health.get("status")) or "Unknown",
+            health_message=_str(health.get("message")),
+            operation_running=running,
+            operation_phase=phase,
+            operation_revision=op_revision,
+            operation_revisions=tuple(str(r) for r in op_revisions),
+            operation_message=_str(state.get("message")),
+            operation_started_at=_str(state.get("startedAt")),
+            operation_finished_at=_str(state.get("finishedAt")),
+            reconciled_at=_str(status.get("reconciledAt")),
+            conditions=tuple(
+                {"type": str(c.get("type") or ""), "message": str(c.get("message") or "")}
+                for c in map(_obj, status.get("conditions") or ())
+            ),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON for handles and receipts."""
+        data = asdict(self)
+        data["sources"] = [asdict(source) for source in self.sources]
+        for key in ("sync_revisions", "operation_revisions", "conditions"):
+            data[key] = list(data[key])
+        return data
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One convergence condition that does not hold, and what was observed instead."""
+
+    code: str  # OUT_OF_SYNC, REVISION_MISMATCH, UNHEALTHY, OPERATION_RUNNING, OPERATION_FAILED
+    message: str
+
+
+@dataclass(frozen=True)
+class Convergence:
+    application: str
+    revision: str
+    status: ApplicationStatus
+    reasons: tuple[Reason, ...] = field(default=())
+
+    @property
+    def converged(self) -> bool:
+        return not self.reasons
+
+    @property
+    def codes(self) -> frozenset[str]:
+        return frozenset(reason.code for reason in self.reasons)
+
+    @property
+    def failed(self) -> bool:
+        """The sync at this revision failed and nothing is running: ArgoCD's auto-sync does not
+        retry a revision whose sync failed, so this will not converge on its own."""
+        status = self.status
+        return (
+            not status.operation_running
+            and status.operation_phase in FAILED_PHASES
+            and status.operation_at(self.revision)
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "application": self.application,
+            "revision": self.revision,
+            "converged": self.converged,
+            "failed": self.failed,
+            "reasons": [asdict(reason) for reason in self.reasons],
+            "status": self.status.as_dict(),
+        }
+
+
+def assess(status: ApplicationStatus, revision: str) -> Convergence:
+    """Judge ``status`` against "converged on ``revision``" (see the module docstring)."""
+    reasons: list[Reason] = []
+    if status.sync_status != "Synced":
+        detail = "; ".join(f"{c['type']}: {c['message']}" for c in status.conditions)
+        reasons.append(
+            Reason(
+                OUT_OF_SYNC,
+                f"sync status is {status.sync_status}" + (f" ({detail})" if detail else ""),
+            )
+        )
+    if not status.at_revision(revision):
+        observed = status.sync_revision or ", ".join(status.sync_revisions) or "no revision"
+        reasons.append(Reason(REVISION_MISMATCH, f"compared at {observed}, not {revision}"))
+    if status.health_status != "Healthy":
+        reasons.append(
+            Reason(
+                UNHEALTHY,
+                f"health is {status.health_status}"
+                + (f": {status.health_message}" if status.health_message else ""),
+            )
+        )
+    if status.operation_running:
+        reasons.append(
+            Reason(
+                OPERATION_RUNNING,
+                f"operation {status.operation_phase or 'requested'}"
+                + (f" at {status.operation_revision}" if status.operation_revision else "")
+                + (f": {status.operation_message}" if status.operation_message else ""),
+            )
+        )
+    elif status.operation_phase in FAILED_PHASES:
+        reasons.append(
+            Reason(
+                OPERATION_FAILED,
+                f"last operation {status.operation_phase}"
+                + (f" at {status.operation_revision}" if status.operation_revision else "")
+                + (f": {status.operation_message}" if status.operation_message else ""),
+            )
+        )
+    return Convergence(status.name, revision, status, tuple(reasons))
+
+
+class ArgoCD:
+    """A synchronous client of one ArgoCD API server.
+
+    ``project`` is the AppProject the applications Alfred waits on belong to. With it, every
+    query names the project and a missing application is a :class:`NotFound`; without it,
+    ArgoCD answers a missing application with 403 (so it is a :class:`Rejected` whose message
+    says it may not exist).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        verify: bool | ssl.SSLContext = True,
+        project: str | None = None,
+        read_attempts: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+        client: httpx.Client | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.project = project
+        self.read_attempts = max(1, read_attempts)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._sleep = sleep
+        self._owns_client = client is None
+        self._client = client or httpx.Client(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+            timeout=timeout,
+            verify=verify,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def application(self, name: str) -> ApplicationStatus:
+        """The application's current status (``GET /api/v1/applications/{name}``)."""
+        return ApplicationStatus.from_application(self._get_application(name))
+
+    def refresh(self, name: str) -> ApplicationStatus:
+        """Ask ArgoCD to compare against Git now instead of at its next poll, and return the
+        refreshed status (``GET ...?refresh=normal``: the server waits for the refresh)."""
+        return ApplicationStatus.from_application(self._get_application(name, refresh="normal"))
+
+    def converged(self, name: str, revision: str) -> Convergence:
+        """Whether ``name`` has converged on commit ``revision``, and if not, why not."""
+        return assess(self.application(name), revision)
+
+    # -- handles ---------------------------------------------------------------------------
+
+    def watch(self, name: str, revision: str) -> Handle:
+        """A ``convergence`` handle on ``name`` reaching ``revision``, with its first reading.
+
+        Nothing is started: the handle names what to wait for, so a workflow can store it in a
+        receipt and :meth:`inspect` it from any process later."""
+        return self._convergence_handle(self.converged(name, revision))
+
+    def sync(self, name: str, revision: str) -> Handle:
+        """Start a sync of ``name`` to ``revision`` (a ``sync`` handle), for applications that
+        do not sync automatically.
+
+        Idempotent: a sync to ``revision`` already running (or already finished with the
+        application converged there) is returned as it is instead of being started again. When
+        another operation runs, :class:`Conflict`. When the response is lost, the application is
+        read back: a sync at ``revision`` proves the request took effect; none proves it did not
+        (ArgoCD sets an operation atomically), which is :class:`Transient`."""
+        current = assess(self.application(name), revision)
+        status = current.status
+        if status.operation_running and status.operation_at(revision):
+            return self._sync_handle(current)
+        if current.converged:
+            return self._sync_handle(current)
+        if status.operation_running:
+            raise Conflict(
+                f"application {name} is running another operation "
+                f"({status.operation_phase} at {status.operation_revision})",
+                provider=PROVIDER,
+                code="FailedPrecondition",
+                details={"application": name, "revision": revision},
+            )
+        path = f"/api/v1/applications/{quote(name, safe='')}/sync"
+        body: dict[str, Any] = {"name": name, "revision": revision, "prune": False}
+        if self.project:
+            body["project"] = self.project
+        try:
+            response = self._client.post(path, json=body)
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            return self._recover_sync(name, revision, exc)
+        if response.status_code >= 400:
+            raise self._error(response, name, action="sync")
+        app = self._json(response, name)
+        return self._sync_handle(assess(ApplicationStatus.from_application(app), revision))
+
+    def inspect(self, handle: Handle) -> Handle:
+        """The current view of a ``convergence`` or ``sync`` handle (a new handle)."""
+        name, revision = self._handle_target(handle)
+        current = self.converged(name, revision)
+        if handle["kind"] == "sync":
+            return self._sync_handle(current)
+        return self._convergence_handle(current)
+
+    def stop(self, handle: Handle) -> Handle:
+        """Terminate the running sync a ``sync`` handle names
+        (``DELETE /api/v1/applications/{name}/operation``), and return its state after.
+
+        A sync that already finished stays as it finished. A ``convergence`` handle names no
+        work of Alfred's to stop: :class:`StopUnsupported`."""
+        if handle["kind"] != "sync":
+            raise StopUnsupported(f"argocd: a {handle['kind']} handle names nothing to stop")
+        name, revision = self._handle_target(handle)
+        status = self.application(name)
+        if status.operation_running and status.operation_at(revision):
+            path = f"/api/v1/applications/{quote(name, safe='')}/operation"
+            params = {"project": self.project} if self.project else None
+            try:
+                response = self._client.delete(path, params=params)
+            except (httpx.TimeoutException, httpx.TransportError) as exc:
+                raise Transient(
+                    f"terminating the operation of {name}: {exc}",
+                    provider=PROVIDER,
+                    code=type(exc).__name__,
+                    details={"application": name},
+                ) from exc
+            # 400 "No operation is in progress": it finished between our read and the DELETE.
+            if response.status_code >= 400 and not _no_operation(response):
+                raise self._error(response, name, action="terminate the operation of")
+        return self._sync_handle(self.converged(name, revision))
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _get_application(self, name: str, *, refresh: str | None = None) -> dict[str, Any]:
+        params: dict[str, str] = {}
+        if self.project:
+            params["project"] = self.project
+        if refresh:
+            params["refresh"] = refresh
+        path = f"/api/v1/applications/{quote(name, safe='')}"
+        return self._read(path, params, name)
+
+    def _read(self, path: str, params: dict[str, str], name: str) -> dict[str, Any]:
+        """GET with bounded retries of transient failures (honouring Retry-After, capped)."""
+        for attempt in range(1, self.read_attempts + 1):
+            try:
+                try:
+                    response = self._client.get(path, params=params)
+                except (httpx.TimeoutException, httpx.TransportError) as exc:
+                    raise Transient(
+                        f"reading application {name}: {type(exc).__name__}: {exc}",
+                        provider=PROVIDER,
+                        code=type(exc).__name__,
+                        details={"application": name},
+                    ) from exc
+                if response.status_code >= 400:
+                    raise self._error(response, name, action="read")
+                return self._json(response, name)
+            except Transient as exc:
+                if attempt == self.read_attempts:
+                    exc.details["attempts"] = attempt
+                    raise
+                self._sleep(self._delay(attempt, exc))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _delay(self, attempt: int, exc: Transient) -> float:
+        retry_after = exc.details.get("retry_after")
+        if isinstance(retry_after, int | float):
+            return float(min(retry_after, self.max_backoff))
+        wait = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+        return wait * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not a secret
+
+    def _json(self, response: httpx.Response, name: str) -> dict[str, Any]:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            raise Rejected(
+                f"ArgoCD answered {response.status_code} for application {name} with a body that "
+                f"is not JSON ({response.headers.get('content-type', 'no content type')}): is the "
+                "URL that of the ArgoCD API server?",
+                provider=PROVIDER,
+                code=str(response.status_code),
+                details={"application": name, "http_status": response.status_code},
+            )
+        return body
+
+    def _error(self, response: httpx.Response, name: str, *, action: str) -> ProviderError:
+        status = response.status_code
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        body = body if isinstance(body, dict) else {}
+        grpc = body.get("code")
+        message = str(body.get("message") or body.get("error") or response.text or "").strip()
+        message = message or response.reason_phrase
+        code = _GRPC_CODES.get(grpc, str(status)) if isinstance(grpc, int) else str(status)
+        details: dict[str, Any] = {"application": name, "http_status": status}
+        if isinstance(grpc, int):
+            details["grpc_code"] = grpc
+        kwargs: dict[str, Any] = {"provider": PROVIDER, "code": code, "details": details}
+        if status == 401:
+            return Rejected(
+                f"ArgoCD did not accept the bearer token (missing, expired or wrong) to {action} "
+                f"application {name}: {message}",
+                **kwargs,
+            )
+        if status == 403:
+            if self.project:
+                hint = f" in project {self.project}"
+            else:
+                hint = (
+                    " (or it does not exist: without a project ArgoCD answers a missing "
+                    "application with 403)"
+                )
+            return Rejected(
+                f"permission denied: the token's account may not {action} application "
+                f"{name}{hint}: {message}",
+                **kwargs,
+            )
+        if status == 404:
+            return NotFound(f"application {name} not found: {message}", **kwargs)
+        if status == 429:
+            retry_after = _retry_after(response)
+            if retry_after is not None:
+                details["retry_after"] = retry_after
+            return Throttled(f"ArgoCD throttled {action} {name}: {message}", **kwargs)
+        if status >= 500 or status == 408:
+            return Transient(f"ArgoCD failed to {action} {name} ({status}): {message}", **kwargs)
+        if status == 409 or "already in progress" in message:
+            return Conflict(f"cannot {action} {name}: {message}", **kwargs)
+        return Rejected(f"cannot {action} {name} ({status}): {message}", **kwargs)
+
+    def _recover_sync(self, name: str, revision: str, exc: Exception) -> Handle:
+        try:
+            current = self.converged(name, revision)
+        except Transient as again:
+            raise Unknown(
+                f"the response to syncing {name} to {revision} was lost ({exc}) and the "
+                f"application could not be read back ({again})",
+                provider=PROVIDER,
+                code=type(exc).__name__,
+                details={"application": name, "revision": revision},
+            ) from exc
+        status = current.status
+        if status.operation_at(revision) and (status.operation_running or current.converged):
+            return self._sync_handle(current)
+        raise Transient(
+            f"syncing {name} to {revision}: {type(exc).__name__}: {exc}; no sync at {revision} "
+            "started",
+            provider=PROVIDER,
+            code=type(exc).__name__,
+            details={"application": name, "revision": revision},
+        ) from exc
+
+    def _convergence_handle(self, current: Convergence) -> Handle:
+        if current.converged:
+            status, done = "Converged", True
+        elif current.failed:
+            status, done = current.status.operation_phase or "Failed", True
+        else:
+            status, done = "Waiting", False
+        return handle(
+            provider=PROVIDER,
+            kind="convergence",
+            id=f"{current.application}@{current.revision}",
+            status=status,
+            done=done,
+            ok=current.converged,
+            observations=current.as_dict(),
+        )
+
+    def _sync_handle(self, current: Convergence) -> Handle:
+        state = current.status
+        if state.operation_running:
+            status, done, ok = state.operation_phase or "Requested", False, False
+        elif state.operation_at(current.revision):
+            # The sync at this revision is over; whether the application then stayed healthy is
+            # the convergence's question (the observations carry it), not the sync's.
+            status = state.operation_phase or "Unknown"
+            done, ok = True, status == "Succeeded"
+        elif current.converged:
+            status, done, ok = "Synced", True, True  # nothing to sync: it renders the same
+        else:
+            # The last operation is at another revision: a later sync replaced this one.
+            status, done, ok = "Superseded", True, False
+        return handle(
+            provider=PROVIDER,
+            kind="sync",
+            id=f"{current.application}@{current.revision}",
+            status=status,
+            done=done,
+            ok=ok,
+            observations=current.as_dict(),
+        )
+
+    @staticmethod
+    def _handle_target(h: Handle) -> tuple[str, str]:
+        if h.get("provider") != PROVIDER or h.get("kind") not in {"convergence", "sync"}:
+            raise ValueError(f"not an ArgoCD convergence or sync handle: {h.get('kind')!r}")
+        name, sep, revision = (h.get("id") or "").rpartition("@")
+        if not sep or not name or not revision:
+            raise ValueError(f"an ArgoCD handle id is <application>@<revision>: {h.get('id')!r}")
+        return name, revision
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _str(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers.get("retry-after", "")))
+    except ValueError:
+        return None
+
+
+def _no_operation(response: httpx.Response) -> bool:
+    try:
+        body = json.loads(response.content or b"{}")
+    except ValueError:
+        return False
+    message = str(body.get("message") or body.get("error") or "") if isinstance(body, dict) else ""
+    return response.status_code == 400 and "No operation is in progress" in message

@@ -1,0 +1,478 @@
+"""Contract: the ArgoCD adapter (providers/argocd.py) against the stand-in or a real server.
+
+Unmarked tests only read and run against a real ArgoCD too (ALFRED_CONTRACT_TARGET=real, see
+tests/contract/fixtures/argocd.py); ``standin`` tests move branch heads or inject faults.
+Waits are bounded polls, never a fixed sleep that hopes the stand-in is done.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pytest
+
+from providers.argocd import (
+    OPERATION_FAILED,
+    OPERATION_RUNNING,
+    OUT_OF_SYNC,
+    REVISION_MISMATCH,
+    UNHEALTHY,
+    ApplicationStatus,
+    ArgoCD,
+    Convergence,
+    assess,
+)
+from providers.errors import Conflict, NotFound, Rejected, Throttled
+from providers.handles import StopUnsupported
+from providers.sandbox.argocd import NEVER_CONVERGE, THROTTLE, ArgoCDStandIn
+from tests.contract.fixtures.argocd import (
+    CONVERGE_DELAY,
+    ArgoCDTarget,
+    ContractApp,
+    ContractGit,
+)
+
+T = TypeVar("T")
+
+SYNC_STATUSES = {"Synced", "OutOfSync", "Unknown"}
+HEALTH_STATUSES = {"Healthy", "Progressing", "Degraded", "Suspended", "Missing", "Unknown"}
+PHASES = {None, "Running", "Terminating", "Succeeded", "Failed", "Error"}
+
+
+def wait_for(
+    read: Callable[[], T], done: Callable[[T], bool], *, timeout: float = 10 * CONVERGE_DELAY
+) -> T:
+    """Poll ``read`` until ``done`` holds; fail with the last value after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"still not there after {timeout:.1f}s: {value!r}")
+        time.sleep(CONVERGE_DELAY / 10)
+
+
+def never_converged_while_running(observations: list[Convergence]) -> bool:
+    return not any(c.converged and c.status.operation_running for c in observations)
+
+
+# -- reading -------------------------------------------------------------------------------
+
+
+def test_application_reports_sync_health_operation_and_source(
+    argocd_client: ArgoCD, argocd_app: ContractApp, argocd_target: ArgoCDTarget
+) -> None:
+    # Given an application (in the sandbox, a fresh one running its branch head)
+    # When it is read
+    status = argocd_client.application(argocd_app.name)
+
+    # Then the normalized status carries ArgoCD's own words and the source it follows
+    assert status.name == argocd_app.name
+    assert status.sync_status in SYNC_STATUSES
+    assert status.health_status in HEALTH_STATUSES
+    assert status.operation_phase in PHASES
+    assert status.sources and status.repo_url
+    json.dumps(status.as_dict())
+    if argocd_target.git is not None:
+        head = argocd_target.git.head(argocd_app.repo or "", "main")
+        assert (status.sync_status, status.sync_revision) == ("Synced", head)
+        assert status.health_status == "Healthy"
+        assert not status.operation_running
+        assert (status.operation_phase, status.operation_revision) == ("Succeeded", head)
+        assert status.repo_url == f"https://github.com/{argocd_app.repo}.git"
+        assert (status.target_revision, status.path) == ("main", f"charts/{argocd_app.name}")
+        assert argocd_client.converged(argocd_app.name, head or "").converged
+
+
+def test_a_commit_the_application_never_saw_is_not_converged(
+    argocd_client: ArgoCD, argocd_app: ContractApp
+) -> None:
+    # Given an application, and a commit it has never been compared against
+    unseen = secrets.token_hex(20)
+
+    # When its convergence on that commit is judged
+    result = argocd_client.converged(argocd_app.name, unseen)
+
+    # Then it is not converged, and the reason names the revision it is at
+    assert not result.converged
+    assert REVISION_MISMATCH in result.codes
+    message = next(r.message for r in result.reasons if r.code == REVISION_MISMATCH)
+    assert unseen in message
+
+
+def test_a_missing_application_is_not_found(
+    argocd_client: ArgoCD, argocd_target: ArgoCDTarget
+) -> None:
+    if argocd_target.project is None:
+        pytest.skip("ArgoCD answers 404 only to a query naming a project: ALFRED_ARGOCD_PROJECT")
+    # Given a project-scoped client, when an application that does not exist is read
+    with pytest.raises(NotFound) as caught:
+        argocd_client.application(f"alfred-missing-{secrets.token_hex(4)}")
+
+    # Then NotFound, with ArgoCD's code and status kept
+    assert caught.value.code == "NotFound"
+    assert caught.value.details["http_status"] == 404
+    assert not caught.value.retryable
+
+
+def test_without_a_project_a_missing_application_is_permission_denied(
+    argocd_target: ArgoCDTarget,
+) -> None:
+    # Given a client that names no project
+    client = ArgoCD(argocd_target.url, argocd_target.token, verify=argocd_target.verify)
+    name = f"alfred-missing-{secrets.token_hex(4)}"
+
+    # When an application that does not exist is read
+    with client, pytest.raises(Rejected) as caught:
+        client.application(name)
+
+    # Then ArgoCD's 403 (it hides which names exist), and the message says it may be missing
+    assert caught.value.details["http_status"] == 403
+    assert caught.value.code == "PermissionDenied"
+    assert "does not exist" in caught.value.message
+
+
+def test_a_bad_token_is_rejected(argocd_target: ArgoCDTarget, argocd_app: ContractApp) -> None:
+    # Given a client with a token ArgoCD did not issue
+    client = ArgoCD(argocd_target.url, "not-a-token", verify=argocd_target.verify, read_attempts=3)
+
+    # When it reads an application
+    with client, pytest.raises(Rejected) as caught:
+        client.application(argocd_app.name)
+
+    # Then Rejected at once (not retried: repeating cannot help), saying the token is the cause
+    assert caught.value.details["http_status"] == 401
+    assert caught.value.code == "Unauthenticated"
+    assert "token" in caught.value.message
+    assert "attempts" not in caught.value.details
+
+
+def test_the_convergence_rule_on_argocd_documents() -> None:
+    # Given Application documents as ArgoCD serves them
+    x, older = "c" * 40, "b" * 40
+
+    def application(**status: Any) -> ApplicationStatus:
+        doc = {
+            "metadata": {"name": "nginx-ingress"},
+            "spec": {"project": "default", "source": {"repoURL": "r", "path": "p"}},
+            "status": {
+                "sync": {"status": "Synced", "revision": x},
+                "health": {"status": "Healthy"},
+                "operationState": {
+                    "phase": "Succeeded",
+                    "syncResult": {"revision": x},
+                    "operation": {"sync": {"revision": x}},
+                },
+                **status,
+            },
+        }
+        return ApplicationStatus.from_application(doc)
+
+    # Then Synced at X, Healthy, idle, last sync Succeeded at X: converged
+    assert assess(application(), x).converged
+    # A commit that renders the same manifests starts no sync: Synced at X with the last
+    # (successful) sync at an older commit is converged, not a wait without end
+    unchanged = application(
+        operationState={"phase": "Succeeded", "syncResult": {"revision": older}}
+    )
+    assert assess(unchanged, x).converged
+    # A sync that applied everything but failed (a hook): not converged
+    hook_failed = application(
+        operationState={"phase": "Failed", "message": "PostSync hook failed"}
+        | {"syncResult": {"revision": x}}
+    )
+    assert assess(hook_failed, x).codes == {OPERATION_FAILED}
+    assert assess(hook_failed, x).failed
+    # Multi-source: X is one of status.sync.revisions
+    multi = application(sync={"status": "Synced", "revisions": ["chart-1.2.3", x]})
+    assert assess(multi, x).converged
+    assert assess(multi, older).codes == {REVISION_MISMATCH}
+
+
+# -- convergence (stand-in) ----------------------------------------------------------------
+
+
+@pytest.mark.standin
+def test_a_pushed_commit_is_synced_and_converges_at_exactly_that_head(
+    argocd_client: ArgoCD, argocd_app: ContractApp, argocd_git: ContractGit
+) -> None:
+    # Given an application converged on its head A
+    a = argocd_git.head(argocd_app.repo or "", "main") or ""
+    assert argocd_client.converged(argocd_app.name, a).converged
+
+    # When commit X lands on its branch
+    x = argocd_git.push(argocd_app.repo or "")
+
+    # Then it is first seen syncing, not converged, and saying so
+    first = argocd_client.converged(argocd_app.name, x)
+    assert not first.converged
+    assert {OPERATION_RUNNING, OUT_OF_SYNC} <= first.codes
+    assert first.status.operation_revision == x
+    # ...and then converged on exactly X, never converged while the sync still ran
+    seen: list[Convergence] = []
+
+    def read() -> Convergence:
+        seen.append(argocd_client.converged(argocd_app.name, x))
+        return seen[-1]
+
+    final = wait_for(read, lambda c: c.converged)
+    assert never_converged_while_running(seen)
+    status = final.status
+    assert (status.sync_status, status.sync_revision, status.health_status) == (
+        "Synced",
+        x,
+        "Healthy",
+    )
+    assert (status.operation_phase, status.operation_revision) == ("Succeeded", x)
+    # ...and the older commit no longer counts as converged
+    assert argocd_client.converged(argocd_app.name, a).codes == {REVISION_MISMATCH}
+
+
+@pytest.mark.standin
+def test_a_convergence_handle_is_json_and_finishes_ok(
+    argocd_client: ArgoCD, argocd_app: ContractApp, argocd_git: ContractGit
+) -> None:
+    # Given a commit pushed to the application's branch
+    x = argocd_git.push(argocd_app.repo or "")
+
+    # When a workflow watches it, stores the handle as JSON and inspects it later
+    watched = argocd_client.watch(argocd_app.name, x)
+    stored = json.loads(json.dumps(watched))
+    final = wait_for(lambda: argocd_client.inspect(stored), lambda h: h["done"])
+
+    # Then it was waiting at first and ends done and ok, on that application at that commit
+    assert (watched["kind"], watched["id"]) == ("convergence", f"{argocd_app.name}@{x}")
+    assert (watched["done"], watched["status"]) == (False, "Waiting")
+    assert watched["observations"]["reasons"]
+    assert (final["done"], final["ok"], final["status"]) == (True, True, "Converged")
+    assert final["observations"]["status"]["sync_revision"] == x
+    with pytest.raises(StopUnsupported):
+        argocd_client.stop(final)
+
+
+@pytest.mark.standin
+def test_an_application_that_never_converges_keeps_waiting_with_its_reason(
+    argocd_client: ArgoCD,
+    argocd_app: ContractApp,
+    argocd_git: ContractGit,
+    argocd_standin: ArgoCDStandIn,
+) -> None:
+    # Given a sync that will not finish
+    argocd_standin.faults.arm(f"application:{argocd_app.name}", NEVER_CONVERGE, times=None)
+
+    # When a commit lands and well past the usual convergence delay has gone by
+    x = argocd_git.push(argocd_app.repo or "")
+    argocd_client.converged(argocd_app.name, x)
+    time.sleep(3 * CONVERGE_DELAY)
+    held = argocd_client.inspect(argocd_client.watch(argocd_app.name, x))
+
+    # Then it is still waiting, because the operation still runs and the rollout progresses
+    assert (held["done"], held["ok"]) == (False, False)
+    codes = {reason["code"] for reason in held["observations"]["reasons"]}
+    assert {OPERATION_RUNNING, UNHEALTHY} <= codes
+    assert held["observations"]["status"]["health_status"] == "Progressing"
+    assert held["observations"]["status"]["operation_phase"] == "Running"
+
+    # And once the cause is gone, it converges on X
+    argocd_standin.faults.clear()
+    wait_for(lambda: argocd_client.converged(argocd_app.name, x), lambda c: c.converged)
+
+
+@pytest.mark.standin
+def test_a_failed_sync_is_done_and_not_ok(
+    argocd_client: ArgoCD,
+    argocd_app: ContractApp,
+    argocd_git: ContractGit,
+    argocd_standin: ArgoCDStandIn,
+) -> None:
+    # Given syncs of this application fail
+    argocd_standin.faults.arm(
+        f"application:{argocd_app.name}",
+        NEVER_CONVERGE,
+        times=None,
+        phase="Failed",
+        message="Deployment.apps is invalid: spec.replicas: must be >= 0",
+    )
+
+    # When a commit lands and its sync has run
+    x = argocd_git.push(argocd_app.repo or "")
+    final = wait_for(
+        lambda: argocd_client.inspect(argocd_client.watch(argocd_app.name, x)),
+        lambda h: h["done"],
+    )
+
+    # Then the wait is over and not ok, saying why; ArgoCD does not retry that commit
+    assert (final["ok"], final["status"]) == (False, "Failed")
+    reasons = {r["code"]: r["message"] for r in final["observations"]["reasons"]}
+    assert {OPERATION_FAILED, UNHEALTHY, OUT_OF_SYNC} <= reasons.keys()
+    assert "spec.replicas" in reasons[OPERATION_FAILED]
+    assert final["observations"]["status"]["health_status"] == "Degraded"
+    argocd_standin.faults.clear()
+    time.sleep(2 * CONVERGE_DELAY)
+    assert argocd_client.converged(argocd_app.name, x).failed
+
+
+# -- errors on the wire (stand-in) ---------------------------------------------------------
+
+
+@pytest.mark.standin
+def test_a_throttled_read_is_retried(
+    argocd_client: ArgoCD, argocd_app: ContractApp, argocd_standin: ArgoCDStandIn
+) -> None:
+    # Given ArgoCD (or its proxy) throttles the next read
+    fault = argocd_standin.faults.arm(
+        f"application:{argocd_app.name}", THROTTLE, times=1, retry_after=0
+    )
+
+    # When the application is read
+    status = argocd_client.application(argocd_app.name)
+
+    # Then the read was answered 429 once and retried
+    assert fault.fired == 1
+    assert status.name == argocd_app.name
+
+
+@pytest.mark.standin
+def test_persistent_throttling_surfaces_as_throttled_after_bounded_retries(
+    argocd_client: ArgoCD, argocd_app: ContractApp, argocd_standin: ArgoCDStandIn
+) -> None:
+    # Given every read is throttled
+    fault = argocd_standin.faults.arm(
+        f"application:{argocd_app.name}", THROTTLE, times=None, retry_after=1
+    )
+
+    # When the application is read
+    started = time.monotonic()
+    with pytest.raises(Throttled) as caught:
+        argocd_client.application(argocd_app.name)
+
+    # Then Throttled (retryable) after exactly the configured attempts, waits capped
+    assert fault.fired == argocd_client.read_attempts == caught.value.details["attempts"]
+    assert caught.value.retryable
+    assert caught.value.details["http_status"] == 429
+    assert time.monotonic() - started < 1.0  # Retry-After 1 s, capped at max_backoff
+
+
+@pytest.mark.standin
+def test_a_lost_read_response_is_retried(
+    argocd_client: ArgoCD, argocd_app: ContractApp, argocd_standin: ArgoCDStandIn
+) -> None:
+    # Given the response to the next read is lost on the way back
+    fault = argocd_standin.faults.arm(f"application:{argocd_app.name}", "lose_response")
+
+    # When the application is read
+    status = argocd_client.application(argocd_app.name)
+
+    # Then the read was repeated and answered
+    assert fault.fired == 1
+    assert status.sync_status == "Synced"
+
+
+# -- sync and stop (stand-in) --------------------------------------------------------------
+
+
+@pytest.mark.standin
+def test_a_sync_of_a_manual_application_converges_on_the_commit(
+    argocd_client: ArgoCD,
+    argocd_manual_app: ContractApp,
+    argocd_git: ContractGit,
+    argocd_standin: ArgoCDStandIn,
+) -> None:
+    # Given an application without auto-sync, and a commit on its branch
+    name = argocd_manual_app.name
+    x = argocd_git.push(argocd_manual_app.repo or "")
+    waiting = argocd_client.converged(name, x)
+    assert waiting.codes == {OUT_OF_SYNC}  # compared at X, but nothing syncs it
+    assert argocd_client.refresh(name).sync_revision == x  # ?refresh=normal reads the same
+
+    # When Alfred syncs it to X
+    started = argocd_client.sync(name, x)
+    final = wait_for(lambda: argocd_client.inspect(started), lambda h: h["done"])
+
+    # Then the sync ran to success and the application converged on X, with one deployment
+    assert (started["kind"], started["id"], started["done"]) == ("sync", f"{name}@{x}", False)
+    assert (final["ok"], final["status"]) == (True, "Succeeded")
+    assert argocd_client.converged(name, x).converged
+    history = (argocd_standin.application(name) or {})["status"]["history"]
+    assert [entry["revision"] for entry in history][-1:] == [x]
+    assert history[-1]["initiatedBy"] == {"username": "alfred"}
+
+
+@pytest.mark.standin
+def test_a_sync_whose_response_was_lost_is_recovered_not_repeated(
+    argocd_client: ArgoCD,
+    argocd_manual_app: ContractApp,
+    argocd_git: ContractGit,
+    argocd_standin: ArgoCDStandIn,
+) -> None:
+    # Given the response to the sync request will be lost
+    name = argocd_manual_app.name
+    x = argocd_git.push(argocd_manual_app.repo or "")
+    argocd_standin.faults.arm(f"sync:{name}", "lose_response")
+    deployments = len((argocd_standin.application(name) or {})["status"]["history"])
+
+    # When Alfred syncs, and (a retried step) syncs again
+    first = argocd_client.sync(name, x)
+    again = argocd_client.sync(name, x)
+
+    # Then both name the one sync at X that started, which converges as one deployment
+    assert first["id"] == again["id"] == f"{name}@{x}"
+    assert first["status"] == again["status"] == "Running"
+    assert (
+        first["observations"]["status"]["operation_started_at"]
+        == again["observations"]["status"]["operation_started_at"]
+    )
+    wait_for(lambda: argocd_client.inspect(again), lambda h: h["done"] and h["ok"])
+    history = (argocd_standin.application(name) or {})["status"]["history"]
+    assert len(history) == deployments + 1
+
+
+@pytest.mark.standin
+def test_stopping_a_sync_terminates_its_operation(
+    argocd_client: ArgoCD,
+    argocd_manual_app: ContractApp,
+    argocd_git: ContractGit,
+    argocd_standin: ArgoCDStandIn,
+) -> None:
+    # Given a sync to X that is running (and would not finish by itself)
+    name = argocd_manual_app.name
+    argocd_standin.faults.arm(f"application:{name}", NEVER_CONVERGE, times=None)
+    x = argocd_git.push(argocd_manual_app.repo or "")
+    started = argocd_client.sync(name, x)
+
+    # When Alfred stops it (twice: a stop is safe to repeat)
+    stopped = argocd_client.stop(started)
+    again = argocd_client.stop(started)
+
+    # Then the operation was terminated: the sync is over, not ok, and X is not converged
+    assert (stopped["done"], stopped["ok"], stopped["status"]) == (True, False, "Failed")
+    assert stopped["observations"]["status"]["operation_message"] == "Operation terminated"
+    assert again["status"] == "Failed"
+    assert OPERATION_FAILED in argocd_client.converged(name, x).codes
+
+
+@pytest.mark.standin
+def test_a_sync_while_another_operation_runs_is_a_conflict(
+    argocd_client: ArgoCD,
+    argocd_app: ContractApp,
+    argocd_git: ContractGit,
+    argocd_standin: ArgoCDStandIn,
+) -> None:
+    # Given the application is (auto-)syncing commit X and will not finish
+    argocd_standin.faults.arm(f"application:{argocd_app.name}", NEVER_CONVERGE, times=None)
+    x = argocd_git.push(argocd_app.repo or "")
+    assert argocd_client.application(argocd_app.name).operation_revision == x
+
+    # When Alfred asks for a sync to another commit
+    y = argocd_git.push(argocd_app.repo or "")
+    with pytest.raises(Conflict) as caught:
+        argocd_client.sync(argocd_app.name, y)
+
+    # Then Conflict, naming the running operation; a sync to X itself is that operation
+    assert x in caught.value.message
+    assert argocd_client.sync(argocd_app.name, x)["status"] == "Running"

@@ -221,6 +221,9 @@ class StandIn:
 class _Handler(BaseHTTPRequestHandler):
     standin: StandIn
     protocol_version = "HTTP/1.1"  # keep-alive, as boto3, PyGithub and httpx expect
+    # Headers and body go out in two writes; on a keep-alive connection Nagle's algorithm
+    # would hold the second until the client's delayed ACK (~40 ms a request).
+    disable_nagle_algorithm = True
 
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

@@ -1,0 +1,515 @@
+"""The GitHub backend of the repository port (PyGithub, REST v3).
+
+A commit is made the way the Git Data API allows it to be made safely: read the branch ref
+(the observed head) and the files at that head; POST one blob per changed file, one tree on
+the head's tree (``base_tree``), one commit whose only parent is the observed head; then PATCH
+the branch ref to the new commit with ``force: false``. GitHub moves the ref only if the new
+commit descends from the current head, so a concurrent commit is never overwritten: the PATCH
+fails with 422 "Update is not a fast forward", and the backend re-reads and re-applies the
+edit (bounded by :attr:`RetryPolicy.attempts`).
+
+Nothing is sent twice behind the backend's back: PyGithub runs with ``retry=None`` (no urllib3
+retries), so a POST or PATCH whose response is lost surfaces here, and the backend decides.
+
+- Blobs and trees are content-addressed: re-sending one creates nothing new, so they are
+  retried like reads (connection errors, 5xx).
+- A lost or 5xx response to POST commits or PATCH ref leaves the outcome unknown. The backend
+  lists the branch's recent commits (``GET /commits?sha=<branch>``; the commit search API
+  only indexes the default branch) and looks for the operation identity in their messages:
+  found means the commit landed and is returned (``recovered``); not found means the ref did
+  not move, and the edit is re-applied on a fresh read (a commit object left dangling by a lost
+  create-commit is harmless). If the lookup itself fails, :class:`~providers.errors.Unknown`
+  is raised: the caller must not repeat the mutation blindly.
+- Throttling (403/429 with ``Retry-After``, a rate-limit message or ``X-RateLimit-Remaining:
+  0``) means the request was not performed; it is re-sent after the wait GitHub asks for, at
+  most :attr:`RetryPolicy.throttle_retries` times, and only when that wait is at most
+  :attr:`RetryPolicy.max_throttle_wait` — otherwise :class:`~providers.errors.Throttled` is
+  raised so the engine backs off durably instead of holding a worker.
+
+Errors keep GitHub's status (``code``) and message. An instance holds one HTTP session: use
+one per thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, NoReturn, TypeVar
+
+import requests
+from github import Auth, Github, GithubException, InputGitAuthor, InputGitTreeElement
+from github.GitRef import GitRef
+from github.Repository import Repository as GithubRepo
+from github.Requester import Requester
+
+from providers.errors import (
+    Conflict,
+    NotFound,
+    ProviderError,
+    Rejected,
+    Throttled,
+    Transient,
+    Unknown,
+)
+from providers.gitops.messages import MessageError, check_operation, parse_message
+from providers.gitops.repository import (
+    LANDED,
+    MISSING,
+    NOOP,
+    Change,
+    CommitRecord,
+    Edit,
+    Snapshot,
+)
+from providers.handles import Handle, StopUnsupported, handle
+
+logger = logging.getLogger(__name__)
+
+PROVIDER = "github"
+NOT_FAST_FORWARD = "Update is not a fast forward"
+SECONDARY_RATE_WAIT = 60.0  # GitHub: without retry-after, wait at least a minute
+_MAX_BACKOFF = 8.0
+
+T = TypeVar("T")
+# The response did not arrive whole: the request may or may not have been performed.
+_CONNECTION_ERRORS = (
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+)
+CallKind = Literal["read", "content", "mutation"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5  # edit applications per commit (non-fast-forward, lost responses)
+    throttle_retries: int = 3  # re-sends of one throttled request
+    max_throttle_wait: float = 10.0  # longest wait GitHub may ask for that is served in-process
+    read_retries: int = 3  # re-sends of a read/blob/tree after a connection error or 5xx
+    backoff: float = 0.5  # first back-off between those re-sends, doubled each time
+    recovery_depth: int = 100  # recent commits of the branch searched for an operation
+
+
+class _NotFastForward(Exception):
+    pass
+
+
+class _OutcomeUnknown(Exception):
+    def __init__(self, operation: str, cause: BaseException) -> None:
+        super().__init__(f"{operation}: {cause}")
+        self.operation = operation
+        self.cause = cause
+
+
+class GitHubRepository:
+    """One repository (``owner/name``) on GitHub or GitHub Enterprise (``api_url`` is
+    ``https://api.github.com`` or ``https://<host>/api/v3``)."""
+
+    provider = PROVIDER
+
+    def __init__(
+        self,
+        *,
+        api_url: str,
+        token: str | None,
+        full_name: str,
+        retry: RetryPolicy | None = None,
+        timeout: int = 15,
+        seconds_between_writes: float | None = 1.0,
+        author: tuple[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """``seconds_between_writes`` is GitHub's advice for content-creating requests (at
+        least a second apart); ``author`` is (name, email), None for the token's user;
+        ``sleep`` serves throttling and back-off waits (tests record them)."""
+        self.api_url = api_url.rstrip("/")
+        self.full_name = full_name
+        self.policy = retry or RetryPolicy()
+        self._author = InputGitAuthor(*author) if author else None
+        self._sleep = sleep
+        self._github = Github(
+            auth=Auth.Token(token) if token else None,
+            base_url=self.api_url,
+            timeout=timeout,
+            retry=None,  # never re-send a POST/PATCH behind our back: see the module
+            per_page=100,
+            seconds_between_requests=None,
+            seconds_between_writes=seconds_between_writes,
+            user_agent="alfred-gitops",
+        )
+        self._repo: GithubRepo | None = None
+
+    def close(self) -> None:
+        self._github.close()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def read(self, branch: str, paths: Sequence[str]) -> Snapshot:
+        return self._read(branch, paths)[0]
+
+    def head(self, branch: str) -> str:
+        ref = self._call("get_ref", lambda: self._repository().get_git_ref(_ref(branch)))
+        return str(ref.object.sha)
+
+    def find_operation(self, branch: str, operation: str) -> CommitRecord | None:
+        depth = self.policy.recovery_depth
+
+        def scan() -> CommitRecord | None:
+            commits = self._repository().get_commits(sha=branch)
+            for index, commit in enumerate(commits):
+                if index >= depth:
+                    break
+                message = commit.commit.message
+                parsed = parse_message(message)
+                if parsed is not None and parsed.operation == operation:
+                    parents = tuple(parent.sha for parent in commit.parents)
+                    return CommitRecord(commit.sha, message, parents)
+            return None
+
+        return self._call("list_commits", scan)
+
+    def commit_message(self, sha: str) -> str:
+        commit = self._call("get_commit", lambda: self._repository().get_git_commit(sha))
+        return str(commit.message)
+
+    # -- the commit --------------------------------------------------------------------------
+
+    def commit(self, branch: str, paths: Sequence[str], edit: Edit, *, operation: str) -> Handle:
+        try:
+            check_operation(operation)
+        except MessageError as exc:
+            raise Rejected(str(exc), provider=PROVIDER, code="invalid_operation") from exc
+        found = self.find_operation(branch, operation)
+        if found is not None:
+            return self._landed_handle(branch, found, recovered=True, attempts=0)
+        lost: list[str] = []
+        for attempt in range(1, self.policy.attempts + 1):
+            snapshot, ref = self._read(branch, paths)
+            change = edit(snapshot)
+            if change is None or all(
+                snapshot.files.get(path) == text for path, text in change.files.items()
+            ):
+                return self._noop_handle(snapshot, operation, attempts=attempt, lost=lost)
+            if change.message.operation != operation:
+                raise ValueError(
+                    f"the edit's message is for {change.message.operation!r}, not {operation!r}"
+                )
+            try:
+                sha = self._write(snapshot, ref, change)
+            except _NotFastForward:
+                logger.info("%s@%s moved under %s; re-applying", self.full_name, branch, operation)
+                continue
+            except _OutcomeUnknown as exc:
+                lost.append(exc.operation)
+                logger.warning("%s: %s lost its response; looking for it", operation, exc)
+                try:
+                    found = self.find_operation(branch, operation)
+                except ProviderError as lookup:
+                    raise self._unknown(branch, operation, lost, lookup) from lookup
+                if found is not None:
+                    return self._landed_handle(branch, found, recovered=True, attempts=attempt)
+                continue
+            record = CommitRecord(sha, change.message.render(), (snapshot.head,))
+            return self._landed_handle(
+                branch, record, recovered=False, attempts=attempt, files=sorted(change.files)
+            )
+        if lost:
+            raise Transient(
+                f"{operation}: no commit landed on {self.full_name}@{branch} in "
+                f"{self.policy.attempts} attempts (lost responses on {', '.join(lost)})",
+                provider=PROVIDER,
+                details={"branch": branch, "lost": lost},
+            )
+        raise Conflict(
+            f"{NOT_FAST_FORWARD}: {self.full_name}@{branch} kept moving; "
+            f"{self.policy.attempts} attempts to re-apply {operation} were not enough",
+            provider=PROVIDER,
+            code="422",
+            details={"branch": branch, "attempts": self.policy.attempts},
+        )
+
+    def _read(self, branch: str, paths: Sequence[str]) -> tuple[Snapshot, GitRef]:
+        repo = self._repository()
+        ref = self._call("get_ref", lambda: repo.get_git_ref(_ref(branch)))
+        head = str(ref.object.sha)
+        files = {path: self._file(repo, path, head) for path in dict.fromkeys(paths)}
+        return Snapshot(branch=branch, head=head, files=files), ref
+
+    def _file(self, repo: GithubRepo, path: str, head: str) -> str | None:
+        def get() -> Any:
+            try:
+                return repo.get_contents(path, ref=head)
+            except GithubException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        content = self._call("get_contents", get)
+        if content is None:
+            return None
+        if isinstance(content, list):
+            raise Rejected(f"{path} is a directory", provider=PROVIDER, code="not_a_file")
+        try:
+            return bytes(content.decoded_content).decode("utf-8")
+        except (UnicodeDecodeError, AssertionError) as exc:
+            raise Rejected(
+                f"{path} is not a UTF-8 text file", provider=PROVIDER, code="not_text"
+            ) from exc
+
+    def _write(self, snapshot: Snapshot, ref: GitRef, change: Change) -> str:
+        repo = self._repository()
+        parent = self._call("get_commit", lambda: repo.get_git_commit(snapshot.head))
+        elements = []
+        for path, text in sorted(change.files.items()):
+            blob = self._call(
+                "create_blob", functools.partial(repo.create_git_blob, text, "utf-8"), "content"
+            )
+            elements.append(InputGitTreeElement(path, "100644", "blob", sha=blob.sha))
+        tree = self._call(
+            "create_tree", lambda: repo.create_git_tree(elements, parent.tree), "content"
+        )
+        extra: dict[str, Any] = {}
+        if self._author is not None:
+            extra = {"author": self._author, "committer": self._author}
+        message = change.message.render()
+        commit = self._call(
+            "create_commit",
+            lambda: repo.create_git_commit(message, tree, [parent], **extra),
+            "mutation",
+        )
+
+        def update() -> None:
+            try:
+                ref.edit(commit.sha, force=False)
+            except GithubException as exc:
+                if exc.status == 422 and _message(exc) == NOT_FAST_FORWARD:
+                    raise _NotFastForward from exc
+                raise
+
+        self._call("update_ref", update, "mutation")
+        return str(commit.sha)
+
+    # -- handles -----------------------------------------------------------------------------
+
+    def inspect(self, handle_: Handle) -> Handle:
+        if handle_["provider"] != PROVIDER or handle_["kind"] != "commit":
+            raise ValueError(f"not a {PROVIDER} commit handle: {handle_['kind']}")
+        observations = dict(handle_["observations"])
+        branch = observations["branch"]
+        head = self.head(branch)
+        sha = handle_["id"]
+        if sha is None:
+            return handle(
+                provider=PROVIDER,
+                kind="commit",
+                id=None,
+                status=NOOP,
+                done=True,
+                ok=True,
+                observations={**observations, "head": head},
+            )
+        on_branch = sha == head or self._descends(sha, branch)
+        return handle(
+            provider=PROVIDER,
+            kind="commit",
+            id=sha,
+            status=LANDED if on_branch else MISSING,
+            done=True,
+            ok=on_branch,
+            observations={**observations, "head": head, "on_branch": on_branch},
+        )
+
+    def stop(self, handle_: Handle) -> NoReturn:
+        raise StopUnsupported(
+            f"commit {handle_['id']} cannot be stopped; compensate by removing its entries"
+        )
+
+    def _descends(self, sha: str, branch: str) -> bool:
+        """Is ``sha`` an ancestor of (or equal to) the head of ``branch``?"""
+
+        def compare() -> str | None:
+            try:
+                return str(self._repository().compare(sha, branch).status)
+            except GithubException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        return self._call("compare", compare) in ("ahead", "identical")
+
+    def _landed_handle(
+        self,
+        branch: str,
+        record: CommitRecord,
+        *,
+        recovered: bool,
+        attempts: int,
+        files: list[str] | None = None,
+    ) -> Handle:
+        parsed = parse_message(record.message)
+        entries = [entry.as_dict() for entry in parsed.entries] if parsed else []
+        return handle(
+            provider=PROVIDER,
+            kind="commit",
+            id=record.sha,
+            status=LANDED,
+            done=True,
+            ok=True,
+            observations={
+                "repository": self.full_name,
+                "branch": branch,
+                "parent": record.parents[0] if record.parents else None,
+                "files": files if files is not None else sorted({e["path"] for e in entries}),
+                "entries": entries,
+                "operation": parsed.operation if parsed else None,
+                "subject": parsed.subject if parsed else record.message.split("\n", 1)[0],
+                "recovered": recovered,
+                "attempts": attempts,
+            },
+        )
+
+    def _noop_handle(
+        self, snapshot: Snapshot, operation: str, *, attempts: int, lost: list[str]
+    ) -> Handle:
+        return handle(
+            provider=PROVIDER,
+            kind="commit",
+            id=None,
+            status=NOOP,
+            done=True,
+            ok=True,
+            observations={
+                "repository": self.full_name,
+                "branch": snapshot.branch,
+                "head": snapshot.head,
+                "files": [],
+                "entries": [],
+                "operation": operation,
+                "recovered": False,
+                "attempts": attempts,
+                "lost_responses": lost,
+            },
+        )
+
+    def _unknown(
+        self, branch: str, operation: str, lost: list[str], cause: ProviderError
+    ) -> Unknown:
+        return Unknown(
+            f"{operation}: the response to {lost[-1]} was lost and looking for the commit on "
+            f"{self.full_name}@{branch} failed ({cause}); it may or may not have landed",
+            provider=PROVIDER,
+            code=cause.code,
+            details={"branch": branch, "lost": lost, "cause": cause.as_dict()},
+        )
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def _repository(self) -> GithubRepo:
+        if self._repo is None:
+            self._repo = self._call("get_repo", lambda: self._github.get_repo(self.full_name))
+        return self._repo
+
+    def _call(self, operation: str, fn: Callable[[], T], kind: CallKind = "read") -> T:
+        """Run one request under the retry rules of its kind (see the module)."""
+        throttled = failures = 0
+        while True:
+            try:
+                return fn()
+            except GithubException as exc:
+                wait = throttle_wait(exc)
+                if wait is not None:
+                    if throttled >= self.policy.throttle_retries:
+                        raise _mapped(exc, operation, "still throttled after retries") from exc
+                    if wait > self.policy.max_throttle_wait:
+                        raise _mapped(exc, operation, f"asks to wait {wait:.0f}s") from exc
+                    throttled += 1
+                    logger.info("%s throttled (%s); retrying in %.1fs", operation, exc.status, wait)
+                    self._sleep(wait)
+                    continue
+                if exc.status >= 500:
+                    if kind == "mutation":
+                        raise _OutcomeUnknown(operation, exc) from exc
+                    if failures < self.policy.read_retries:
+                        failures += 1
+                        self._backoff(failures)
+                        continue
+                raise _mapped(exc, operation) from exc
+            except _CONNECTION_ERRORS as exc:
+                if kind == "mutation":
+                    raise _OutcomeUnknown(operation, exc) from exc
+                if failures < self.policy.read_retries:
+                    failures += 1
+                    self._backoff(failures)
+                    continue
+                raise Transient(
+                    f"{operation}: {type(exc).__name__}: {exc}",
+                    provider=PROVIDER,
+                    code=None,
+                    details={"operation": operation},
+                ) from exc
+
+    def _backoff(self, failures: int) -> None:
+        self._sleep(min(self.policy.backoff * 2 ** (failures - 1), _MAX_BACKOFF))
+
+
+def _ref(branch: str) -> str:
+    return f"heads/{branch}"
+
+
+def _message(exc: GithubException) -> str:
+    data = exc.data
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        return str(data["message"])
+    return exc.message or str(data or "")
+
+
+def _headers(exc: GithubException) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in (exc.headers or {}).items()}
+
+
+def throttle_wait(exc: GithubException) -> float | None:
+    """Seconds GitHub asks to wait before re-sending, or None if ``exc`` is not throttling."""
+    if exc.status not in (403, 429):
+        return None
+    headers = _headers(exc)
+    retry_after = headers.get("retry-after")
+    if retry_after is not None:
+        try:
+            return max(0.0, float(retry_after))
+        except ValueError:
+            return SECONDARY_RATE_WAIT
+    if (
+        headers.get("x-ratelimit-remaining") == "0"
+        and headers.get("x-ratelimit-reset", "").isdigit()
+    ):
+        return max(0.0, int(headers["x-ratelimit-reset"]) - time.time()) + 1.0
+    if exc.status == 429 or Requester.isRateLimitError(_message(exc)):
+        return SECONDARY_RATE_WAIT
+    return None
+
+
+def _mapped(exc: GithubException, operation: str, note: str | None = None) -> ProviderError:
+    status = exc.status
+    message = _message(exc) + (f" ({note})" if note else "")
+    data = exc.data if isinstance(exc.data, dict) else {}
+    details = {
+        "status": status,
+        "operation": operation,
+        "documentation_url": data.get("documentation_url"),
+    }
+    kind: type[ProviderError]
+    if throttle_wait(exc) is not None:
+        kind = Throttled
+        details["retry_after"] = throttle_wait(exc)
+    elif status == 404:
+        kind = NotFound
+    elif status == 409 or (status == 422 and _message(exc) == NOT_FAST_FORWARD):
+        kind = Conflict
+    elif status >= 500:
+        kind = Transient
+    else:  # 401 Bad credentials, 403 forbidden, 422 validation
+        kind = Rejected
+    return kind(message, provider=PROVIDER, code=str(status), details=details)

@@ -15,6 +15,12 @@ process group, which also takes Celery's pool processes. A second Ctrl-C skips t
 period. A supervised child that dies on its own brings the rest down and the launcher exits
 non-zero naming it: a half-running stack is worse than none.
 
+Providers. Unless ``ALFRED_PROVIDERS=external``, the launcher also supervises the seeded
+stand-ins of AWS, GitHub and ArgoCD (``python -m providers.sandbox``, on loopback ports from
+``ALFRED_SANDBOX_PORT_BASE``) and points every child at them through the environment the sandbox
+writes once it is up; with ``external`` the children get the operator's own AWS, GitHub and
+ArgoCD settings untouched.
+
 State. ``ALFRED_STATE_DIR`` (default ``.alfred/``) persists between runs, so the next
 ``make run`` finds its data where it left it. A lock file in it keeps a second launcher off the
 same servers.
@@ -209,7 +215,7 @@ def probe(opener: urllib.request.OpenerDirector, url: str) -> str:
         return str(getattr(exc, "reason", exc))
 
 
-def supervise(children: list[Child], base_url: str, state: Path) -> None:
+def supervise(children: list[Child], base_url: str, state: Path, providers: dict[str, str]) -> None:
     """Watch the children until a signal arrives; print the banner once /readyz says 200.
     Returns only by exception: Shutdown (a signal) or Failure (a child died)."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
@@ -223,7 +229,7 @@ def supervise(children: list[Child], base_url: str, state: Path) -> None:
             answer = probe(opener, f"{base_url}/readyz")
             if answer == "ready":
                 ready = True
-                banner(base_url, state)
+                banner(base_url, state, providers)
             elif not warned and time.monotonic() > deadline:
                 warned = True
                 say(f"WARNING: {base_url}/readyz not ready after {READY_TIMEOUT_SECONDS:.0f}s")
@@ -231,13 +237,22 @@ def supervise(children: list[Child], base_url: str, state: Path) -> None:
         time.sleep(0.5 if not warned else 2.0)
 
 
-def banner(base_url: str, state: Path) -> None:
+def banner(base_url: str, state: Path, providers: dict[str, str]) -> None:
     rule = "=" * 64
+    if providers.get("ALFRED_PROVIDERS") == "sandbox":
+        sandbox = [
+            f"  AWS       {providers['AWS_ENDPOINT_URL']}  (sandbox: Route53, ACM, Lambda)",
+            f"  GitHub    {providers['ALFRED_GITHUB_API_URL']}  (sandbox)",
+            f"  ArgoCD    {providers['ALFRED_ARGOCD_URL']}  (sandbox)",
+        ]
+    else:
+        sandbox = ["  providers external (ALFRED_PROVIDERS=external)"]
     for line in (
         rule,
         "Alfred is ready",
         f"  admin     {base_url}/admin/",
         f"  API docs  {base_url}/api/docs/",
+        *sandbox,
         f"  state     {state}  (kept across runs)",
         "  Ctrl-C stops everything.",
         rule,
@@ -264,7 +279,7 @@ def lock_state_dir(state: Path) -> IO[str]:
     return handle
 
 
-def check_port_free(host: str, port: int) -> None:
+def check_port_free(host: str, port: int, setting: str = "ALFRED_PORT") -> None:
     """Fail before starting anything if the port is taken: otherwise a leftover server (say, a
     web process of a launcher that was SIGKILLed) would answer our /readyz probe."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -274,7 +289,7 @@ def check_port_free(host: str, port: int) -> None:
             probe_socket.bind((host, port))
         except OSError as exc:
             reason = f"cannot listen on {host}:{port}: {exc.strerror}"
-            raise Failure(f"{reason} (stop what holds it, or set ALFRED_PORT)") from None
+            raise Failure(f"{reason} (stop what holds it, or set {setting})") from None
 
 
 def manage_step(command: str, *args: str) -> Child:
@@ -342,6 +357,45 @@ def children_for(host: str, port: str, state: Path) -> list[Child]:
     ]
 
 
+SANDBOX_PROVIDERS = ("aws", "github", "argocd")  # on port base + 1, + 2, + 3
+
+
+def sandbox_child(state: Path, base: int) -> Child:
+    return Child(
+        "sandbox",
+        [
+            sys.executable,
+            "-m",
+            "providers.sandbox",
+            "--root",
+            str(state / "sandbox"),
+            "--port-base",
+            str(base),
+        ],
+    )
+
+
+def await_sandbox(child: Child, state: Path, base: int) -> dict[str, str]:
+    """Wait until every stand-in answers its health check, then read the environment the
+    sandbox wrote (it is written only once all are seeded)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    env_file = state / "sandbox" / "sandbox.env"
+    deadline = time.monotonic() + READY_TIMEOUT_SECONDS
+    while True:
+        if not child.running:
+            raise Failure(f"the sandbox exited during start-up ({child.describe_exit()})")
+        answers = [
+            probe(opener, f"http://127.0.0.1:{base + offset}/_sandbox/health")
+            for offset in range(1, len(SANDBOX_PROVIDERS) + 1)
+        ]
+        if env_file.exists() and all(answer == "ready" for answer in answers):
+            pairs = (line.split("=", 1) for line in env_file.read_text().splitlines() if line)
+            return {name: value for name, value in pairs}
+        if time.monotonic() > deadline:
+            raise Failure(f"the sandbox did not come up within {READY_TIMEOUT_SECONDS:.0f}s")
+        time.sleep(0.2)
+
+
 def main() -> int:
     state = embedded.state_dir()
     host = os.environ.get("ALFRED_HOST", "127.0.0.1")
@@ -352,6 +406,12 @@ def main() -> int:
     # Where we (and the banner's reader) reach the server, whatever interface it binds.
     local = "127.0.0.1" if host in {"0.0.0.0", ""} else host  # noqa: S104
     base_url = f"http://[{local}]:{port}" if ":" in local else f"http://{local}:{port}"
+
+    providers_mode = os.environ.get("ALFRED_PROVIDERS", "sandbox")
+    sandbox_base = os.environ.get("ALFRED_SANDBOX_PORT_BASE", "8600")
+    if providers_mode not in {"sandbox", "external"} or not sandbox_base.isdigit():
+        say("ALFRED_PROVIDERS must be 'sandbox' or 'external', ALFRED_SANDBOX_PORT_BASE a port")
+        return 2
 
     external = [name for name in ("DATABASE_URL", "CELERY_BROKER_URL") if os.environ.get(name)]
     if len(external) == 1:
@@ -384,18 +444,34 @@ def main() -> int:
                 except embedded.StackBusy as exc:
                     raise Failure(str(exc)) from None
             env.update(stack.environ())
+        providers: dict[str, str] = {}
+        if providers_mode == "sandbox":
+            base = int(sandbox_base)
+            for offset in range(1, len(SANDBOX_PROVIDERS) + 1):
+                check_port_free("127.0.0.1", base + offset, "ALFRED_SANDBOX_PORT_BASE")
+            (state / "sandbox" / "sandbox.env").unlink(missing_ok=True)
+            sandbox = sandbox_child(state, base)
+            children.append(sandbox)
+            say("starting the AWS, GitHub and ArgoCD stand-ins (ALFRED_PROVIDERS=sandbox)")
+            with signals.deferred():
+                sandbox.start(env)
+            providers = await_sandbox(sandbox, state, base)
+            # A profile would take precedence over the sandbox's keys in boto3's chain.
+            env.pop("AWS_PROFILE", None)
+            env.update(providers)
         run_step(manage_step("migrate", "--noinput"), env)
         # Creates/updates the demo operator, rotates the demo token, prints URLs and a curl.
         run_step(manage_step("alfred_bootstrap"), env)
         # The lock proves no beat of ours is alive; a pidfile left by a killed one would
         # make beat refuse to start if its pid has since been reused.
         (state / "celerybeat.pid").unlink(missing_ok=True)
-        children = children_for(host, port, state)
+        services = children_for(host, port, state)
+        children.extend(services)
         with signals.deferred():
-            for child in children:
+            for child in services:
                 child.start(env)
         say("started " + ", ".join(f"{c.name} (pid {c.proc.pid})" for c in children if c.proc))
-        supervise(children, base_url, state)
+        supervise(children, base_url, state, providers or {"ALFRED_PROVIDERS": providers_mode})
     except Shutdown as exc:
         say(f"{exc} received, stopping")
     except Failure as exc:

@@ -7,12 +7,14 @@ refuses that and every other insecure default.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from alfred import embedded
+from providers.config import ProviderConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -60,6 +62,14 @@ if PRODUCTION:
             raise ImproperlyConfigured(f"production needs {name}; the embedded stack is dev-only")
     if not ALFRED_PUBLIC_URL.startswith("https://"):
         raise ImproperlyConfigured("production needs an https:// ALFRED_PUBLIC_URL")
+
+# Where AWS, GitHub and ArgoCD are (providers/config.py): `make run` points these at the
+# stand-ins and says so with ALFRED_PROVIDERS=sandbox.
+ALFRED_PROVIDERS = ProviderConfig.from_env(os.environ)
+if ALFRED_PROVIDERS.mode not in {"sandbox", "external"}:
+    raise ImproperlyConfigured("ALFRED_PROVIDERS must be sandbox or external")
+if PRODUCTION and ALFRED_PROVIDERS.mode == "sandbox":
+    raise ImproperlyConfigured("production refuses ALFRED_PROVIDERS=sandbox (the stand-ins)")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

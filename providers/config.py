@@ -12,7 +12,7 @@ unless ``ALFRED_PROVIDERS=external``; see the README ("Providers").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 DEFAULT_REGION = "us-east-1"
 
@@ -23,6 +23,11 @@ class AwsConfig:
     endpoint_url: str | None  # None: AWS itself (boto3 also honours per-service overrides)
     max_attempts: int  # botocore standard retry mode, for calls safe to repeat
     fleet_tag: str  # the tag whose value names a Lambda fleet
+    # Static keys when the mapping names them (the sandbox does); None: boto3's credentials
+    # chain (instance role, SSO, profile...). Kept out of repr.
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,9 @@ class ProviderConfig:
                 endpoint_url=env.get("AWS_ENDPOINT_URL") or None,
                 max_attempts=int(get("AWS_MAX_ATTEMPTS", "5")),
                 fleet_tag=get("ALFRED_LAMBDA_FLEET_TAG", "alfred:fleet"),
+                access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
+                secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
+                session_token=env.get("AWS_SESSION_TOKEN") or None,
             ),
             github=GitHubConfig(
                 api_url=get("ALFRED_GITHUB_API_URL", "https://api.github.com").rstrip("/"),

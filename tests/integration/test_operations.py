@@ -114,6 +114,7 @@ def test_production_settings_pass_check_deploy():
         ({"CELERY_BROKER_URL": ""}, "CELERY_BROKER_URL"),
         ({"ALFRED_DEBUG": "1"}, "ALFRED_DEBUG"),
         ({"ALFRED_PUBLIC_URL": "http://alfred.example.com"}, "https://"),
+        ({"ALFRED_PROVIDERS": "sandbox"}, "ALFRED_PROVIDERS=sandbox"),
     ],
 )
 def test_production_refuses_insecure_defaults(change, message):

@@ -1,0 +1,227 @@
+"""boto3 clients, and what their failures mean to a workflow.
+
+Two kinds of client, on purpose:
+
+- **Read clients** use botocore's ``standard`` retry mode with ``max_attempts`` (throttling,
+  5xx, dropped connections are retried transparently). Reads are safe to repeat.
+- **Mutation clients** (``max_attempts=1``) carry the calls whose repetition is not safe to
+  leave to botocore: a Route53 change batch (a re-sent CREATE fails, a re-sent DELETE fails,
+  a re-sent batch is a second change), a Lambda alias update (a re-sent update with the old
+  RevisionId fails). botocore's standard mode treats a dropped connection or a read timeout
+  as transient and would re-send the request after the provider may already have applied it.
+  The adapters retry throttling themselves (nothing was applied) and recover a lost response
+  by reading the provider's state (see :mod:`providers.aws.route53`, :mod:`.lambda_`).
+
+Region, credentials and endpoint come from the standard AWS environment (``AWS_REGION``, then
+``AWS_DEFAULT_REGION`` or the profile; the credentials chain; ``AWS_ENDPOINT_URL`` and its
+per-service forms, which boto3 applies itself) unless given explicitly; nothing here reads
+Django settings.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectionError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+    ReadTimeoutError,
+)
+
+from providers.errors import (
+    Conflict,
+    NotFound,
+    ProviderError,
+    Rejected,
+    Throttled,
+    Transient,
+)
+
+if TYPE_CHECKING:
+    from providers.config import AwsConfig
+
+T = TypeVar("T")
+
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "SlowDown",
+        "PriorRequestNotComplete",  # Route53: too many changes still PENDING; nothing applied
+    }
+)
+NOT_FOUND_CODES = frozenset(
+    {
+        "NoSuchHostedZone",
+        "NoSuchChange",
+        "NoSuchHealthCheck",
+        "ResourceNotFoundException",
+        "NoSuchEntity",
+    }
+)
+CONFLICT_CODES = frozenset(
+    {
+        "PreconditionFailedException",
+        "ResourceConflictException",
+        "ConflictException",
+        "HostedZoneAlreadyExists",
+        "HostedZoneNotEmpty",
+        "ResourceInUseException",
+        "InvalidStateException",
+    }
+)
+TRANSIENT_CODES = frozenset(
+    {
+        "InternalError",
+        "InternalFailure",
+        "InternalServiceError",
+        "ServiceUnavailable",
+        "ServiceException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+    }
+)
+
+
+GLOBAL_SERVICES = frozenset({"route53", "iam", "cloudfront"})
+
+
+@dataclass(frozen=True)
+class AwsClients:
+    """Builds boto3 clients. Every field may be left to boto3's environment."""
+
+    session: boto3.session.Session | None = None
+    endpoint_url: str | None = None
+    region: str | None = None
+    max_attempts: int = 5
+    connect_timeout: float = 5.0
+    read_timeout: float = 30.0
+
+    @classmethod
+    def from_config(
+        cls, config: AwsConfig, *, session: boto3.session.Session | None = None
+    ) -> AwsClients:
+        return cls(
+            session=session,
+            endpoint_url=config.endpoint_url,
+            region=config.region,
+            max_attempts=config.max_attempts,
+        )
+
+    def client(self, service: str, *, max_attempts: int | None = None) -> Any:
+        """A client for ``service``; ``max_attempts=1`` for a mutation client.
+
+        ``max_attempts`` counts every attempt, the first included (as ``AWS_MAX_ATTEMPTS``
+        does). botocore's ``retries={"max_attempts": n}`` counts *retries* (n + 1 attempts):
+        ``{"max_attempts": 1}`` would still re-send a lost change batch once, so the total is
+        set with ``total_max_attempts``."""
+        config = Config(
+            retries={
+                "mode": "standard",
+                "total_max_attempts": self.max_attempts if max_attempts is None else max_attempts,
+            },
+            connect_timeout=self.connect_timeout,
+            read_timeout=self.read_timeout,
+        )
+        session = self.session or boto3.session.Session()
+        kwargs: dict[str, Any] = {"config": config}
+        if self.endpoint_url:  # otherwise boto3 applies AWS_ENDPOINT_URL[_<SERVICE>] itself
+            kwargs["endpoint_url"] = self.endpoint_url
+        # botocore itself reads AWS_DEFAULT_REGION (and the profile) but not AWS_REGION, which
+        # the other AWS SDKs and Alfred's configuration honour first.
+        region = self.region or os.environ.get("AWS_REGION") or session.region_name
+        if not region and service in GLOBAL_SERVICES:
+            region = "us-east-1"  # where AWS signs the global services
+        if region:
+            kwargs["region_name"] = region
+        return session.client(service, **kwargs)
+
+
+def error_code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code") or "")
+
+
+def error_message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message") or "")
+
+
+def is_throttling(exc: BaseException) -> bool:
+    return isinstance(exc, ClientError) and error_code(exc) in THROTTLING_CODES
+
+
+def is_ambiguous(exc: BaseException) -> bool:
+    """The request may have reached the provider and been applied, but no answer came back:
+    the connection closed mid-exchange or the read timed out. (A failed connect or a
+    connect timeout means nothing was sent.)"""
+    if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
+        return False
+    return isinstance(exc, ConnectionClosedError | ReadTimeoutError | HTTPClientError)
+
+
+def translate(exc: Exception, *, provider: str, operation: str) -> ProviderError:
+    """The :mod:`providers.errors` form of a boto3 failure, keeping AWS's code and message."""
+    if isinstance(exc, ProviderError):
+        return exc
+    if isinstance(exc, ClientError):
+        code = error_code(exc)
+        message = error_message(exc) or str(exc)
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        details: dict[str, Any] = {"operation": operation, "http_status": status}
+        if code in THROTTLING_CODES:
+            return Throttled(message, provider=provider, code=code, details=details)
+        if code in NOT_FOUND_CODES:
+            return NotFound(message, provider=provider, code=code, details=details)
+        if code == "ResourceConflictException" and "update is in progress" in message:
+            # Lambda refuses a change while the previous update of the function runs.
+            return Transient(message, provider=provider, code=code, details=details)
+        if code in CONFLICT_CODES:
+            return Conflict(message, provider=provider, code=code, details=details)
+        if code in TRANSIENT_CODES or status >= 500:
+            return Transient(message, provider=provider, code=code, details=details)
+        return Rejected(message, provider=provider, code=code or str(status), details=details)
+    if isinstance(exc, BotoCoreError):
+        kind: type[ProviderError] = Rejected  # parameters, credentials, region: fix, not retry
+        if isinstance(exc, ConnectionError | HTTPClientError):
+            # Connection failures reach here only after botocore's own retries (or from a
+            # mutation client, whose callers handle the ambiguous ones before translating).
+            kind = Transient
+        return kind(
+            str(exc), provider=provider, code=type(exc).__name__, details={"operation": operation}
+        )
+    raise exc
+
+
+def retry_throttled(
+    call: Callable[[], T],
+    *,
+    attempts: int,
+    backoff: float,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Call ``call`` until it is not throttled, at most ``attempts`` times, with capped
+    exponential backoff and full jitter. For mutation clients: a throttled request was not
+    applied, so repeating it is safe; anything else propagates at once."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except ClientError as exc:
+            if not is_throttling(exc) or attempt == attempts - 1:
+                raise
+            sleep(random.uniform(0, min(backoff * 2**attempt, 20.0)))  # noqa: S311 - jitter
+    raise AssertionError("unreachable")  # pragma: no cover

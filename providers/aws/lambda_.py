@@ -1,0 +1,346 @@
+"""Lambda: a fleet found by tag, and each function's environment alias moved with compare-and-swap.
+
+A **fleet** is the set of functions whose tag ``tag_key`` (default ``alfred:fleet``) equals the
+target; discovery pages through ``ListFunctions`` and reads each function's tags (``ListTags``).
+The Resource Groups Tagging API (``GetResources``, which moto 5.2 also serves for Lambda) would
+answer in fewer calls, but it is eventually consistent: a function tagged or deleted a moment
+ago may be missing from it or still listed, and a deployment must not miss a member of the
+fleet. An **environment** is an alias of that name (``staging``, ``production``) on each
+function.
+
+**Compare-and-swap.** :meth:`Lambda.update_alias` takes the :class:`AliasState` the caller
+planned from (version + RevisionId) and sends ``UpdateAlias`` with that RevisionId: if anyone
+moved the alias since, Lambda answers ``PreconditionFailedException`` and the adapter raises
+:class:`~providers.errors.Conflict`, so a plan never overwrites a change it did not see.
+
+**Sent once.** ``UpdateAlias`` goes through a client with ``max_attempts=1`` (botocore would
+re-send it after a lost response, and the re-send would fail on the RevisionId the first
+attempt consumed). Throttling is retried here (nothing was applied). After a lost response the
+adapter reads the alias: at the target version, the update is taken as applied and the handle
+is *recovered*; still at the planned version with the planned RevisionId, the update never
+arrived and is re-sent once; anything else is :class:`~providers.errors.Unknown`.
+
+**Done.** Moving an alias is immediate, but the version it points at may still be updating
+(``LastUpdateStatus`` ``InProgress``); an ``alias_update`` handle is done when that version's
+update is ``Successful`` (ok) or ``Failed`` (not ok), and ``inspect()`` re-reads the alias and
+the version (an alias moved away since is ``DRIFTED``).
+
+**Restore** (compensation) moves the alias back to the version the receipt says it had, only if
+the alias still points at the version Alfred set (checked by reading it, enforced by its
+RevisionId); already back is a no-op; moved elsewhere is a Conflict for an operator.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, TypedDict
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from providers.aws.clients import AwsClients, is_ambiguous, retry_throttled, translate
+from providers.errors import Conflict, ProviderError, Rejected, Unknown
+from providers.handles import Handle, StopUnsupported, handle
+
+PROVIDER = "aws.lambda"
+DEFAULT_TAG_KEY = "alfred:fleet"
+
+
+class FunctionRef(TypedDict):
+    name: str
+    arn: str
+
+
+class AliasState(TypedDict):
+    function: str
+    alias: str
+    version: str
+    revision_id: str
+    arn: str
+
+
+class VersionStatus(TypedDict):
+    function: str
+    version: str
+    arn: str
+    state: str | None  # Pending, Active, Inactive, Failed
+    last_update_status: str | None  # InProgress, Successful, Failed
+    last_update_status_reason: str | None
+    code_sha256: str | None
+
+
+class Lambda:
+    def __init__(
+        self,
+        *,
+        clients: AwsClients | None = None,
+        client: Any = None,
+        mutation_client: Any = None,
+        tag_key: str = DEFAULT_TAG_KEY,
+        throttle_attempts: int = 6,
+        throttle_backoff: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """``client`` reads; ``mutation_client`` must not retry (``max_attempts=1``). Give
+        ``clients`` to have both built, or both clients explicitly."""
+        if client is not None and mutation_client is None and clients is None:
+            raise ValueError("give mutation_client (max_attempts=1) with client, or clients")
+        factory = clients or AwsClients()
+        self._client = client or factory.client("lambda")
+        self._mutation_client = mutation_client or factory.client("lambda", max_attempts=1)
+        self.tag_key = tag_key
+        self.throttle_attempts = throttle_attempts
+        self.throttle_backoff = throttle_backoff
+        self._sleep = sleep
+
+    def _call(self, operation: str, **kwargs: Any) -> Any:
+        method = getattr(self._client, re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower())
+        try:
+            return method(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, provider=PROVIDER, operation=operation) from exc
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def fleet(self, target: str) -> list[FunctionRef]:
+        """The functions tagged ``tag_key=target``, by name (empty if none)."""
+        members: list[FunctionRef] = []
+        try:
+            pages = list(self._client.get_paginator("list_functions").paginate())
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, provider=PROVIDER, operation="ListFunctions") from exc
+        for page in pages:
+            for function in page["Functions"]:
+                tags = self._call("ListTags", Resource=function["FunctionArn"]).get("Tags") or {}
+                if tags.get(self.tag_key) == target:
+                    members.append(
+                        FunctionRef(name=function["FunctionName"], arn=function["FunctionArn"])
+                    )
+        return sorted(members, key=lambda f: f["name"])
+
+    def alias(self, function: str, alias: str) -> AliasState:
+        """The version ``alias`` points at and its RevisionId. NotFound if there is no such
+        function or alias."""
+        raw = self._call("GetAlias", FunctionName=function, Name=alias)
+        return _alias_state(function, raw)
+
+    def version_status(self, function: str, version: str) -> VersionStatus:
+        """State and LastUpdateStatus of one version (``$LATEST``, a number, or an alias)."""
+        raw = self._call("GetFunctionConfiguration", FunctionName=function, Qualifier=version)
+        return VersionStatus(
+            function=function,
+            version=str(raw.get("Version", version)),
+            arn=str(raw.get("FunctionArn", "")),
+            state=raw.get("State"),
+            last_update_status=raw.get("LastUpdateStatus"),
+            last_update_status_reason=raw.get("LastUpdateStatusReason"),
+            code_sha256=raw.get("CodeSha256"),
+        )
+
+    def check_published(self, function: str, version: str) -> VersionStatus:
+        """``version`` must be a published version of ``function``: NotFound if it is not,
+        Rejected if it is not a version number (``$LATEST`` or an alias cannot be deployed)."""
+        if not str(version).isdigit():
+            raise Rejected(
+                f"{version!r} is not a published version number",
+                provider=PROVIDER,
+                code="InvalidVersion",
+            )
+        return self.version_status(function, str(version))
+
+    # -- the alias update --------------------------------------------------------------------
+
+    def update_alias(self, current: AliasState, *, version: str) -> Handle:
+        """Move the alias of ``current`` to ``version``, only if it is still as ``current``
+        describes it (its RevisionId). Conflict if it moved; Unknown if a lost response cannot
+        be resolved (see the module docstring)."""
+        version = str(version)
+        try:
+            raw = self._send(current, version)
+        except (ClientError, BotoCoreError) as exc:
+            if not is_ambiguous(exc):
+                raise translate(exc, provider=PROVIDER, operation="UpdateAlias") from exc
+            return self._recover(current, version, exc)
+        return self._alias_handle(current, version, _alias_state(current["function"], raw))
+
+    def _send(self, current: AliasState, version: str) -> Any:
+        return retry_throttled(
+            lambda: self._mutation_client.update_alias(
+                FunctionName=current["function"],
+                Name=current["alias"],
+                FunctionVersion=version,
+                RevisionId=current["revision_id"],
+            ),
+            attempts=self.throttle_attempts,
+            backoff=self.throttle_backoff,
+            sleep=self._sleep,
+        )
+
+    def _recover(self, current: AliasState, version: str, cause: BaseException) -> Handle:
+        observed = self._read_or_unknown(current, version, cause)
+        if observed["version"] == version:
+            return self._alias_handle(current, version, observed, recovered=cause)
+        if (observed["version"], observed["revision_id"]) != (
+            current["version"],
+            current["revision_id"],
+        ):
+            raise _unknown(current, version, cause, observed=observed)
+        # Untouched: the update never arrived. Send it again, once.
+        try:
+            raw = self._send(current, version)
+        except (ClientError, BotoCoreError) as exc:
+            if not is_ambiguous(exc):
+                raise translate(exc, provider=PROVIDER, operation="UpdateAlias") from exc
+            observed = self._read_or_unknown(current, version, exc)
+            if observed["version"] == version:
+                return self._alias_handle(current, version, observed, recovered=exc)
+            raise _unknown(current, version, exc, observed=observed) from exc
+        result = self._alias_handle(current, version, _alias_state(current["function"], raw))
+        result["observations"]["resent_after"] = f"{type(cause).__name__}: {cause}"
+        return result
+
+    def _read_or_unknown(
+        self, current: AliasState, version: str, cause: BaseException
+    ) -> AliasState:
+        try:
+            return self.alias(current["function"], current["alias"])
+        except ProviderError as exc:
+            raise _unknown(current, version, cause, read_error=exc) from exc
+
+    def _alias_handle(
+        self,
+        current: AliasState,
+        version: str,
+        observed: AliasState,
+        *,
+        recovered: BaseException | None = None,
+        kind: str = "alias_update",
+    ) -> Handle:
+        observations: dict[str, Any] = {
+            "function": current["function"],
+            "alias": current["alias"],
+            "from_version": current["version"],
+            "from_revision_id": current["revision_id"],
+            "to_version": version,
+            "recovered": recovered is not None,
+        }
+        if recovered is not None:
+            observations["cause"] = f"{type(recovered).__name__}: {recovered}"
+        return self._observed_handle(kind, observed["arn"], observations, observed)
+
+    def _observed_handle(
+        self, kind: str, arn: str, observations: dict[str, Any], observed: AliasState
+    ) -> Handle:
+        status = self.version_status(observed["function"], observations["to_version"])
+        observations = {
+            **observations,
+            "alias_version": observed["version"],
+            "revision_id": observed["revision_id"],
+            "state": status["state"],
+            "last_update_status": status["last_update_status"],
+            "last_update_status_reason": status["last_update_status_reason"],
+        }
+        if observed["version"] != observations["to_version"]:
+            word, done, ok = "DRIFTED", True, False
+        else:
+            # A version whose last update predates LastUpdateStatus reporting has none.
+            word = status["last_update_status"] or "Successful"
+            done = word in ("Successful", "Failed")
+            ok = word == "Successful" and status["state"] in (None, "Active")
+        return handle(
+            provider=PROVIDER,
+            kind=kind,
+            id=arn,
+            status=word,
+            done=done,
+            ok=ok,
+            observations=observations,
+        )
+
+    # -- compensation and handles ------------------------------------------------------------
+
+    def restore(self, previous: Handle) -> Handle:
+        """Move the alias of an ``alias_update`` back to its ``from_version``, only if it still
+        points at the ``to_version`` Alfred set (see the module docstring)."""
+        if previous["kind"] != "alias_update":
+            raise Rejected("only an alias update can be restored", provider=PROVIDER)
+        observations = previous["observations"]
+        function, alias = observations["function"], observations["alias"]
+        ours, back_to = str(observations["to_version"]), str(observations["from_version"])
+        current = self.alias(function, alias)
+        if current["version"] == back_to:
+            already = {
+                "function": function,
+                "alias": alias,
+                "from_version": ours,
+                "from_revision_id": None,
+                "to_version": back_to,
+                "recovered": False,
+                "already_restored": True,
+            }
+            return self._observed_handle("alias_restore", current["arn"], already, current)
+        if current["version"] != ours:
+            raise Conflict(
+                f"{function}:{alias} points at version {current['version']}, not the version "
+                f"{ours} Alfred set; not moving it back to {back_to}",
+                provider=PROVIDER,
+                code="AliasMoved",
+                details={"alias": current, "expected_version": ours, "restore_to": back_to},
+            )
+        result = self.update_alias(current, version=back_to)
+        result["kind"] = "alias_restore"
+        result["observations"]["already_restored"] = False
+        return result
+
+    def inspect(self, previous: Handle) -> Handle:
+        if previous["kind"] not in ("alias_update", "alias_restore"):
+            raise Rejected(f"not a Lambda handle: {previous['kind']}", provider=PROVIDER)
+        observations = dict(previous["observations"])
+        observed = self.alias(observations["function"], observations["alias"])
+        return self._observed_handle(
+            previous["kind"], str(previous["id"] or observed["arn"]), observations, observed
+        )
+
+    def stop(self, previous: Handle) -> NoReturn:
+        raise StopUnsupported("an alias update is immediate; restore() moves the alias back")
+
+
+def _alias_state(function: str, raw: Mapping[str, Any]) -> AliasState:
+    return AliasState(
+        function=function,
+        alias=str(raw["Name"]),
+        version=str(raw["FunctionVersion"]),
+        revision_id=str(raw["RevisionId"]),
+        arn=str(raw["AliasArn"]),
+    )
+
+
+def _unknown(
+    current: AliasState,
+    version: str,
+    cause: BaseException,
+    *,
+    observed: AliasState | None = None,
+    read_error: ProviderError | None = None,
+) -> Unknown:
+    details: dict[str, Any] = {
+        "planned": current,
+        "to_version": version,
+        "cause": f"{type(cause).__name__}: {cause}",
+    }
+    if observed is not None:
+        details["observed"] = observed
+    if read_error is not None:
+        details["read_error"] = read_error.as_dict()
+    return Unknown(
+        f"the response to moving {current['function']}:{current['alias']} to {version} was "
+        + (
+            "lost and the alias could not be read"
+            if read_error is not None
+            else "lost and the alias is neither where it was planned from nor at the target"
+        ),
+        provider=PROVIDER,
+        code="AliasUpdateOutcomeUnknown",
+        details=details,
+    )

@@ -1,0 +1,743 @@
+"""Route53: hosted zones, the records at a name, and ONE atomic change batch per request.
+
+Records are normalized so a plan can be hashed and compared: the name in lower case without the
+trailing dot (Route53's ``\\052`` escape decoded to ``*``), the type, the TTL (None for an
+alias), the values sorted, the alias target (``hosted_zone_id``, ``dns_name`` normalized like a
+name, ``evaluate_target_health``), the set identifier and any routing fields (``Weight``,
+``Region``, ``Failover``, ``GeoLocation``, ``MultiValueAnswer``, ``HealthCheckId``), so a
+record read here can be DELETEd exactly: Route53 refuses a DELETE that does not name the
+record set's current values.
+
+**A change batch is sent once.** ``ChangeResourceRecordSets`` goes through a client with
+``max_attempts=1``: botocore would otherwise re-send it after a dropped connection or a read
+timeout, when Route53 may already have applied it (the re-sent CREATEs and DELETEs then fail,
+or a second change lands). Throttling is retried here (a throttled batch was not applied).
+When the response is lost, the adapter reads the records at the batch's names and compares:
+
+- they hold the batch's **post-state** (every CREATE/UPSERT present exactly, every DELETEd set
+  absent): the batch was applied. The handle is *recovered*: ``id`` None (Route53 has no API
+  that lists changes, so the change id is unknowable), ``status`` ``APPLIED``, the observed
+  records in ``observations``;
+- they hold the **pre-state** (every DELETEd set present exactly, every CREATEd set absent;
+  an UPSERT's prior value is unknown and not compared): the batch never arrived; it is
+  re-sent once (a batch is atomic, so nothing of it was applied);
+- anything else (another writer changed the names meanwhile, or the read itself failed):
+  :class:`~providers.errors.Unknown` with what was observed. Never re-send blindly;
+  :meth:`Route53.batch_state` reads the same evidence again later.
+
+``inspect()`` of a recovered handle cannot ask GetChange. It re-reads the records: if they no
+longer hold the post-state the handle is ``DRIFTED`` (done, not ok); otherwise it stays
+``APPLIED`` and not done until ``settle_seconds`` (default 60 s, Route53's documented
+propagation time) have passed since the recovery, then done and ok — the INSYNC it could not
+observe, assumed after the time Route53 takes to propagate. A recovered hosted-zone creation
+(found by its CallerReference) follows the same rule.
+
+``stop()`` raises :class:`~providers.handles.StopUnsupported`: a submitted batch cannot be
+stopped, only compensated by another batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, NoReturn, TypedDict
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from providers.aws.clients import (
+    AwsClients,
+    error_code,
+    error_message,
+    is_ambiguous,
+    retry_throttled,
+    translate,
+)
+from providers.errors import Conflict, NotFound, ProviderError, Rejected, Transient, Unknown
+from providers.handles import Handle, StopUnsupported, handle
+
+PROVIDER = "aws.route53"
+ROUTING_FIELDS = ("Weight", "Region", "Failover", "MultiValueAnswer", "HealthCheckId")
+ACTIONS = ("CREATE", "DELETE", "UPSERT")
+COMMENT_LIMIT = 256
+
+Action = Literal["CREATE", "DELETE", "UPSERT"]
+BatchState = Literal["post", "pre", "neither"]
+Key = tuple[str, str, str | None]
+
+
+class AliasTarget(TypedDict):
+    hosted_zone_id: str
+    dns_name: str
+    evaluate_target_health: bool
+
+
+class Record(TypedDict):
+    name: str
+    type: str
+    ttl: int | None
+    values: list[str]
+    alias: AliasTarget | None
+    set_identifier: str | None
+    routing: dict[str, Any]
+
+
+class Change(TypedDict):
+    action: Action
+    record: Record
+
+
+class Zone(TypedDict):
+    id: str
+    name: str
+    caller_reference: str
+    private: bool
+    record_set_count: int
+    name_servers: list[str]
+
+
+# -- normalization -----------------------------------------------------------------------------
+
+
+def normalize_name(name: str) -> str:
+    """Lower case, Route53's octal escapes decoded, no trailing dot."""
+    decoded = re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), name.strip())
+    return decoded.lower().rstrip(".")
+
+
+def record(
+    name: str,
+    type: str,
+    *,
+    ttl: int | None = None,
+    values: Iterable[str] = (),
+    alias: Mapping[str, Any] | None = None,
+    set_identifier: str | None = None,
+    routing: Mapping[str, Any] | None = None,
+) -> Record:
+    """A normalized record (e.g. for a CREATE or UPSERT)."""
+    return Record(
+        name=normalize_name(name),
+        type=type.upper(),
+        ttl=None if ttl is None else int(ttl),
+        values=sorted(str(v) for v in values),
+        alias=None
+        if alias is None
+        else AliasTarget(
+            hosted_zone_id=str(alias["hosted_zone_id"]).removeprefix("/hostedzone/"),
+            dns_name=normalize_name(str(alias["dns_name"])),
+            evaluate_target_health=bool(alias.get("evaluate_target_health", False)),
+        ),
+        set_identifier=set_identifier,
+        routing=dict(routing or {}),
+    )
+
+
+def normalize(raw: Mapping[str, Any]) -> Record:
+    """A record from Route53's ``ResourceRecordSet`` shape, or a :class:`Record` again."""
+    if "Name" not in raw:
+        return record(
+            raw["name"],
+            raw["type"],
+            ttl=raw.get("ttl"),
+            values=raw.get("values") or (),
+            alias=raw.get("alias"),
+            set_identifier=raw.get("set_identifier"),
+            routing=raw.get("routing"),
+        )
+    target = raw.get("AliasTarget")
+    return record(
+        raw["Name"],
+        raw["Type"],
+        ttl=raw.get("TTL"),
+        values=[r["Value"] for r in raw.get("ResourceRecords") or ()],
+        alias=None
+        if target is None
+        else {
+            "hosted_zone_id": target["HostedZoneId"],
+            "dns_name": target["DNSName"],
+            "evaluate_target_health": target.get("EvaluateTargetHealth", False),
+        },
+        set_identifier=raw.get("SetIdentifier"),
+        routing={name: raw[name] for name in (*ROUTING_FIELDS, "GeoLocation") if name in raw},
+    )
+
+
+def to_wire(rec: Record) -> dict[str, Any]:
+    """Route53's ``ResourceRecordSet`` shape of a record."""
+    wire: dict[str, Any] = {"Name": rec["name"] + ".", "Type": rec["type"]}
+    if rec["set_identifier"] is not None:
+        wire["SetIdentifier"] = rec["set_identifier"]
+    wire.update(rec["routing"])
+    if rec["alias"] is not None:
+        wire["AliasTarget"] = {
+            "HostedZoneId": rec["alias"]["hosted_zone_id"],
+            "DNSName": rec["alias"]["dns_name"] + ".",
+            "EvaluateTargetHealth": rec["alias"]["evaluate_target_health"],
+        }
+    else:
+        wire["TTL"] = rec["ttl"]
+        wire["ResourceRecords"] = [{"Value": v} for v in rec["values"]]
+    return wire
+
+
+def key_of(rec: Record) -> Key:
+    return (rec["name"], rec["type"], rec["set_identifier"])
+
+
+_ANY = object()  # an UPSERT's prior value: not known, not compared
+
+
+def expected_states(changes: Sequence[Change]) -> tuple[dict[Key, Any], dict[Key, Any]]:
+    """(pre-state, post-state) per record set key: a record, None (absent) or ``_ANY``."""
+    pre: dict[Key, Any] = {}
+    post: dict[Key, Any] = {}
+    for change in changes:
+        key = key_of(change["record"])
+        if key not in pre:
+            pre[key] = {"DELETE": change["record"], "CREATE": None}.get(change["action"], _ANY)
+        post[key] = None if change["action"] == "DELETE" else change["record"]
+    return pre, post
+
+
+def _holds(observed: Mapping[Key, Record], expected: Mapping[Key, Any]) -> bool:
+    return all(want is _ANY or observed.get(key) == want for key, want in expected.items())
+
+
+# -- the adapter -------------------------------------------------------------------------------
+
+
+class Route53:
+    def __init__(
+        self,
+        *,
+        clients: AwsClients | None = None,
+        client: Any = None,
+        change_client: Any = None,
+        throttle_attempts: int = 6,
+        throttle_backoff: float = 0.5,
+        settle_seconds: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """``client`` reads (and creates zones: CallerReference makes that safe to retry);
+        ``change_client`` must not retry (``max_attempts=1``). Give ``clients`` to have both
+        built, or both clients explicitly."""
+        if client is not None and change_client is None and clients is None:
+            raise ValueError("give change_client (max_attempts=1) along with client, or clients")
+        factory = clients or AwsClients()
+        self._client = client or factory.client("route53")
+        self._change_client = change_client or factory.client("route53", max_attempts=1)
+        self.throttle_attempts = throttle_attempts
+        self.throttle_backoff = throttle_backoff
+        self.settle_seconds = settle_seconds
+        self._sleep = sleep
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _call(self, operation: str, **kwargs: Any) -> Any:
+        method = getattr(self._client, _snake(operation))
+        try:
+            return method(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, provider=PROVIDER, operation=operation) from exc
+
+    def zone(self, name: str) -> Zone:
+        """The public hosted zone named exactly ``name``: NotFound if there is none, Conflict if
+        there are several (Route53 allows duplicates; Alfred will not guess)."""
+        name = normalize_name(name)
+        found = [z for z in self._zones_named(name) if not z["Config"].get("PrivateZone")]
+        if not found:
+            raise NotFound(
+                f"no public hosted zone named {name}", provider=PROVIDER, code="NoSuchHostedZone"
+            )
+        if len(found) > 1:
+            raise Conflict(
+                f"{len(found)} public hosted zones are named {name}",
+                provider=PROVIDER,
+                code="AmbiguousHostedZone",
+                details={"zone_ids": [_zone_id(z["Id"]) for z in found]},
+            )
+        return self.zone_by_id(_zone_id(found[0]["Id"]))
+
+    def zone_by_id(self, zone_id: str) -> Zone:
+        response = self._call("GetHostedZone", Id=zone_id)
+        return _zone(response["HostedZone"], response.get("DelegationSet") or {})
+
+    def _zones_named(self, name: str) -> list[dict[str, Any]]:
+        """Every hosted zone (public or private) named exactly ``name``."""
+        kwargs: dict[str, Any] = {"DNSName": name + ".", "MaxItems": "100"}
+        zones: list[dict[str, Any]] = []
+        while True:
+            response = self._call("ListHostedZonesByName", **kwargs)
+            for zone in response["HostedZones"]:
+                if normalize_name(zone["Name"]) != name:
+                    return zones
+                zones.append(zone)
+            if not response.get("IsTruncated"):
+                return zones
+            kwargs = {
+                "DNSName": response["NextDNSName"],
+                "HostedZoneId": response["NextHostedZoneId"],
+                "MaxItems": "100",
+            }
+
+    def records(self, zone_id: str, name: str) -> list[Record]:
+        """Every record set at exactly ``name`` (all types), in Route53's order."""
+        name = normalize_name(name)
+        kwargs: dict[str, Any] = {
+            "HostedZoneId": zone_id,
+            "StartRecordName": name + ".",
+            "MaxItems": "300",
+        }
+        found: list[Record] = []
+        while True:
+            response = self._call("ListResourceRecordSets", **kwargs)
+            for raw in response["ResourceRecordSets"]:
+                if normalize_name(raw["Name"]) != name:
+                    return found
+                found.append(normalize(raw))
+            if not response.get("IsTruncated"):
+                return found
+            kwargs = {
+                "HostedZoneId": zone_id,
+                "StartRecordName": response["NextRecordName"],
+                "StartRecordType": response["NextRecordType"],
+                "MaxItems": "300",
+            }
+            if response.get("NextRecordIdentifier"):
+                kwargs["StartRecordIdentifier"] = response["NextRecordIdentifier"]
+
+    def apex_alias(self, zone: Zone) -> list[Record]:
+        """The A/AAAA alias records at the zone apex (empty if the apex has none)."""
+        return [
+            r
+            for r in self.records(zone["id"], zone["name"])
+            if r["alias"] is not None and r["type"] in ("A", "AAAA") and not r["set_identifier"]
+        ]
+
+    def batch_state(self, zone_id: str, changes: Sequence[Change]) -> BatchState:
+        """Whether the records at the batch's names hold its post-state, its pre-state, or
+        neither (see the module docstring)."""
+        return self._evidence(zone_id, _normalize_changes(changes))[0]
+
+    def _evidence(
+        self, zone_id: str, changes: Sequence[Change]
+    ) -> tuple[BatchState, dict[Key, Record]]:
+        observed: dict[Key, Record] = {}
+        for name in dict.fromkeys(c["record"]["name"] for c in changes):
+            for rec in self.records(zone_id, name):
+                observed[key_of(rec)] = rec
+        pre, post = expected_states(changes)
+        if _holds(observed, post):
+            return "post", observed
+        return ("pre" if _holds(observed, pre) else "neither"), observed
+
+    # -- the change batch --------------------------------------------------------------------
+
+    def change(self, zone_id: str, changes: Sequence[Change], *, operation: str) -> Handle:
+        """Submit ``changes`` as ONE atomic batch whose Comment names ``operation`` (the
+        caller's operation identity). Returns a ``change`` handle (PENDING, later INSYNC).
+
+        Raises Conflict (InvalidChangeBatch against the current records: a stale DELETE, a
+        CNAME conflict, a CREATE of an existing set), Rejected (a batch Route53 can never
+        accept), Throttled, NotFound (no such zone), or Unknown (see the module docstring)."""
+        changes = _normalize_changes(changes)
+        comment = f"alfred {operation}"[:COMMENT_LIMIT]
+        batch = {
+            "Comment": comment,
+            "Changes": [
+                {"Action": c["action"], "ResourceRecordSet": to_wire(c["record"])} for c in changes
+            ],
+        }
+        try:
+            info = self._send(zone_id, batch)
+        except (ClientError, BotoCoreError) as exc:
+            if not is_ambiguous(exc):
+                raise _change_error(exc) from exc
+            return self._recover(zone_id, changes, batch, exc)
+        return self._change_handle(zone_id, changes, comment, info)
+
+    def _send(self, zone_id: str, batch: dict[str, Any]) -> dict[str, Any]:
+        response = retry_throttled(
+            lambda: self._change_client.change_resource_record_sets(
+                HostedZoneId=zone_id, ChangeBatch=batch
+            ),
+            attempts=self.throttle_attempts,
+            backoff=self.throttle_backoff,
+            sleep=self._sleep,
+        )
+        return dict(response["ChangeInfo"])
+
+    def _recover(
+        self,
+        zone_id: str,
+        changes: list[Change],
+        batch: dict[str, Any],
+        cause: BaseException,
+    ) -> Handle:
+        comment = batch["Comment"]
+        state, observed = self._evidence_or_unknown(zone_id, changes, cause)
+        if state == "post":
+            return self._recovered_handle(zone_id, changes, comment, cause, observed)
+        if state == "neither":
+            raise _unknown(zone_id, changes, cause, observed=observed)
+        # The pre-state: the batch never arrived (a batch is atomic). Send it again, once.
+        try:
+            info = self._send(zone_id, batch)
+        except (ClientError, BotoCoreError) as exc:
+            if not is_ambiguous(exc):
+                raise _change_error(exc) from exc
+            state, observed = self._evidence_or_unknown(zone_id, changes, exc)
+            if state == "post":
+                return self._recovered_handle(zone_id, changes, comment, exc, observed)
+            raise _unknown(zone_id, changes, exc, observed=observed) from exc
+        result = self._change_handle(zone_id, changes, comment, info)
+        result["observations"]["resent_after"] = f"{type(cause).__name__}: {cause}"
+        return result
+
+    def _evidence_or_unknown(
+        self, zone_id: str, changes: list[Change], cause: BaseException
+    ) -> tuple[BatchState, dict[Key, Record]]:
+        try:
+            return self._evidence(zone_id, changes)
+        except ProviderError as exc:
+            raise _unknown(zone_id, changes, cause, read_error=exc) from exc
+
+    def _change_handle(
+        self, zone_id: str, changes: list[Change], comment: str, info: Mapping[str, Any]
+    ) -> Handle:
+        status = str(info["Status"])
+        submitted = info.get("SubmittedAt")
+        return handle(
+            provider=PROVIDER,
+            kind="change",
+            id=_change_id(str(info["Id"])),
+            status=status,
+            done=status == "INSYNC",
+            ok=status == "INSYNC",
+            observations={
+                "zone_id": zone_id,
+                "comment": comment,
+                "changes": list(changes),
+                "submitted_at": submitted.isoformat()
+                if isinstance(submitted, dt.datetime)
+                else submitted,
+                "recovered": False,
+            },
+        )
+
+    def _recovered_handle(
+        self,
+        zone_id: str,
+        changes: list[Change],
+        comment: str,
+        cause: BaseException,
+        observed: Mapping[Key, Record],
+    ) -> Handle:
+        return handle(
+            provider=PROVIDER,
+            kind="change",
+            id=None,
+            status="APPLIED",
+            done=False,
+            ok=False,
+            observations={
+                "zone_id": zone_id,
+                "comment": comment,
+                "changes": list(changes),
+                "recovered": True,
+                "recovered_at": _now(),
+                "settle_seconds": self.settle_seconds,
+                "cause": f"{type(cause).__name__}: {cause}",
+                "records": list(observed.values()),
+            },
+        )
+
+    # -- hosted zones ------------------------------------------------------------------------
+
+    def create_zone(
+        self, name: str, *, caller_reference: str, comment: str | None = None
+    ) -> Handle:
+        """Create a public hosted zone, idempotently: the same ``caller_reference`` finds the
+        zone an earlier (possibly lost) request created. The handle's observations carry the
+        NS delegation (``name_servers``) to hand to the domain's registrar."""
+        name = normalize_name(name)
+        kwargs: dict[str, Any] = {"Name": name, "CallerReference": caller_reference}
+        if comment:
+            kwargs["HostedZoneConfig"] = {"Comment": comment[:256], "PrivateZone": False}
+        try:
+            response = self._client.create_hosted_zone(**kwargs)
+        except ClientError as exc:
+            if error_code(exc) != "HostedZoneAlreadyExists":
+                raise translate(exc, provider=PROVIDER, operation="CreateHostedZone") from exc
+            existing = self._zone_by_reference(name, caller_reference)
+            if existing is None:
+                raise Conflict(
+                    f"the caller reference {caller_reference!r} was used for another zone "
+                    f"than {name} (or for a zone since deleted)",
+                    provider=PROVIDER,
+                    code="HostedZoneAlreadyExists",
+                    details={"message": error_message(exc)},
+                ) from exc
+            return self._zone_handle(existing, None, recovered=f"HostedZoneAlreadyExists: {exc}")
+        except BotoCoreError as exc:
+            existing = self._zone_by_reference(name, caller_reference)
+            if existing is None:
+                raise Transient(
+                    f"CreateHostedZone failed ({exc}) and no zone carries the caller reference; "
+                    "repeating with the same reference is safe",
+                    provider=PROVIDER,
+                    code=type(exc).__name__,
+                ) from exc
+            return self._zone_handle(existing, None, recovered=f"{type(exc).__name__}: {exc}")
+        zone = _zone(response["HostedZone"], response.get("DelegationSet") or {})
+        return self._zone_handle(zone, response["ChangeInfo"], recovered=None)
+
+    def _zone_by_reference(self, name: str, caller_reference: str) -> Zone | None:
+        for zone in self._zones_named(name):
+            if zone.get("CallerReference") == caller_reference:
+                return self.zone_by_id(_zone_id(zone["Id"]))
+        return None
+
+    def _zone_handle(
+        self, zone: Zone, info: Mapping[str, Any] | None, *, recovered: str | None
+    ) -> Handle:
+        """``info`` is CreateHostedZone's ChangeInfo; None when the zone was found by its
+        caller reference (``recovered`` says why), whose creation change is unknowable."""
+        observations: dict[str, Any] = {
+            "zone": zone,
+            "name_servers": zone["name_servers"],
+            "caller_reference": zone["caller_reference"],
+            "change_id": None if info is None else _change_id(str(info["Id"])),
+            "recovered": info is None,
+        }
+        if info is None:
+            observations.update(
+                recovered_at=_now(), settle_seconds=self.settle_seconds, cause=recovered
+            )
+            status, done = "APPLIED", False
+        else:
+            status = str(info["Status"])
+            done = status == "INSYNC"
+        return handle(
+            provider=PROVIDER,
+            kind="hosted_zone",
+            id=zone["id"],
+            status=status,
+            done=done,
+            ok=done,
+            observations=observations,
+        )
+
+    def delete_zone(self, zone_id: str) -> Handle:
+        """Delete an empty hosted zone (compensation of :meth:`create_zone`). A zone already gone
+        counts as deleted; one that still holds records is a Conflict (HostedZoneNotEmpty)."""
+        try:
+            response = self._client.delete_hosted_zone(Id=zone_id)
+        except ClientError as exc:
+            if error_code(exc) != "NoSuchHostedZone":
+                raise translate(exc, provider=PROVIDER, operation="DeleteHostedZone") from exc
+            return handle(
+                provider=PROVIDER,
+                kind="hosted_zone_deletion",
+                id=zone_id,
+                status="DELETED",
+                done=True,
+                ok=True,
+                observations={"already_absent": True, "change_id": None},
+            )
+        except BotoCoreError as exc:
+            raise translate(exc, provider=PROVIDER, operation="DeleteHostedZone") from exc
+        info = response["ChangeInfo"]
+        return handle(
+            provider=PROVIDER,
+            kind="hosted_zone_deletion",
+            id=zone_id,
+            status="DELETED",
+            done=True,
+            ok=True,
+            observations={"already_absent": False, "change_id": _change_id(str(info["Id"]))},
+        )
+
+    # -- handles -----------------------------------------------------------------------------
+
+    def inspect(self, previous: Handle) -> Handle:
+        """The current view of the work ``previous`` names (a new handle)."""
+        kind = previous["kind"]
+        observations = dict(previous["observations"])
+        if kind == "change":
+            if previous["id"] is None:
+                return self._inspect_recovered(previous)
+            info = self._call("GetChange", Id=previous["id"])["ChangeInfo"]
+            status = str(info["Status"])
+            return handle(
+                provider=PROVIDER,
+                kind=kind,
+                id=previous["id"],
+                status=status,
+                done=status == "INSYNC",
+                ok=status == "INSYNC",
+                observations=observations,
+            )
+        if kind == "hosted_zone":
+            zone = self.zone_by_id(str(previous["id"]))
+            observations.update(zone=zone, name_servers=zone["name_servers"])
+            change_id = observations.get("change_id")
+            if change_id:
+                status = str(self._call("GetChange", Id=change_id)["ChangeInfo"]["Status"])
+                done = status == "INSYNC"
+            else:
+                status, done = "APPLIED", _settled(observations)
+            return handle(
+                provider=PROVIDER,
+                kind=kind,
+                id=previous["id"],
+                status=status,
+                done=done,
+                ok=done,
+                observations=observations,
+            )
+        if kind == "hosted_zone_deletion":
+            try:
+                self.zone_by_id(str(previous["id"]))
+            except NotFound:
+                status = "DELETED"
+            else:
+                status = "PRESENT"
+            return handle(
+                provider=PROVIDER,
+                kind=kind,
+                id=previous["id"],
+                status=status,
+                done=True,
+                ok=status == "DELETED",
+                observations=observations,
+            )
+        raise Rejected(f"not a Route53 handle: {kind}", provider=PROVIDER, code="UnknownHandle")
+
+    def _inspect_recovered(self, previous: Handle) -> Handle:
+        observations = dict(previous["observations"])
+        changes = _normalize_changes(observations["changes"])
+        state, observed = self._evidence(observations["zone_id"], changes)
+        observations["records"] = list(observed.values())
+        if state != "post":
+            status, done, ok = "DRIFTED", True, False
+        else:
+            status, done = "APPLIED", _settled(observations)
+            ok = done
+        return handle(
+            provider=PROVIDER,
+            kind="change",
+            id=None,
+            status=status,
+            done=done,
+            ok=ok,
+            observations=observations,
+        )
+
+    def stop(self, previous: Handle) -> NoReturn:
+        raise StopUnsupported(
+            "Route53 cannot stop a submitted change batch; compensate with another batch"
+        )
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def _snake(operation: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _settled(observations: Mapping[str, Any]) -> bool:
+    since = dt.datetime.fromisoformat(str(observations["recovered_at"]))
+    elapsed = (dt.datetime.now(dt.UTC) - since).total_seconds()
+    return elapsed >= float(observations.get("settle_seconds", 60.0))
+
+
+def _zone_id(raw: str) -> str:
+    return raw.removeprefix("/hostedzone/")
+
+
+def _change_id(raw: str) -> str:
+    return raw.removeprefix("/change/")
+
+
+def _zone(raw: Mapping[str, Any], delegation: Mapping[str, Any]) -> Zone:
+    return Zone(
+        id=_zone_id(str(raw["Id"])),
+        name=normalize_name(str(raw["Name"])),
+        caller_reference=str(raw.get("CallerReference", "")),
+        private=bool((raw.get("Config") or {}).get("PrivateZone", False)),
+        record_set_count=int(raw.get("ResourceRecordSetCount") or 0),
+        name_servers=list(delegation.get("NameServers") or []),
+    )
+
+
+def _unknown(
+    zone_id: str,
+    changes: list[Change],
+    cause: BaseException,
+    *,
+    observed: Mapping[Key, Record] | None = None,
+    read_error: ProviderError | None = None,
+) -> Unknown:
+    details: dict[str, Any] = {
+        "zone_id": zone_id,
+        "changes": changes,
+        "cause": f"{type(cause).__name__}: {cause}",
+    }
+    if observed is not None:
+        details["observed"] = list(observed.values())
+    if read_error is not None:
+        details["read_error"] = read_error.as_dict()
+    return Unknown(
+        "the change batch's response was lost and its records could not be read"
+        if read_error is not None
+        else "the change batch's response was lost and the records at its names hold neither "
+        "its pre-state nor its post-state",
+        provider=PROVIDER,
+        code="ChangeOutcomeUnknown",
+        details=details,
+    )
+
+
+def _normalize_changes(changes: Sequence[Mapping[str, Any]]) -> list[Change]:
+    if not changes:
+        raise Rejected("a change batch needs at least one change", provider=PROVIDER)
+    normalized: list[Change] = []
+    for change in changes:
+        action = str(change["action"]).upper()
+        if action not in ACTIONS:
+            raise Rejected(f"unknown change action {action!r}", provider=PROVIDER)
+        normalized.append(Change(action=action, record=normalize(change["record"])))  # type: ignore[typeddict-item]
+    return normalized
+
+
+_PERMANENT = ("is not permitted in zone", "is not permitted at apex", "Invalid Resource Record")
+
+
+def _change_error(exc: ClientError | BotoCoreError) -> ProviderError:
+    """InvalidChangeBatch is a Conflict when the zone's current records refuse the batch (a
+    stale DELETE, a CNAME conflict, a CREATE of an existing set), Rejected when no state of
+    the zone could accept it; its messages are kept one by one in ``details``."""
+    error = translate(exc, provider=PROVIDER, operation="ChangeResourceRecordSets")
+    if isinstance(exc, ClientError) and error_code(exc) == "InvalidChangeBatch":
+        messages = _messages(error_message(exc))
+        details = {**error.details, "messages": messages}
+        kind = Rejected if all(any(p in m for p in _PERMANENT) for m in messages) else Conflict
+        return kind(error.message, provider=PROVIDER, code="InvalidChangeBatch", details=details)
+    return error
+
+
+def _messages(message: str) -> list[str]:
+    """Route53 joins a batch's errors as ``[first, second]``."""
+    inner = message.strip()
+    if inner.startswith("[") and inner.endswith("]"):
+        inner = inner[1:-1]
+    parts = re.split(r", (?=Tried to |RRSet |Invalid Resource Record)", inner)
+    return [p.strip() for p in parts if p.strip()]

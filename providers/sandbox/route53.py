@@ -1,0 +1,790 @@
+"""A Route53 that keeps AWS's rules, served by :class:`providers.sandbox.aws.AwsStandIn`.
+
+moto 5.2 is not faithful where Alfred's correctness depends on Route53 (DESIGN.md §9): it
+accepts a CNAME beside other records at one name, applies a change batch change by change (a
+failing change leaves the earlier ones applied), checks a DELETE against its own change journal
+rather than the record set's current values, and reports every change INSYNC at once. This
+module implements the subset of the Route53 REST-XML API Alfred uses, with AWS's semantics:
+
+- **One batch, whole or nothing.** The changes are validated and applied in order against a
+  working copy of the zone; the copy replaces the zone only if every change is valid. All
+  errors of a batch are reported together, as AWS does: ``InvalidChangeBatch`` (400) whose
+  message is the bracketed, comma-separated list of AWS's texts.
+- **Exact DELETE.** A DELETE names the record set's current TTL, values (in any order) or alias
+  target and routing fields; anything else is "...but the values provided do not match the
+  current values"; an absent set is "...but it was not found". Deleting one set twice in a
+  batch fails the second time.
+- **CNAME exclusivity.** A CNAME excludes every other record at its name (both directions, with
+  AWS's two messages), and is refused at the zone apex (where NS and SOA always live).
+- **CREATE of an existing set** fails ("...but it already exists"); UPSERT replaces it.
+- **Propagation.** A change is ``PENDING`` for ``change_delay`` seconds, then ``INSYNC``;
+  ``GetChange`` of an unknown id is ``NoSuchChange`` (404).
+- **Zones.** ``CreateHostedZone`` with a ``CallerReference`` (a reference is never reusable,
+  even after the zone is deleted: ``HostedZoneAlreadyExists``, 409), NS + SOA at the apex, a
+  delegation set of four name servers; ``GetHostedZone``, ``ListHostedZones``,
+  ``ListHostedZonesByName`` and ``ListResourceRecordSets`` in Route53's order (names with their
+  labels reversed, then type, then set identifier) with its pagination; ``DeleteHostedZone``
+  only when nothing but the apex NS/SOA is left (``HostedZoneNotEmpty``).
+
+Not modelled (documented gaps): alias targets are not resolved or checked for existence,
+traffic policies, health checks, DNSSEC, private-zone VPC associations (a ``VPC`` in the
+request only marks the zone private), value syntax beyond A/AAAA addresses, and the rules that
+keep the apex SOA/NS from being deleted.
+
+:attr:`Route53.change_batches` lists every applied batch (id, zone, comment, changes) so a test
+can count them — e.g. to prove that recovering a lost response sent no second batch.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import ipaddress
+import re
+import secrets
+import string
+import threading
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from providers.sandbox.server import Request, Response
+
+NS = "https://route53.amazonaws.com/doc/2013-04-01/"
+API = "/2013-04-01"
+RECORD_TYPES = frozenset(
+    {"A", "AAAA", "CAA", "CNAME", "DS", "HTTPS", "MX", "NAPTR", "NS", "PTR", "SOA", "SPF"}
+    | {"SRV", "SSHFP", "SVCB", "TLSA", "TXT"}
+)
+ALIAS_TYPES = frozenset({"A", "AAAA", "CNAME", "MX", "NAPTR", "PTR", "SPF", "SRV", "TXT"})
+ROUTING_FIELDS = ("Weight", "Region", "Failover", "MultiValueAnswer", "HealthCheckId")
+GEO_FIELDS = ("ContinentCode", "CountryCode", "SubdivisionCode")
+ACTIONS = frozenset({"CREATE", "DELETE", "UPSERT"})
+_ID_ALPHABET = string.ascii_uppercase + string.digits
+
+_ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("POST", re.compile(rf"^{API}/hostedzone/?$"), "CreateHostedZone"),
+    ("GET", re.compile(rf"^{API}/hostedzone/?$"), "ListHostedZones"),
+    ("GET", re.compile(rf"^{API}/hostedzonesbyname/?$"), "ListHostedZonesByName"),
+    ("GET", re.compile(rf"^{API}/hostedzone/(?P<id>[^/]+)/?$"), "GetHostedZone"),
+    ("DELETE", re.compile(rf"^{API}/hostedzone/(?P<id>[^/]+)/?$"), "DeleteHostedZone"),
+    ("POST", re.compile(rf"^{API}/hostedzone/(?P<id>[^/]+)/rrset/?$"), "ChangeResourceRecordSets"),
+    ("GET", re.compile(rf"^{API}/hostedzone/(?P<id>[^/]+)/rrset/?$"), "ListResourceRecordSets"),
+    ("GET", re.compile(rf"^{API}/change/(?P<id>[^/]+)/?$"), "GetChange"),
+]
+
+
+class Route53Error(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+def fqdn(name: str) -> str:
+    """Route53's form of a name: lower case, escapes decoded, with the trailing dot."""
+    name = re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), name.strip()).lower()
+    return name if name.endswith(".") else name + "."
+
+
+def escaped(name: str) -> str:
+    """As Route53 returns names: characters other than a-z, 0-9, '-', '_' and '.' as \\ooo."""
+    allowed = set(string.ascii_lowercase + string.digits + "-_.")
+    return "".join(c if c in allowed else f"\\{ord(c):03o}" for c in name)
+
+
+def _sort_name(name: str) -> str:
+    labels = escaped(name).rstrip(".").split(".")
+    return ".".join(reversed(labels)) + "."
+
+
+def _in_zone(name: str, zone: str) -> bool:
+    return name == zone or name.endswith("." + zone)
+
+
+# -- record sets -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Alias:
+    hosted_zone_id: str
+    dns_name: str  # fqdn
+    evaluate_target_health: bool
+
+
+@dataclass(frozen=True)
+class RRSet:
+    name: str  # fqdn
+    type: str
+    set_identifier: str | None = None
+    ttl: int | None = None
+    values: tuple[str, ...] = ()
+    alias: Alias | None = None
+    routing: tuple[tuple[str, str], ...] = ()  # Weight, Region, GeoLocation.*, ... as text
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        return (self.name, self.type, self.set_identifier)
+
+    def sort_key(self) -> tuple[str, str, str]:
+        return (_sort_name(self.name), self.type, self.set_identifier or "")
+
+    def matches(self, other: RRSet) -> bool:
+        """Route53's DELETE rule: everything but the order of the values must be equal."""
+        return (
+            self.key == other.key
+            and self.ttl == other.ttl
+            and sorted(self.values) == sorted(other.values)
+            and self.alias == other.alias
+            and dict(self.routing) == dict(other.routing)
+        )
+
+    def label(self) -> str:
+        ident = f", set-identifier='{self.set_identifier}'" if self.set_identifier else ""
+        return f"[name='{escaped(self.name)}', type='{self.type}'{ident}]"
+
+    @classmethod
+    def from_wire(cls, rrs: Mapping[str, Any]) -> RRSet:
+        """From boto3's ``ResourceRecordSet`` shape (which the XML parser also produces)."""
+        alias = rrs.get("AliasTarget")
+        routing = {name: str(rrs[name]) for name in ROUTING_FIELDS if rrs.get(name) is not None}
+        for geo_field, value in (rrs.get("GeoLocation") or {}).items():
+            routing[f"GeoLocation.{geo_field}"] = str(value)
+        ttl = rrs.get("TTL")
+        return cls(
+            name=fqdn(str(rrs["Name"])),
+            type=str(rrs["Type"]).upper(),
+            set_identifier=rrs.get("SetIdentifier"),
+            ttl=None if ttl is None else int(ttl),
+            values=tuple(str(r["Value"]) for r in rrs.get("ResourceRecords") or ()),
+            alias=None
+            if alias is None
+            else Alias(
+                hosted_zone_id=str(alias["HostedZoneId"]).removeprefix("/hostedzone/"),
+                dns_name=fqdn(str(alias["DNSName"])),
+                evaluate_target_health=_boolean(alias.get("EvaluateTargetHealth", False)),
+            ),
+            routing=tuple(sorted(routing.items())),
+        )
+
+    def to_xml(self, parent: ET.Element) -> None:
+        node = _sub(parent, "ResourceRecordSet")
+        _sub(node, "Name", escaped(self.name))
+        _sub(node, "Type", self.type)
+        if self.set_identifier is not None:
+            _sub(node, "SetIdentifier", self.set_identifier)
+        routing = dict(self.routing)
+        for name in ("Weight", "Region"):
+            if name in routing:
+                _sub(node, name, routing[name])
+        geo = {k.split(".", 1)[1]: v for k, v in routing.items() if k.startswith("GeoLocation.")}
+        if geo:
+            geo_node = _sub(node, "GeoLocation")
+            for name in GEO_FIELDS:
+                if name in geo:
+                    _sub(geo_node, name, geo[name])
+        for name in ("Failover", "MultiValueAnswer"):
+            if name in routing:
+                _sub(node, name, routing[name])
+        if self.ttl is not None:
+            _sub(node, "TTL", str(self.ttl))
+        if self.values:
+            records = _sub(node, "ResourceRecords")
+            for value in self.values:
+                _sub(_sub(records, "ResourceRecord"), "Value", value)
+        if self.alias is not None:
+            target = _sub(node, "AliasTarget")
+            _sub(target, "HostedZoneId", self.alias.hosted_zone_id)
+            _sub(target, "DNSName", escaped(self.alias.dns_name))
+            _sub(target, "EvaluateTargetHealth", _xml_bool(self.alias.evaluate_target_health))
+        if "HealthCheckId" in routing:
+            _sub(node, "HealthCheckId", routing["HealthCheckId"])
+
+
+@dataclass
+class HostedZone:
+    id: str
+    name: str  # fqdn
+    caller_reference: str
+    comment: str | None
+    private: bool
+    name_servers: list[str]
+    rrsets: dict[tuple[str, str, str | None], RRSet] = field(default_factory=dict)
+
+    def sorted_rrsets(self) -> list[RRSet]:
+        return sorted(self.rrsets.values(), key=RRSet.sort_key)
+
+
+@dataclass
+class Change:
+    id: str
+    submitted_at: dt.datetime
+    insync_at: float  # time.monotonic()
+    comment: str | None
+
+    def status(self) -> str:
+        return "INSYNC" if time.monotonic() >= self.insync_at else "PENDING"
+
+
+@dataclass(frozen=True)
+class AppliedBatch:
+    """One applied ChangeResourceRecordSets, for tests to count and inspect."""
+
+    change_id: str
+    zone_id: str
+    comment: str | None
+    changes: tuple[tuple[str, RRSet], ...]  # (action, record set)
+    submitted_at: dt.datetime
+    foreign: bool = False  # applied by a fault that simulates another writer
+
+
+# -- the service -------------------------------------------------------------------------------
+
+
+class Route53:
+    """In-memory Route53. Thread-safe: every request runs under one lock."""
+
+    def __init__(self, *, change_delay: float = 2.0) -> None:
+        self.change_delay = change_delay
+        self._lock = threading.RLock()
+        self._zones: dict[str, HostedZone] = {}
+        self._changes: dict[str, Change] = {}
+        self._caller_references: dict[str, str] = {}  # reference -> zone id, kept forever
+        self._batches: list[AppliedBatch] = []
+
+    # -- introspection (tests, the ACM issuance check) --------------------------------------
+
+    @property
+    def change_batches(self) -> list[AppliedBatch]:
+        with self._lock:
+            return list(self._batches)
+
+    def lookup(self, name: str, rtype: str) -> list[str]:
+        """The values of the plain record set (no set identifier) ``name``/``rtype`` in the
+        most specific public zone that holds ``name``, as a resolver would find them."""
+        name = fqdn(name)
+        with self._lock:
+            zones = [z for z in self._zones.values() if not z.private and _in_zone(name, z.name)]
+            if not zones:
+                return []
+            zone = max(zones, key=lambda z: len(z.name))
+            rrset = zone.rrsets.get((name, rtype.upper(), None))
+            return list(rrset.values) if rrset else []
+
+    # -- requests ----------------------------------------------------------------------------
+
+    @staticmethod
+    def operation(request: Request) -> tuple[str, dict[str, str]] | None:
+        """The AWS operation name of ``request`` and its path parameters."""
+        for method, pattern, name in _ROUTES:
+            match = pattern.match(request.path)
+            if match and request.method == method:
+                return name, match.groupdict()
+        return None
+
+    def handle(self, request: Request) -> Response:
+        routed = self.operation(request)
+        if routed is None:
+            return error_response(
+                404,
+                "UnknownOperation",
+                f"{request.method} {request.path} is not implemented by the Route53 stand-in",
+            )
+        name, params = routed
+        handlers: dict[str, Callable[[Request, dict[str, str]], Response]] = {
+            "CreateHostedZone": self._create_hosted_zone,
+            "ListHostedZones": self._list_hosted_zones,
+            "ListHostedZonesByName": self._list_hosted_zones_by_name,
+            "GetHostedZone": self._get_hosted_zone,
+            "DeleteHostedZone": self._delete_hosted_zone,
+            "ChangeResourceRecordSets": self._change_resource_record_sets,
+            "ListResourceRecordSets": self._list_resource_record_sets,
+            "GetChange": self._get_change,
+        }
+        try:
+            with self._lock:
+                return handlers[name](request, params)
+        except Route53Error as exc:
+            return error_response(exc.status, exc.code, exc.message)
+
+    def apply_foreign(self, zone_id: str, changes: Iterable[Mapping[str, Any]]) -> str:
+        """Apply a batch (boto3's ``Changes`` shape) as another writer would: the faults use
+        it to race a request. Raises :class:`Route53Error` if the batch is invalid."""
+        with self._lock:
+            zone = self._zone(zone_id)
+            parsed = [
+                (str(c["Action"]).upper(), RRSet.from_wire(c["ResourceRecordSet"])) for c in changes
+            ]
+            return self._apply(zone, parsed, comment="foreign writer (fault)", foreign=True).id
+
+    # -- zones -------------------------------------------------------------------------------
+
+    def _zone(self, zone_id: str) -> HostedZone:
+        zone_id = zone_id.removeprefix("/hostedzone/")
+        zone = self._zones.get(zone_id)
+        if zone is None:
+            raise Route53Error(404, "NoSuchHostedZone", f"No hosted zone found with ID: {zone_id}")
+        return zone
+
+    def _new_change(self, comment: str | None) -> Change:
+        change = Change(
+            id="C" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(20)),
+            submitted_at=dt.datetime.now(dt.UTC),
+            insync_at=time.monotonic() + self.change_delay,
+            comment=comment,
+        )
+        self._changes[change.id] = change
+        return change
+
+    def _create_hosted_zone(self, request: Request, params: dict[str, str]) -> Response:
+        body = _parse(request.body)
+        name = _text(body, "Name")
+        reference = _text(body, "CallerReference")
+        if not name or not reference:
+            raise Route53Error(400, "InvalidInput", "Name and CallerReference are required")
+        if reference in self._caller_references:
+            raise Route53Error(
+                409,
+                "HostedZoneAlreadyExists",
+                "A hosted zone has already been created with the specified caller reference.",
+            )
+        zone_name = fqdn(name)
+        if not re.fullmatch(r"([a-z0-9_-]+\.)+", zone_name.replace("*", "")):
+            raise Route53Error(400, "InvalidDomainName", f"{name} is not a valid domain name.")
+        config = body.find("HostedZoneConfig")
+        zone_id = "Z" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(20))
+        zone = HostedZone(
+            id=zone_id,
+            name=zone_name,
+            caller_reference=reference,
+            comment=_text(config, "Comment") if config is not None else None,
+            private=body.find("VPC") is not None
+            or (config is not None and _boolean(_text(config, "PrivateZone") or "false")),
+            name_servers=_name_servers(zone_id),
+        )
+        for rrset in (
+            RRSet(zone_name, "NS", ttl=172800, values=tuple(f"{n}." for n in zone.name_servers)),
+            RRSet(
+                zone_name,
+                "SOA",
+                ttl=900,
+                values=(
+                    f"{zone.name_servers[0]}. awsdns-hostmaster.amazon.com. "
+                    "1 7200 900 1209600 86400",
+                ),
+            ),
+        ):
+            zone.rrsets[rrset.key] = rrset
+        self._zones[zone_id] = zone
+        self._caller_references[reference] = zone_id
+        change = self._new_change(None)
+        root = _root("CreateHostedZoneResponse")
+        _zone_xml(root, zone)
+        _change_xml(root, change)
+        _delegation_xml(root, zone)
+        response = _xml_response(201, root)
+        response.headers["Location"] = f"https://route53.amazonaws.com{API}/hostedzone/{zone_id}"
+        return response
+
+    def _get_hosted_zone(self, request: Request, params: dict[str, str]) -> Response:
+        zone = self._zone(params["id"])
+        root = _root("GetHostedZoneResponse")
+        _zone_xml(root, zone)
+        _delegation_xml(root, zone)
+        return _xml_response(200, root)
+
+    def _delete_hosted_zone(self, request: Request, params: dict[str, str]) -> Response:
+        zone = self._zone(params["id"])
+        required = {(zone.name, "NS", None), (zone.name, "SOA", None)}
+        if set(zone.rrsets) - required:
+            raise Route53Error(
+                400,
+                "HostedZoneNotEmpty",
+                "The hosted zone contains resource records that are not SOA or NS records.",
+            )
+        del self._zones[zone.id]
+        root = _root("DeleteHostedZoneResponse")
+        _change_xml(root, self._new_change(None))
+        return _xml_response(200, root)
+
+    def _ordered_zones(self) -> list[HostedZone]:
+        return sorted(self._zones.values(), key=lambda z: (_sort_name(z.name), z.id))
+
+    def _list_hosted_zones(self, request: Request, params: dict[str, str]) -> Response:
+        zones = sorted(self._zones.values(), key=lambda z: z.id)
+        marker = request.arg("marker")
+        if marker:
+            zones = [z for z in zones if z.id >= marker]
+        limit = _max_items(request, 100)
+        page, rest = zones[:limit], zones[limit:]
+        root = _root("ListHostedZonesResponse")
+        listing = _sub(root, "HostedZones")
+        for zone in page:
+            _zone_xml(listing, zone)
+        if marker:
+            _sub(root, "Marker", marker)
+        _sub(root, "IsTruncated", _xml_bool(bool(rest)))
+        if rest:
+            _sub(root, "NextMarker", rest[0].id)
+        _sub(root, "MaxItems", str(limit))
+        return _xml_response(200, root)
+
+    def _list_hosted_zones_by_name(self, request: Request, params: dict[str, str]) -> Response:
+        dns_name = request.arg("dnsname")
+        zone_id = request.arg("hostedzoneid")
+        if zone_id and not dns_name:
+            raise Route53Error(400, "InvalidInput", "hostedzoneid requires dnsname")
+        zones = self._ordered_zones()
+        if dns_name:
+            start = (_sort_name(fqdn(dns_name)), zone_id or "")
+            zones = [z for z in zones if (_sort_name(z.name), z.id) >= start]
+        limit = _max_items(request, 100)
+        page, rest = zones[:limit], zones[limit:]
+        root = _root("ListHostedZonesByNameResponse")
+        listing = _sub(root, "HostedZones")
+        for zone in page:
+            _zone_xml(listing, zone)
+        if dns_name:
+            _sub(root, "DNSName", escaped(fqdn(dns_name)))
+        if zone_id:
+            _sub(root, "HostedZoneId", zone_id)
+        _sub(root, "IsTruncated", _xml_bool(bool(rest)))
+        if rest:
+            _sub(root, "NextDNSName", escaped(rest[0].name))
+            _sub(root, "NextHostedZoneId", rest[0].id)
+        _sub(root, "MaxItems", str(limit))
+        return _xml_response(200, root)
+
+    # -- record sets -------------------------------------------------------------------------
+
+    def _list_resource_record_sets(self, request: Request, params: dict[str, str]) -> Response:
+        zone = self._zone(params["id"])
+        start_name, start_type = request.arg("name"), request.arg("type")
+        start_identifier = request.arg("identifier")
+        if start_type and not start_name:
+            raise Route53Error(
+                400, "InvalidInput", "The input is not valid: type requires name to be set"
+            )
+        rrsets = zone.sorted_rrsets()
+        if start_name:
+            start = (_sort_name(fqdn(start_name)), start_type or "", start_identifier or "")
+            rrsets = [r for r in rrsets if r.sort_key() >= start]
+        limit = _max_items(request, 300)
+        page, rest = rrsets[:limit], rrsets[limit:]
+        root = _root("ListResourceRecordSetsResponse")
+        listing = _sub(root, "ResourceRecordSets")
+        for rrset in page:
+            rrset.to_xml(listing)
+        _sub(root, "IsTruncated", _xml_bool(bool(rest)))
+        if rest:
+            _sub(root, "NextRecordName", escaped(rest[0].name))
+            _sub(root, "NextRecordType", rest[0].type)
+            if rest[0].set_identifier is not None:
+                _sub(root, "NextRecordIdentifier", rest[0].set_identifier)
+        _sub(root, "MaxItems", str(limit))
+        return _xml_response(200, root)
+
+    def _change_resource_record_sets(self, request: Request, params: dict[str, str]) -> Response:
+        zone = self._zone(params["id"])
+        body = _parse(request.body)
+        batch = body.find("ChangeBatch")
+        if batch is None:
+            raise Route53Error(400, "InvalidInput", "ChangeBatch is required")
+        changes = [
+            (_text(node, "Action") or "", _rrset_from_xml(node.find("ResourceRecordSet")))
+            for node in batch.iterfind("Changes/Change")
+        ]
+        if not changes:
+            raise Route53Error(400, "InvalidInput", "ChangeBatch.Changes must not be empty")
+        for action, rrset in changes:
+            _check_input(action, rrset)
+        change = self._apply(zone, changes, comment=_text(batch, "Comment"))
+        root = _root("ChangeResourceRecordSetsResponse")
+        _change_xml(root, change)
+        return _xml_response(200, root)
+
+    def _apply(
+        self,
+        zone: HostedZone,
+        changes: list[tuple[str, RRSet]],
+        *,
+        comment: str | None,
+        foreign: bool = False,
+    ) -> Change:
+        """Validate ``changes`` in order against a working copy of the zone; commit the copy
+        only if all of them are valid (Route53 applies a batch whole or not at all)."""
+        work = dict(zone.rrsets)
+        errors: list[str] = []
+        for action, rrset in changes:
+            message = self._check_change(zone, work, action, rrset)
+            if message:
+                errors.append(message)
+            elif action == "DELETE":
+                del work[rrset.key]
+            else:
+                work[rrset.key] = rrset
+        if errors:
+            raise Route53Error(400, "InvalidChangeBatch", "[" + ", ".join(errors) + "]")
+        zone.rrsets = work
+        change = self._new_change(comment)
+        self._batches.append(
+            AppliedBatch(
+                change_id=change.id,
+                zone_id=zone.id,
+                comment=comment,
+                changes=tuple(changes),
+                submitted_at=change.submitted_at,
+                foreign=foreign,
+            )
+        )
+        return change
+
+    @staticmethod
+    def _check_change(
+        zone: HostedZone,
+        work: dict[tuple[str, str, str | None], RRSet],
+        action: str,
+        rrset: RRSet,
+    ) -> str | None:
+        """AWS's message for the first rule ``rrset`` breaks, or None."""
+        if not _in_zone(rrset.name, zone.name):
+            return f"RRSet with DNS name {escaped(rrset.name)} is not permitted in zone {zone.name}"
+        if action == "DELETE":
+            current = work.get(rrset.key)
+            if current is None:
+                return f"Tried to delete resource record set {rrset.label()} but it was not found"
+            if not current.matches(rrset):
+                return (
+                    f"Tried to delete resource record set {rrset.label()} "
+                    "but the values provided do not match the current values"
+                )
+            return None
+        invalid = _invalid_values(rrset)
+        if invalid:
+            return invalid
+        if action == "CREATE" and rrset.key in work:
+            return f"Tried to create resource record set {rrset.label()} but it already exists"
+        others = [r for r in work.values() if r.name == rrset.name and r.key != rrset.key]
+        name = escaped(rrset.name)
+        if rrset.type == "CNAME":
+            if rrset.name == zone.name:
+                return (
+                    f"RRSet of type CNAME with DNS name {name} is not permitted at apex "
+                    f"in zone {zone.name}"
+                )
+            if any(r.type != "CNAME" for r in others):
+                return (
+                    f"RRSet of type CNAME with DNS name {name} is not permitted as it "
+                    f"conflicts with other records with the same DNS name in zone {zone.name}"
+                )
+        elif any(r.type == "CNAME" for r in others):
+            return (
+                f"RRSet of type {rrset.type} with DNS name {name} is not permitted because a "
+                "conflicting RRSet of type CNAME with the same DNS name already exists in "
+                f"zone {zone.name}"
+            )
+        return None
+
+    def _get_change(self, request: Request, params: dict[str, str]) -> Response:
+        change_id = params["id"].removeprefix("/change/")
+        change = self._changes.get(change_id)
+        if change is None:
+            raise Route53Error(
+                404,
+                "NoSuchChange",
+                f"A change with the specified change ID does not exist: {change_id}",
+            )
+        root = _root("GetChangeResponse")
+        _change_xml(root, change)
+        return _xml_response(200, root)
+
+
+# -- request parsing ---------------------------------------------------------------------------
+
+
+def _parse(body: bytes) -> ET.Element:
+    try:
+        root = ET.fromstring(body or b"<empty/>")  # noqa: S314 - loopback test clients only
+    except ET.ParseError as exc:
+        raise Route53Error(400, "MalformedInput", f"The XML document is malformed: {exc}") from exc
+    for node in root.iter():  # drop the namespace: {ns}Name -> Name
+        if isinstance(node.tag, str) and "}" in node.tag:
+            node.tag = node.tag.split("}", 1)[1]
+    return root
+
+
+def _text(node: ET.Element | None, path: str) -> str | None:
+    if node is None:
+        return None
+    found = node.find(path)
+    return None if found is None or found.text is None else found.text.strip()
+
+
+def _boolean(value: object) -> bool:
+    return value is True or str(value).strip().lower() == "true"
+
+
+def _rrset_from_xml(node: ET.Element | None) -> RRSet:
+    if node is None:
+        raise Route53Error(400, "InvalidInput", "Change.ResourceRecordSet is required")
+    wire: dict[str, Any] = {}
+    for name in ("Name", "Type", "SetIdentifier", "TTL", *ROUTING_FIELDS):
+        value = _text(node, name)
+        if value is not None:
+            wire[name] = value
+    if "Name" not in wire or "Type" not in wire:
+        raise Route53Error(400, "InvalidInput", "ResourceRecordSet requires Name and Type")
+    records = node.find("ResourceRecords")
+    if records is not None:
+        wire["ResourceRecords"] = [
+            {"Value": _text(r, "Value") or ""} for r in records.iterfind("ResourceRecord")
+        ]
+    geo = node.find("GeoLocation")
+    if geo is not None:
+        wire["GeoLocation"] = {n: _text(geo, n) for n in GEO_FIELDS if _text(geo, n) is not None}
+    alias = node.find("AliasTarget")
+    if alias is not None:
+        wire["AliasTarget"] = {
+            "HostedZoneId": _text(alias, "HostedZoneId") or "",
+            "DNSName": _text(alias, "DNSName") or "",
+            "EvaluateTargetHealth": _text(alias, "EvaluateTargetHealth") or "false",
+        }
+    try:
+        return RRSet.from_wire(wire)
+    except ValueError as exc:
+        raise Route53Error(400, "InvalidInput", f"Invalid ResourceRecordSet: {exc}") from exc
+
+
+def _check_input(action: str, rrset: RRSet) -> None:
+    """The request-shape rules Route53 enforces before looking at the zone (InvalidInput)."""
+    where = (
+        f"Change with [Action={action}, Name={escaped(rrset.name)}, Type={rrset.type}, "
+        f"SetIdentifier={rrset.set_identifier or 'null'}]"
+    )
+    if action not in ACTIONS:
+        raise Route53Error(400, "InvalidInput", f"Invalid action {action!r} in {where}")
+    if rrset.type not in RECORD_TYPES:
+        raise Route53Error(400, "InvalidInput", f"Invalid type {rrset.type!r} in {where}")
+    has_alias = rrset.alias is not None
+    has_plain = rrset.ttl is not None or bool(rrset.values)
+    if has_alias == has_plain or (has_plain and (rrset.ttl is None or not rrset.values)):
+        found = "more than one" if has_alias else "none"
+        raise Route53Error(
+            400,
+            "InvalidInput",
+            "Invalid request: Expected exactly one of [AliasTarget, all of [TTL, and "
+            f"ResourceRecords], or TrafficPolicyInstanceId], but found {found} in {where}",
+        )
+    if rrset.alias is not None and rrset.type not in ALIAS_TYPES:
+        raise Route53Error(
+            400, "InvalidInput", f"Alias records are not supported for type {rrset.type}"
+        )
+
+
+def _invalid_values(rrset: RRSet) -> str | None:
+    checks = {
+        "A": (ipaddress.IPv4Address, "ARRDATAIllegalIPv4Address", "IPv4"),
+        "AAAA": (ipaddress.IPv6Address, "AAAARRDATAIllegalIPv6Address", "IPv6"),
+    }
+    if rrset.type not in checks:
+        return None
+    parse, code, family = checks[rrset.type]
+    for value in rrset.values:
+        try:
+            parse(value)
+        except ValueError:
+            return (
+                f"Invalid Resource Record: 'FATAL problem: {code} (Value is not a valid "
+                f"{family} address) encountered with '{value}''"
+            )
+    return None
+
+
+def _max_items(request: Request, default: int) -> int:
+    raw = request.arg("maxitems")
+    if raw is None:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise Route53Error(400, "InvalidInput", f"Invalid maxitems: {raw}")
+    return min(int(raw), default)
+
+
+# -- response building -------------------------------------------------------------------------
+
+
+def _root(tag: str) -> ET.Element:
+    return ET.Element(tag, xmlns=NS)
+
+
+def _sub(parent: ET.Element, tag: str, text: str | None = None) -> ET.Element:
+    node = ET.SubElement(parent, tag)
+    if text is not None:
+        node.text = text
+    return node
+
+
+def _xml_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _xml_response(status: int, root: ET.Element) -> Response:
+    body = b'<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="utf-8")
+    return Response(status, body, {"Content-Type": "text/xml", "x-amzn-RequestId": _request_id()})
+
+
+def error_response(status: int, code: str, message: str, *, sender: bool = True) -> Response:
+    root = _root("ErrorResponse")
+    node = _sub(root, "Error")
+    _sub(node, "Type", "Sender" if sender else "Receiver")
+    _sub(node, "Code", code)
+    _sub(node, "Message", message)
+    _sub(root, "RequestId", _request_id())
+    return _xml_response(status, root)
+
+
+def _request_id() -> str:
+    return str(uuid.uuid4())
+
+
+def _zone_xml(parent: ET.Element, zone: HostedZone) -> None:
+    node = _sub(parent, "HostedZone")
+    _sub(node, "Id", f"/hostedzone/{zone.id}")
+    _sub(node, "Name", escaped(zone.name))
+    _sub(node, "CallerReference", zone.caller_reference)
+    config = _sub(node, "Config")
+    if zone.comment:
+        _sub(config, "Comment", zone.comment)
+    _sub(config, "PrivateZone", _xml_bool(zone.private))
+    _sub(node, "ResourceRecordSetCount", str(len(zone.rrsets)))
+
+
+def _change_xml(parent: ET.Element, change: Change) -> None:
+    node = _sub(parent, "ChangeInfo")
+    _sub(node, "Id", f"/change/{change.id}")
+    _sub(node, "Status", change.status())
+    _sub(node, "SubmittedAt", change.submitted_at.isoformat(timespec="milliseconds")[:-6] + "Z")
+    if change.comment:
+        _sub(node, "Comment", change.comment)
+
+
+def _delegation_xml(parent: ET.Element, zone: HostedZone) -> None:
+    servers = _sub(_sub(parent, "DelegationSet"), "NameServers")
+    for server in zone.name_servers:
+        _sub(servers, "NameServer", server)
+
+
+def _name_servers(zone_id: str) -> list[str]:
+    """Four name servers in four TLDs, stable for a zone id, shaped like Route53's."""
+    digest = hashlib.sha256(zone_id.encode()).digest()
+    servers = []
+    for i, tld in enumerate(("com", "net", "org", "co.uk")):
+        number = int.from_bytes(digest[2 * i : 2 * i + 2], "big") % 2048
+        servers.append(f"ns-{number}.awsdns-{digest[8 + i] % 64:02d}.{tld}")
+    return servers

@@ -1,0 +1,324 @@
+"""Lambda adapter contract: fleets by tag, aliases moved with RevisionId, update status, restore.
+
+Each test gets a fresh fleet of two functions (versions 1-3; staging -> 3, production -> 2).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from providers.aws.clients import translate
+from providers.aws.lambda_ import Lambda
+from providers.errors import Conflict, NotFound, Rejected, Transient
+from providers.handles import StopUnsupported
+from providers.sandbox.aws import AwsStandIn
+from tests.contract.fixtures.aws import Boto, Fleet, await_settled, eventually, function_code
+
+
+def test_fleet_discovered_by_tag(aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto) -> None:
+    # given: an untagged function and one of another fleet next to the fleet
+    client = aws_boto.lambda_
+    role = client.get_function(FunctionName=aws_fleet.functions[0])["Configuration"]["Role"]
+    strangers = [f"{aws_fleet.target}-untagged", f"{aws_fleet.target}-other"]
+    for name, tags in zip(strangers, ({}, {"alfred:fleet": "someone-else"}), strict=True):
+        client.create_function(
+            FunctionName=name,
+            Runtime="python3.12",
+            Role=role,
+            Handler="index.handler",
+            Code={"ZipFile": function_code(1)},
+            Tags=tags,
+        )
+    try:
+        # when
+        fleet = aws_lambda.fleet(aws_fleet.target)
+    finally:
+        for name in strangers:
+            client.delete_function(FunctionName=name)
+
+    # then
+    assert [f["name"] for f in fleet] == aws_fleet.functions
+    assert all(f["arn"].endswith(f":function:{f['name']}") for f in fleet)
+    assert aws_lambda.fleet(f"{aws_fleet.target}-nobody") == []
+
+
+def test_alias_reports_version_and_revision(aws_lambda: Lambda, aws_fleet: Fleet) -> None:
+    # when
+    production = aws_lambda.alias(aws_fleet.functions[0], "production")
+    staging = aws_lambda.alias(aws_fleet.functions[0], "staging")
+
+    # then
+    assert (production["version"], staging["version"]) == ("2", "3")
+    assert production["revision_id"] and production["arn"].endswith(":production")
+    with pytest.raises(NotFound):
+        aws_lambda.alias(aws_fleet.functions[0], "canary")
+
+
+def test_update_alias_moves_the_version(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_patience: float
+) -> None:
+    # given
+    function = aws_fleet.functions[0]
+    planned = aws_lambda.alias(function, "production")
+
+    # when
+    moved = aws_lambda.update_alias(planned, version="3")
+
+    # then: the alias is at 3 with a new RevisionId, and version 3's update is settled
+    now = aws_lambda.alias(function, "production")
+    assert now["version"] == "3"
+    assert now["revision_id"] != planned["revision_id"]
+    assert moved["kind"] == "alias_update"
+    assert moved["id"] == planned["arn"]
+    assert moved["observations"]["from_version"] == "2"
+    assert moved["observations"]["to_version"] == "3"
+    assert moved["observations"]["revision_id"] == now["revision_id"]
+    settled = eventually(
+        lambda: aws_lambda.inspect(moved), lambda h: h["done"], timeout=aws_patience
+    )
+    assert (settled["status"], settled["ok"]) == ("Successful", True)
+
+
+def test_revision_id_conflict(aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto) -> None:
+    # given: the plan read the alias, then someone else moved it
+    function = aws_fleet.functions[0]
+    planned = aws_lambda.alias(function, "production")
+    aws_boto.lambda_.update_alias(FunctionName=function, Name="production", FunctionVersion="1")
+
+    # when
+    with pytest.raises(Conflict) as caught:
+        aws_lambda.update_alias(planned, version="3")
+
+    # then: the other writer's version stands
+    assert caught.value.code == "PreconditionFailedException"
+    assert aws_lambda.alias(function, "production")["version"] == "1"
+
+
+@pytest.mark.standin
+def test_lost_alias_update_response_recovered(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_standin: AwsStandIn
+) -> None:
+    # given: Lambda applies the update, but the response is lost
+    function = aws_fleet.functions[0]
+    planned = aws_lambda.alias(function, "production")
+    before = aws_standin.calls["UpdateAlias"]
+    aws_standin.faults.arm("UpdateAlias", "lose_response")
+
+    # when
+    moved = aws_lambda.update_alias(planned, version="3")
+
+    # then: recovered by reading the alias; exactly one UpdateAlias performed
+    assert moved["observations"]["recovered"] is True
+    assert moved["observations"]["alias_version"] == "3"
+    assert aws_standin.calls["UpdateAlias"] - before == 1
+    assert aws_lambda.alias(function, "production")["version"] == "3"
+
+
+@pytest.mark.standin
+def test_dropped_alias_update_resent_once(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_standin: AwsStandIn
+) -> None:
+    # given: the update is lost on the way in
+    function = aws_fleet.functions[0]
+    planned = aws_lambda.alias(function, "production")
+    before = aws_standin.calls["UpdateAlias"]
+    aws_standin.faults.arm("UpdateAlias", "drop_request")
+
+    # when
+    moved = aws_lambda.update_alias(planned, version="3")
+
+    # then
+    assert moved["observations"]["recovered"] is False
+    assert "resent_after" in moved["observations"]
+    assert aws_standin.calls["UpdateAlias"] - before == 1
+    assert aws_lambda.alias(function, "production")["version"] == "3"
+
+
+@pytest.mark.standin
+def test_throttled_alias_calls_retried(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_standin: AwsStandIn
+) -> None:
+    # given
+    function = aws_fleet.functions[0]
+    read = aws_standin.faults.arm("GetAlias", "throttle")
+    planned = aws_lambda.alias(function, "production")
+    before = aws_standin.calls["UpdateAlias"]
+    write = aws_standin.faults.arm("UpdateAlias", "throttle", times=2)
+
+    # when
+    aws_lambda.update_alias(planned, version="3")
+
+    # then: the read by botocore, the update by the adapter; one update performed
+    assert (read.fired, write.fired) == (1, 2)
+    assert aws_standin.calls["UpdateAlias"] - before == 1
+    assert aws_lambda.alias(function, "production")["version"] == "3"
+
+
+def test_update_status_in_progress_then_successful(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto, aws_patience: float
+) -> None:
+    # given
+    function = aws_fleet.functions[0]
+    client = aws_boto.lambda_
+
+    # when: the code is updated, then published
+    client.update_function_code(FunctionName=function, ZipFile=function_code(4))
+    updating = aws_lambda.version_status(function, "$LATEST")
+    await_settled(client, function, timeout=aws_patience)
+    latest = aws_lambda.version_status(function, "$LATEST")
+    published = client.publish_version(FunctionName=function)["Version"]
+
+    # then
+    assert updating["last_update_status"] == "InProgress"
+    assert latest["last_update_status"] == "Successful"
+    assert published == "4"
+    settled = eventually(
+        lambda: aws_lambda.version_status(function, "4"),
+        lambda s: s["last_update_status"] != "InProgress",
+        timeout=aws_patience,
+    )
+    assert (settled["state"], settled["last_update_status"]) == ("Active", "Successful")
+
+
+def test_update_refused_while_another_is_in_progress(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto
+) -> None:
+    # given
+    function = aws_fleet.functions[0]
+    client = aws_boto.lambda_
+    client.update_function_code(FunctionName=function, ZipFile=function_code(4))
+
+    # when / then: Lambda refuses to publish during the update
+    with pytest.raises(client.exceptions.ResourceConflictException) as caught:
+        client.publish_version(FunctionName=function)
+    assert "An update is in progress" in str(caught.value)
+
+
+@pytest.mark.standin
+def test_alias_update_done_when_the_version_settles(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto, aws_patience: float
+) -> None:
+    # given: a version published a moment ago, still InProgress
+    function = aws_fleet.functions[0]
+    client = aws_boto.lambda_
+    client.update_function_code(FunctionName=function, ZipFile=function_code(4))
+    await_settled(client, function, timeout=aws_patience)
+    version = client.publish_version(FunctionName=function)["Version"]
+
+    # when
+    moved = aws_lambda.update_alias(aws_lambda.alias(function, "staging"), version=version)
+
+    # then: not done until the version's update is
+    assert (moved["status"], moved["done"]) == ("InProgress", False)
+    settled = eventually(
+        lambda: aws_lambda.inspect(moved), lambda h: h["done"], timeout=aws_patience
+    )
+    assert (settled["status"], settled["ok"]) == ("Successful", True)
+
+
+@pytest.mark.standin
+def test_failed_update_reported(
+    aws_lambda: Lambda,
+    aws_fleet: Fleet,
+    aws_boto: Boto,
+    aws_standin: AwsStandIn,
+    aws_patience: float,
+) -> None:
+    # given: a version whose update fails
+    function = aws_fleet.functions[0]
+    client = aws_boto.lambda_
+    client.update_function_code(FunctionName=function, ZipFile=function_code(4))
+    await_settled(client, function, timeout=aws_patience)
+    aws_standin.faults.arm("PublishVersion", "fail_update")
+    version = client.publish_version(FunctionName=function)["Version"]
+
+    # when
+    moved = aws_lambda.update_alias(aws_lambda.alias(function, "staging"), version=version)
+    settled = eventually(
+        lambda: aws_lambda.inspect(moved), lambda h: h["done"], timeout=aws_patience
+    )
+
+    # then
+    assert (settled["status"], settled["ok"]) == ("Failed", False)
+    assert settled["observations"]["last_update_status_reason"]
+
+
+def test_restore_moves_the_alias_back_once(aws_lambda: Lambda, aws_fleet: Fleet) -> None:
+    # given
+    function = aws_fleet.functions[0]
+    moved = aws_lambda.update_alias(aws_lambda.alias(function, "production"), version="3")
+
+    # when
+    restored = aws_lambda.restore(moved)
+    again = aws_lambda.restore(moved)
+
+    # then: back at 2; the second restore changes nothing
+    assert aws_lambda.alias(function, "production")["version"] == "2"
+    assert restored["kind"] == "alias_restore"
+    assert restored["observations"]["already_restored"] is False
+    assert again["observations"]["already_restored"] is True
+    assert again["observations"]["revision_id"] == restored["observations"]["revision_id"]
+
+
+def test_restore_refused_when_the_alias_moved_elsewhere(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto
+) -> None:
+    # given: after Alfred moved production to 3, someone moved it to 1
+    function = aws_fleet.functions[0]
+    moved = aws_lambda.update_alias(aws_lambda.alias(function, "production"), version="3")
+    aws_boto.lambda_.update_alias(FunctionName=function, Name="production", FunctionVersion="1")
+
+    # when / then
+    with pytest.raises(Conflict) as caught:
+        aws_lambda.restore(moved)
+    assert caught.value.code == "AliasMoved"
+    assert aws_lambda.alias(function, "production")["version"] == "1"
+
+
+def test_inspect_reports_an_alias_moved_away_as_drifted(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto
+) -> None:
+    # given
+    function = aws_fleet.functions[0]
+    moved = aws_lambda.update_alias(aws_lambda.alias(function, "production"), version="3")
+    aws_boto.lambda_.update_alias(FunctionName=function, Name="production", FunctionVersion="1")
+
+    # when
+    inspected = aws_lambda.inspect(moved)
+
+    # then
+    assert (inspected["status"], inspected["done"], inspected["ok"]) == ("DRIFTED", True, False)
+    assert inspected["observations"]["alias_version"] == "1"
+
+
+def test_check_published(aws_lambda: Lambda, aws_fleet: Fleet) -> None:
+    function = aws_fleet.functions[0]
+
+    assert aws_lambda.check_published(function, "3")["version"] == "3"
+    with pytest.raises(NotFound):
+        aws_lambda.check_published(function, "9")
+    with pytest.raises(Rejected):
+        aws_lambda.check_published(function, "$LATEST")
+
+
+def test_update_of_busy_function_is_transient(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto
+) -> None:
+    # given: an update in progress
+    function = aws_fleet.functions[0]
+    aws_boto.lambda_.update_function_code(FunctionName=function, ZipFile=function_code(4))
+
+    # when / then: the adapter calls it what it is: try again later
+    with pytest.raises(Transient):
+        try:
+            aws_boto.lambda_.update_function_code(FunctionName=function, ZipFile=function_code(5))
+        except aws_boto.lambda_.exceptions.ResourceConflictException as exc:
+            raise translate(exc, provider="aws.lambda", operation="UpdateFunctionCode") from exc
+
+
+def test_stop_is_unsupported(aws_lambda: Lambda, aws_fleet: Fleet) -> None:
+    moved = aws_lambda.update_alias(
+        aws_lambda.alias(aws_fleet.functions[0], "production"), version="3"
+    )
+    with pytest.raises(StopUnsupported):
+        aws_lambda.stop(moved)

@@ -1,0 +1,663 @@
+"""Route53 adapter contract: zones, records at a name, one atomic change batch, recovery.
+
+Every test runs against the Route53 stand-in by default and against a real account with
+ALFRED_CONTRACT_TARGET=real (see tests/contract/fixtures/aws.py); ``standin`` tests need fault
+injection or the stand-in's view of the change batches it applied.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from providers.aws import AwsClients
+from providers.aws.route53 import Change, Record, Route53, Zone, record
+from providers.errors import Conflict, NotFound, Rejected, Throttled, Unknown
+from providers.handles import StopUnsupported
+from providers.sandbox.aws import AwsStandIn
+from tests.contract.fixtures.aws import Boto, DnsNames, eventually, unique
+
+CLOUDFRONT = {"hosted_zone_id": "Z2FDTNDATAQYW2", "dns_name": "d111111abcdef8.cloudfront.net"}
+
+
+def a(name: str, *values: str, ttl: int = 300) -> Record:
+    return record(name, "A", ttl=ttl, values=values)
+
+
+def cname(name: str, target: str, ttl: int = 300) -> Record:
+    return record(name, "CNAME", ttl=ttl, values=[target])
+
+
+def create(*records: Record) -> list[Change]:
+    return [Change(action="CREATE", record=r) for r in records]
+
+
+def batches(standin: AwsStandIn, operation: str) -> int:
+    """How many batches carrying ``operation`` the stand-in applied."""
+    return sum(1 for b in standin.route53.change_batches if b.comment == f"alfred {operation}")
+
+
+# -- zones -------------------------------------------------------------------------------------
+
+
+def test_zone_found_by_exact_name_with_its_name_servers(
+    aws_route53: Route53, aws_zone: Zone
+) -> None:
+    # when
+    zone = aws_route53.zone(aws_zone["name"].upper() + ".")
+
+    # then
+    assert zone["id"] == aws_zone["id"]
+    assert zone["name"] == aws_zone["name"]
+    assert zone["private"] is False
+    assert len(zone["name_servers"]) == 4
+
+
+def test_zone_of_another_name_is_not_found(aws_route53: Route53, aws_zone: Zone) -> None:
+    # when / then: a name under the zone is not a zone, nor is a name nobody created
+    for name in (f"sub.{aws_zone['name']}", f"{unique('nozone-')}.example"):
+        with pytest.raises(NotFound) as caught:
+            aws_route53.zone(name)
+        assert caught.value.code == "NoSuchHostedZone"
+
+
+@pytest.mark.standin
+def test_two_public_zones_of_one_name_are_ambiguous(aws_route53: Route53, aws_boto: Boto) -> None:
+    # given
+    name = f"{unique('twice-')}.example"
+    ids = {
+        aws_boto.route53.create_hosted_zone(Name=name, CallerReference=unique("ref-"))[
+            "HostedZone"
+        ]["Id"].removeprefix("/hostedzone/")
+        for _ in range(2)
+    }
+
+    # when / then
+    with pytest.raises(Conflict) as caught:
+        aws_route53.zone(name)
+    assert set(caught.value.details["zone_ids"]) == ids
+
+
+def test_create_zone_is_idempotent_and_reports_delegation(
+    aws_route53: Route53, aws_zone: Zone
+) -> None:
+    # given
+    name = f"{unique('z')}.{aws_zone['name']}"
+    reference = unique("alfred-contract-")
+
+    # when
+    first = aws_route53.create_zone(name, caller_reference=reference, comment="contract")
+    again = aws_route53.create_zone(name, caller_reference=reference)
+    try:
+        # then: one zone, found again by its caller reference, with its NS delegation
+        assert first["kind"] == "hosted_zone"
+        assert first["status"] in ("PENDING", "INSYNC")
+        assert len(first["observations"]["name_servers"]) == 4
+        assert again["id"] == first["id"]
+        assert again["observations"]["recovered"] is True
+        assert again["observations"]["name_servers"] == first["observations"]["name_servers"]
+        assert aws_route53.zone(name)["id"] == first["id"]
+        ns = [r for r in aws_route53.records(first["id"], name) if r["type"] == "NS"]
+        assert {v.rstrip(".") for v in ns[0]["values"]} == set(
+            first["observations"]["name_servers"]
+        )
+        assert aws_route53.inspect(first)["id"] == first["id"]
+    finally:
+        deleted = aws_route53.delete_zone(str(first["id"]))
+
+    # and the deletion is idempotent compensation
+    assert deleted["ok"] is True
+    assert aws_route53.delete_zone(str(first["id"]))["observations"]["already_absent"] is True
+    assert aws_route53.inspect(deleted)["status"] == "DELETED"
+
+
+@pytest.mark.standin
+def test_lost_create_zone_response_finds_the_zone(
+    aws_route53: Route53, aws_standin: AwsStandIn, aws_zone: Zone
+) -> None:
+    # given: the first CreateHostedZone is performed but its response is lost
+    name = f"{unique('z')}.{aws_zone['name']}"
+    aws_standin.faults.arm("CreateHostedZone", "lose_response")
+
+    # when
+    created = aws_route53.create_zone(name, caller_reference=unique("alfred-contract-"))
+
+    # then: one zone; botocore's retry met HostedZoneAlreadyExists, resolved by the reference
+    assert created["observations"]["recovered"] is True
+    assert created["status"] == "APPLIED"
+    assert aws_route53.zone(name)["id"] == created["id"]
+    aws_route53.delete_zone(str(created["id"]))
+
+
+@pytest.mark.standin
+def test_clients_follow_the_aws_environment(
+    aws_standin: AwsStandIn, aws_zone: Zone, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: only the standard AWS variables say where AWS is
+    monkeypatch.setenv("AWS_ENDPOINT_URL", aws_standin.url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "contract")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "contract")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+
+    # when
+    route53 = Route53(clients=AwsClients())
+
+    # then
+    assert route53.zone(aws_zone["name"])["id"] == aws_zone["id"]
+
+
+# -- reads -------------------------------------------------------------------------------------
+
+
+def test_records_at_exact_name_are_normalized(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_boto: Boto
+) -> None:
+    # given: an A (values unsorted) and a TXT at one name, and a record at a child name
+    name = aws_dns_names()
+    child = f"deeper.{name}"
+    aws_dns_names.names.append(child)
+    aws_boto.route53.change_resource_record_sets(
+        HostedZoneId=aws_zone["id"],
+        ChangeBatch={
+            "Changes": [
+                {
+                    "Action": "CREATE",
+                    "ResourceRecordSet": {
+                        "Name": name.upper(),
+                        "Type": "A",
+                        "TTL": 60,
+                        "ResourceRecords": [{"Value": "192.0.2.9"}, {"Value": "192.0.2.1"}],
+                    },
+                },
+                {
+                    "Action": "CREATE",
+                    "ResourceRecordSet": {
+                        "Name": name + ".",
+                        "Type": "TXT",
+                        "TTL": 60,
+                        "ResourceRecords": [{"Value": '"hello"'}],
+                    },
+                },
+                {
+                    "Action": "CREATE",
+                    "ResourceRecordSet": {
+                        "Name": child,
+                        "Type": "A",
+                        "TTL": 60,
+                        "ResourceRecords": [{"Value": "192.0.2.2"}],
+                    },
+                },
+            ]
+        },
+    )
+
+    # when
+    found = aws_route53.records(aws_zone["id"], name + ".")
+
+    # then
+    assert found == [
+        {
+            "name": name,
+            "type": "A",
+            "ttl": 60,
+            "values": ["192.0.2.1", "192.0.2.9"],
+            "alias": None,
+            "set_identifier": None,
+            "routing": {},
+        },
+        {
+            "name": name,
+            "type": "TXT",
+            "ttl": 60,
+            "values": ['"hello"'],
+            "alias": None,
+            "set_identifier": None,
+            "routing": {},
+        },
+    ]
+    assert aws_route53.records(aws_zone["id"], f"nothing-{name}") == []
+
+
+@pytest.mark.standin
+def test_apex_alias_read_from_the_zone(
+    aws_route53: Route53, aws_boto: Boto, aws_standin: AwsStandIn
+) -> None:
+    # given: a zone whose apex has an A alias to CloudFront, and one without
+    with_alias = f"{unique('apex-')}.example"
+    bare = f"{unique('bare-')}.example"
+    for name in (with_alias, bare):
+        aws_boto.route53.create_hosted_zone(Name=name, CallerReference=unique("ref-"))
+    zone = aws_route53.zone(with_alias)
+    aws_route53.change(
+        zone["id"],
+        create(record(with_alias, "A", alias=CLOUDFRONT)),
+        operation=unique("apex-"),
+    )
+
+    # when
+    aliases = aws_route53.apex_alias(zone)
+
+    # then
+    assert [(r["type"], r["alias"]) for r in aliases] == [
+        (
+            "A",
+            {
+                "hosted_zone_id": "Z2FDTNDATAQYW2",
+                "dns_name": "d111111abcdef8.cloudfront.net",
+                "evaluate_target_health": False,
+            },
+        )
+    ]
+    assert aliases[0]["ttl"] is None
+    assert aws_route53.apex_alias(aws_route53.zone(bare)) == []
+
+
+@pytest.mark.standin
+def test_stand_in_lists_in_route53_order_across_pages(aws_boto: Boto) -> None:
+    # given
+    zone_name = f"{unique('order-')}.example"
+    zone_id = aws_boto.route53.create_hosted_zone(Name=zone_name, CallerReference=unique("r"))[
+        "HostedZone"
+    ]["Id"]
+    names = [f"b.{zone_name}", f"a.{zone_name}", f"x.a.{zone_name}", f"*.{zone_name}"]
+    aws_boto.route53.change_resource_record_sets(
+        HostedZoneId=zone_id,
+        ChangeBatch={
+            "Changes": [
+                {
+                    "Action": "CREATE",
+                    "ResourceRecordSet": {
+                        "Name": n,
+                        "Type": t,
+                        "TTL": 60,
+                        "ResourceRecords": [{"Value": v}],
+                    },
+                }
+                for n in names
+                for t, v in (("TXT", '"x"'), ("A", "192.0.2.1"))
+            ]
+        },
+    )
+
+    # when: listed two at a time
+    pages = aws_boto.route53.get_paginator("list_resource_record_sets").paginate(
+        HostedZoneId=zone_id, PaginationConfig={"PageSize": 2}
+    )
+    listed = [(r["Name"], r["Type"]) for page in pages for r in page["ResourceRecordSets"]]
+
+    # then: labels reversed, then type; '*' escaped as Route53 does (and sorting first)
+    z = zone_name + "."
+    assert listed == [
+        (z, "NS"),
+        (z, "SOA"),
+        (f"\\052.{z}", "A"),
+        (f"\\052.{z}", "TXT"),
+        (f"a.{z}", "A"),
+        (f"a.{z}", "TXT"),
+        (f"x.a.{z}", "A"),
+        (f"x.a.{z}", "TXT"),
+        (f"b.{z}", "A"),
+        (f"b.{z}", "TXT"),
+    ]
+
+
+# -- the change batch --------------------------------------------------------------------------
+
+
+def test_pending_observed_before_insync(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_patience: float
+) -> None:
+    # given
+    name = aws_dns_names()
+    operation = unique("op-")
+
+    # when
+    submitted = aws_route53.change(
+        aws_zone["id"], create(a(name, "192.0.2.1")), operation=operation
+    )
+
+    # then: the change is PENDING first, INSYNC later, and the records are there at once
+    assert submitted["kind"] == "change"
+    assert submitted["status"] == "PENDING"
+    assert (submitted["done"], submitted["ok"]) == (False, False)
+    assert submitted["observations"]["comment"] == f"alfred {operation}"
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.1")]
+    synced = eventually(
+        lambda: aws_route53.inspect(submitted), lambda h: h["done"], timeout=aws_patience
+    )
+    assert (synced["status"], synced["ok"], synced["id"]) == ("INSYNC", True, submitted["id"])
+
+
+def test_unknown_change_is_no_such_change(aws_route53: Route53) -> None:
+    # given: a handle naming a change Route53 never made
+    submitted = {
+        "provider": "aws.route53",
+        "kind": "change",
+        "id": "C0000000000000NOSUCHCHANGE",
+        "status": "PENDING",
+        "done": False,
+        "ok": False,
+        "observations": {},
+        "observed_at": "2026-01-01T00:00:00+00:00",
+    }
+
+    # when / then
+    with pytest.raises(NotFound) as caught:
+        aws_route53.inspect(submitted)  # type: ignore[arg-type]
+    assert caught.value.code == "NoSuchChange"
+
+
+def test_cname_beside_a_rejected(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: an A record at the name
+    name = aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+
+    # when: a CNAME is created beside it
+    with pytest.raises(Conflict) as caught:
+        aws_route53.change(
+            aws_zone["id"], create(cname(name, "target.example.net")), operation=unique("op-")
+        )
+
+    # then: refused with AWS's words; the name holds only the A record
+    assert caught.value.code == "InvalidChangeBatch"
+    assert caught.value.details["messages"] == [
+        f"RRSet of type CNAME with DNS name {name}. is not permitted as it conflicts with "
+        f"other records with the same DNS name in zone {aws_zone['name']}."
+    ]
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.1")]
+
+
+def test_record_beside_cname_rejected(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given
+    name = aws_dns_names()
+    aws_route53.change(
+        aws_zone["id"], create(cname(name, "target.example.net")), operation=unique("op-")
+    )
+
+    # when
+    with pytest.raises(Conflict) as caught:
+        aws_route53.change(
+            aws_zone["id"],
+            create(record(name, "TXT", ttl=60, values=['"v"'])),
+            operation=unique("op-"),
+        )
+
+    # then
+    assert caught.value.details["messages"] == [
+        f"RRSet of type TXT with DNS name {name}. is not permitted because a conflicting RRSet "
+        f"of type CNAME with the same DNS name already exists in zone {aws_zone['name']}."
+    ]
+    assert [r["type"] for r in aws_route53.records(aws_zone["id"], name)] == ["CNAME"]
+
+
+def test_cname_at_apex_rejected(aws_route53: Route53, aws_zone: Zone) -> None:
+    # when
+    with pytest.raises(Rejected) as caught:
+        aws_route53.change(
+            aws_zone["id"],
+            create(cname(aws_zone["name"], "target.example.net")),
+            operation=unique("op-"),
+        )
+
+    # then
+    zone = aws_zone["name"] + "."
+    assert caught.value.details["messages"] == [
+        f"RRSet of type CNAME with DNS name {zone} is not permitted at apex in zone {zone}"
+    ]
+
+
+def test_no_partially_applied_batch(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: a batch whose first change is valid and whose second deletes what is not there
+    fresh, missing = aws_dns_names(), aws_dns_names()
+    batch = [
+        Change(action="CREATE", record=a(fresh, "192.0.2.1")),
+        Change(action="DELETE", record=a(missing, "192.0.2.2")),
+    ]
+
+    # when
+    with pytest.raises(Conflict) as caught:
+        aws_route53.change(aws_zone["id"], batch, operation=unique("op-"))
+
+    # then: nothing of it was applied
+    assert caught.value.details["messages"] == [
+        f"Tried to delete resource record set [name='{missing}.', type='A'] but it was not found"
+    ]
+    assert aws_route53.records(aws_zone["id"], fresh) == []
+
+
+def test_stale_delete_rejected(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: the record changed since the plan read it (another value, another TTL)
+    name = aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.7")), operation=unique("op-"))
+
+    for stale in (a(name, "192.0.2.1"), a(name, "192.0.2.7", ttl=60)):
+        # when
+        with pytest.raises(Conflict) as caught:
+            aws_route53.change(
+                aws_zone["id"], [Change(action="DELETE", record=stale)], operation=unique("op-")
+            )
+
+        # then
+        assert caught.value.details["messages"] == [
+            f"Tried to delete resource record set [name='{name}.', type='A'] "
+            "but the values provided do not match the current values"
+        ]
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.7")]
+
+
+def test_create_of_existing_set_rejected(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given
+    name = aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+
+    # when
+    with pytest.raises(Conflict) as caught:
+        aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.2")), operation=unique("op-"))
+
+    # then
+    assert caught.value.details["messages"] == [
+        f"Tried to create resource record set [name='{name}.', type='A'] but it already exists"
+    ]
+
+
+def test_cname_replaced_by_alias_in_one_batch(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: a CNAME, read back as the plan would read it
+    name = aws_dns_names()
+    aws_route53.change(
+        aws_zone["id"], create(cname(name, "old.example.net")), operation=unique("op-")
+    )
+    existing = aws_route53.records(aws_zone["id"], name)
+    alias = record(name, "A", alias=CLOUDFRONT)
+
+    # when: the exact DELETE and the alias UPSERT go as one batch
+    aws_route53.change(
+        aws_zone["id"],
+        [
+            *(Change(action="DELETE", record=r) for r in existing),
+            Change(action="UPSERT", record=alias),
+        ],
+        operation=unique("op-"),
+    )
+
+    # then
+    assert aws_route53.records(aws_zone["id"], name) == [alias]
+
+
+def test_stop_is_unsupported(aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames) -> None:
+    # given
+    submitted = aws_route53.change(
+        aws_zone["id"], create(a(aws_dns_names(), "192.0.2.1")), operation=unique("op-")
+    )
+
+    # when / then
+    with pytest.raises(StopUnsupported):
+        aws_route53.stop(submitted)
+
+
+# -- lost responses and throttling -------------------------------------------------------------
+
+
+@pytest.mark.standin
+def test_lost_change_response_recovered_without_second_batch(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given: Route53 applies the batch, but its response never arrives
+    name = aws_dns_names()
+    operation = unique("op-")
+    aws_standin.faults.arm("ChangeResourceRecordSets", "lose_response")
+
+    # when
+    recovered = aws_route53.change(
+        aws_zone["id"], create(a(name, "192.0.2.1")), operation=operation
+    )
+
+    # then: recovered from the records, exactly one batch applied
+    assert recovered["id"] is None
+    assert recovered["status"] == "APPLIED"
+    assert recovered["observations"]["recovered"] is True
+    assert recovered["observations"]["records"] == [a(name, "192.0.2.1")]
+    assert batches(aws_standin, operation) == 1
+
+    # and inspect() holds it APPLIED until the settle time, then done
+    assert aws_route53.inspect(recovered)["done"] is False
+    time.sleep(aws_route53.settle_seconds)
+    settled = aws_route53.inspect(recovered)
+    assert (settled["status"], settled["done"], settled["ok"]) == ("APPLIED", True, True)
+    assert batches(aws_standin, operation) == 1
+
+
+@pytest.mark.standin
+def test_recovered_change_reported_drifted_once_the_records_change(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given: a recovered batch whose record someone deleted since
+    name = aws_dns_names()
+    aws_standin.faults.arm("ChangeResourceRecordSets", "lose_response")
+    recovered = aws_route53.change(
+        aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-")
+    )
+    aws_route53.change(
+        aws_zone["id"],
+        [Change(action="DELETE", record=a(name, "192.0.2.1"))],
+        operation=unique("op-"),
+    )
+
+    # when
+    inspected = aws_route53.inspect(recovered)
+
+    # then
+    assert (inspected["status"], inspected["done"], inspected["ok"]) == ("DRIFTED", True, False)
+
+
+@pytest.mark.standin
+def test_dropped_change_request_resent_once(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given: the batch is lost on the way in (the records still hold the pre-state)
+    name = aws_dns_names()
+    operation = unique("op-")
+    aws_standin.faults.arm("ChangeResourceRecordSets", "drop_request")
+
+    # when
+    submitted = aws_route53.change(
+        aws_zone["id"], create(a(name, "192.0.2.1")), operation=operation
+    )
+
+    # then: sent again once, with a change id this time
+    assert submitted["id"] is not None
+    assert "resent_after" in submitted["observations"]
+    assert batches(aws_standin, operation) == 1
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.1")]
+
+
+@pytest.mark.standin
+def test_lost_change_with_foreign_write_is_unknown(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given: our batch is lost while another writer puts a different record at the name
+    name = aws_dns_names()
+    operation = unique("op-")
+    foreign = {
+        "Action": "CREATE",
+        "ResourceRecordSet": {
+            "Name": name,
+            "Type": "A",
+            "TTL": 300,
+            "ResourceRecords": [{"Value": "198.51.100.1"}],
+        },
+    }
+    aws_standin.faults.arm("ChangeResourceRecordSets", "drop_request", foreign_changes=[foreign])
+
+    # when
+    with pytest.raises(Unknown) as caught:
+        aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=operation)
+
+    # then: nothing re-sent; the evidence is in the error
+    assert batches(aws_standin, operation) == 0
+    assert caught.value.details["observed"] == [a(name, "198.51.100.1")]
+    assert aws_route53.batch_state(aws_zone["id"], create(a(name, "192.0.2.1"))) == "neither"
+
+
+@pytest.mark.standin
+def test_throttled_reads_retried(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given
+    name = aws_dns_names()
+    fault = aws_standin.faults.arm("ListResourceRecordSets", "throttle")
+
+    # when
+    found = aws_route53.records(aws_zone["id"], name)
+
+    # then: botocore's standard mode retried transparently
+    assert found == []
+    assert fault.fired == 1
+
+
+@pytest.mark.standin
+def test_throttled_change_retried_without_duplicate(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given
+    name = aws_dns_names()
+    operation = unique("op-")
+    fault = aws_standin.faults.arm("ChangeResourceRecordSets", "throttle", times=2)
+
+    # when
+    submitted = aws_route53.change(
+        aws_zone["id"], create(a(name, "192.0.2.1")), operation=operation
+    )
+
+    # then
+    assert fault.fired == 2
+    assert submitted["id"] is not None
+    assert batches(aws_standin, operation) == 1
+
+
+@pytest.mark.standin
+def test_throttling_that_persists_is_throttled(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given
+    name = aws_dns_names()
+    aws_standin.faults.arm("ChangeResourceRecordSets", "throttle", times=None)
+
+    # when / then
+    with pytest.raises(Throttled) as caught:
+        aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+    assert caught.value.code == "Throttling"
+    aws_standin.faults.clear()
+    assert aws_route53.records(aws_zone["id"], name) == []

@@ -1,0 +1,138 @@
+"""The sandbox as `make run` runs it: the three stand-ins together, adapters built from the
+environment it hands to Alfred (``Sandbox.environ()`` → ``ProviderConfig`` → ``Providers``).
+
+What no single provider's contract shows: ArgoCD converges on what was committed through the
+GitHub stand-in, ACM issues once its validation records are in Route53, and faults armed over
+HTTP (as a developer pokes `make run`) reach the adapters.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from providers.aws.route53 import record
+from providers.config import ProviderConfig
+from providers.factory import Providers
+from providers.gitops.concerns import NGINX_HOSTS, add_domain
+from providers.handles import Handle
+from providers.sandbox.argocd import APP_MYSTIQUE, APP_NGINX_INGRESS
+from providers.sandbox.stack import Sandbox
+
+pytestmark = pytest.mark.standin
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
+    root: Path = tmp_path_factory.mktemp("sandbox")
+    with Sandbox(root=root, route53_change_delay=0.3, converge_delay=0.6) as running:
+        yield running
+
+
+@pytest.fixture
+def providers(sandbox: Sandbox) -> Iterator[Providers]:
+    yield Providers(ProviderConfig.from_env(sandbox.environ()))
+    sandbox.clear_faults()
+
+
+def settle(inspect: Any, handle: Handle, timeout: float = 15.0) -> Handle:
+    deadline = time.monotonic() + timeout
+    while not handle["done"]:
+        assert time.monotonic() < deadline, f"not done within {timeout}s: {handle}"
+        time.sleep(0.1)
+        handle = inspect(handle)
+    return handle
+
+
+def test_the_environment_names_sandbox_mode(sandbox):
+    config = ProviderConfig.from_env(sandbox.environ())
+
+    assert config.mode == "sandbox"
+    assert config.aws.endpoint_url == sandbox.aws.url
+    assert config.github.api_url == f"{sandbox.github.url}/api/v3"
+
+
+def test_argocd_converges_on_the_commit_that_added_a_domain(providers, sandbox):
+    # given: the seeded Helm values, and the nginx application converged on their head
+    helm = providers.helm_repository()
+    argocd = providers.argocd()
+
+    # when: a domain is committed to the nginx hosts
+    commit = add_domain(helm, NGINX_HOSTS, "example.com", branch="main", operation="sbx-argo-1")
+    assert commit["status"] == "landed"
+    sha = str(commit["id"])
+    assert sandbox.github.head("platform/helm-values", "main") == sha
+
+    # then: ArgoCD first reports the rollout under way, then converged at exactly that commit
+    first = argocd.watch(APP_NGINX_INGRESS, sha)
+    assert not first["done"]
+    converged = settle(argocd.inspect, first)
+    assert converged["ok"]
+    status = argocd.application(APP_NGINX_INGRESS)
+    assert status.sync_revision == sha
+    # and: the other application of that repository converges on the same head
+    assert settle(argocd.inspect, argocd.watch(APP_MYSTIQUE, sha))["ok"]
+
+
+def test_acm_issues_once_its_validation_records_are_in_route53(providers):
+    # given: a certificate requested for a seeded zone's name
+    acm, route53 = providers.acm(), providers.route53()
+    certificate = acm.request("cdn.example.com", idempotency_token="sbx-acm-1")
+    validation = acm.validation_records(str(certificate["id"]), wait=10.0)
+    assert validation["complete"]
+    assert acm.inspect(certificate)["status"] == "PENDING_VALIDATION"
+
+    # when: its validation records are written to the zone
+    zone = route53.zone("example.com")
+    change = route53.change(
+        zone["id"],
+        [
+            {
+                "action": "UPSERT",
+                "record": record(item["name"], item["type"], ttl=300, values=[item["value"]]),
+            }
+            for item in validation["records"]
+        ],
+        operation="sbx-acm-1",
+    )
+    assert settle(route53.inspect, change)["status"] == "INSYNC"
+
+    # then: ACM issues it
+    issued = settle(acm.inspect, certificate, timeout=20.0)
+    assert issued["status"] == "ISSUED"
+
+
+def test_a_fault_armed_over_http_reaches_the_adapter(providers, sandbox):
+    # given: a lost response armed through the control endpoint, as against `make run`
+    armed = httpx.post(
+        f"{sandbox.aws.url}/_sandbox/faults",
+        json={"operation": "ChangeResourceRecordSets", "kind": "lose_response"},
+    )
+    assert armed.status_code == 201
+    route53 = providers.route53()
+    zone = route53.zone("example.com")
+    before = len(sandbox.aws.route53.change_batches)
+
+    # when: a change batch is submitted and its response is dropped
+    handle = route53.change(
+        zone["id"],
+        [
+            {
+                "action": "CREATE",
+                "record": record("fault.example.com", "A", ttl=60, values=["192.0.2.77"]),
+            }
+        ],
+        operation="sbx-fault-1",
+    )
+
+    # then: the adapter recovered by reading the records, and the batch was applied once
+    assert handle["observations"]["recovered"] is True
+    assert len(sandbox.aws.route53.change_batches) == before + 1
+    assert httpx.get(f"{sandbox.aws.url}/_sandbox/faults").json() == {"faults": []}
+    [created] = route53.records(zone["id"], "fault.example.com")
+    assert created["values"] == ["192.0.2.77"]

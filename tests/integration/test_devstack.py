@@ -1,0 +1,165 @@
+"""`make run`'s launcher starts the seeded stand-ins and points web, worker and beat at them.
+
+The launcher runs for real (``python -m alfred.devstack``) against a database of its own on the
+session's PostgreSQL server and its own Redis database, so its migrate and bootstrap touch
+nothing of the test database; the stand-ins bind free loopback ports.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+from django.conf import settings
+
+from providers.config import ProviderConfig
+from providers.factory import Providers
+from tests.conftest import ROOT, subprocess_database_url
+
+pytestmark = pytest.mark.worker  # the launcher starts one (and web, beat and the sandbox)
+
+DATABASE = "alfred_devstack_test"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _free_base() -> int:
+    """A base whose next four ports are free: the stand-ins take base+1..base+3, the web
+    server base+4 (two bind(0) calls in a row may well return neighbouring ports)."""
+    for _ in range(50):
+        base = _free_port()
+        if base + 4 > 65535:
+            continue
+        try:
+            for offset in (1, 2, 3, 4):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", base + offset))
+        except OSError:
+            continue
+        return base
+    raise AssertionError("no four consecutive free ports")
+
+
+def _other_redis_db(url: str) -> str:
+    """The session's broker, another logical database (the launcher's worker must not consume
+    the test session's queues)."""
+    if url.startswith("redis+socket://"):
+        return url.split("?", 1)[0] + "?virtual_host=7"
+    return re.sub(r"/\d+$", "", url.rstrip("/")) + "/7"
+
+
+@pytest.fixture
+def devstack_database() -> Iterator[str]:
+    """A database of the launcher's own on the session's server, dropped afterwards."""
+    parts = urlsplit(subprocess_database_url())
+    admin_url = urlunsplit(parts._replace(path="/postgres"))
+    url = urlunsplit(parts._replace(path=f"/{DATABASE}"))
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DATABASE}")
+    try:
+        yield url
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+
+
+class Launcher:
+    def __init__(self, env: dict[str, str], state: Path) -> None:
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "alfred.devstack"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self._pump = threading.Thread(target=self._read, daemon=True)
+        self._pump.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.append(raw.decode(errors="replace").rstrip())
+
+    def wait_for(self, text: str, timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            if self.proc.poll() is not None:
+                raise AssertionError("launcher exited:\n" + "\n".join(self.lines[-60:]))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} within {timeout}s:\n" + "\n".join(self.lines))
+            time.sleep(0.2)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(40)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self._pump.join(5)
+        return self.proc.returncode
+
+
+def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack_database):
+    # given: a launcher on free ports with its own database and broker
+    state = ROOT / ".alfred" / f"devstack-test-{os.getpid()}"
+    base = _free_base()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("ALFRED_", "DJANGO_"))},
+        "ALFRED_STATE_DIR": str(state),
+        "ALFRED_PORT": str(base + 4),
+        "ALFRED_SANDBOX_PORT_BASE": str(base),
+        "DATABASE_URL": devstack_database,
+        "CELERY_BROKER_URL": _other_redis_db(settings.CELERY_BROKER_URL),
+    }
+    env.pop("AWS_ENDPOINT_URL", None)
+    launcher = Launcher(env, state)
+    try:
+        # when: it reports ready
+        launcher.wait_for("Alfred is ready")
+
+        # then: the banner names the stand-ins, and each answers with the seed data
+        aws_url = f"http://127.0.0.1:{base + 1}"
+        assert any(aws_url in line for line in launcher.lines)
+        sandbox_env = dict(
+            line.split("=", 1) for line in (state / "sandbox" / "sandbox.env").read_text().split()
+        )
+        assert sandbox_env["AWS_ENDPOINT_URL"] == aws_url
+        providers = Providers(ProviderConfig.from_env(sandbox_env))
+        assert providers.route53().zone("example.com")["name"] == "example.com"
+        assert [f["name"] for f in providers.lambda_().fleet("checkout-api")]
+        assert providers.helm_repository().head("main")
+        booking = providers.booking_repository().read("main", ["next-deimos/server-names.conf"])
+        assert "acme.com" in str(booking.files["next-deimos/server-names.conf"])
+        status = providers.argocd().application("nginx-ingress")
+        assert status.health_status == "Healthy"
+    finally:
+        code = launcher.stop()
+        shutil.rmtree(state, ignore_errors=True)
+    # and: Ctrl-C stops everything cleanly, stand-ins included
+    assert code == 0, "\n".join(launcher.lines[-40:])
+    for offset in (1, 2, 3, 4):
+        with socket.socket() as probe:
+            # as a server binds (TIME_WAIT of closed connections does not count)
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(("127.0.0.1", base + offset))  # free again: no listener left behind

@@ -396,6 +396,14 @@ def await_sandbox(child: Child, state: Path, base: int) -> dict[str, str]:
         time.sleep(0.2)
 
 
+def with_sandbox(env: dict[str, str], sandbox: dict[str, str]) -> dict[str, str]:
+    """The children's environment pointed at the sandbox. None of the developer's AWS settings
+    may reach them: a profile or a session token would join the sandbox's keys, a per-service
+    endpoint (``AWS_ENDPOINT_URL_ROUTE53``...) would bypass the stand-in."""
+    kept = {name: value for name, value in env.items() if not name.startswith("AWS_")}
+    return {**kept, **sandbox}
+
+
 def main() -> int:
     state = embedded.state_dir()
     host = os.environ.get("ALFRED_HOST", "127.0.0.1")
@@ -456,9 +464,7 @@ def main() -> int:
             with signals.deferred():
                 sandbox.start(env)
             providers = await_sandbox(sandbox, state, base)
-            # A profile would take precedence over the sandbox's keys in boto3's chain.
-            env.pop("AWS_PROFILE", None)
-            env.update(providers)
+            env = with_sandbox(env, providers)
         run_step(manage_step("migrate", "--noinput"), env)
         # Creates/updates the demo operator, rotates the demo token, prints URLs and a curl.
         run_step(manage_step("alfred_bootstrap"), env)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -50,9 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     with sandbox:
         environ = sandbox.environ()
-        (sandbox.root / "sandbox.env").write_text(
-            "".join(f"{name}={value}\n" for name, value in sorted(environ.items()))
-        )
+        # Written whole or not at all: the launcher reads it as soon as it exists.
+        partial = sandbox.root / "sandbox.env.partial"
+        partial.write_text("".join(f"{name}={value}\n" for name, value in sorted(environ.items())))
+        os.replace(partial, sandbox.root / "sandbox.env")
         print(f"AWS     {sandbox.aws.url}  (Route53 stand-in, moto for ACM/Lambda)", flush=True)
         print(f"GitHub  {sandbox.github.url}/api/v3  (repositories in {sandbox.github.root})")
         print(f"ArgoCD  {sandbox.argocd.url}")

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.standin
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     root: Path = tmp_path_factory.mktemp("sandbox")
-    with Sandbox(root=root, route53_change_delay=0.3, converge_delay=0.6) as running:
+    # converge_delay: long enough that the in-progress state is observed even under load
+    with Sandbox(root=root, route53_change_delay=0.3, converge_delay=2.0) as running:
         yield running
 
 

@@ -20,13 +20,19 @@ that matter into an :class:`ApplicationStatus` and judges them with :func:`asses
 - no operation running: no ``operation`` field and ``status.operationState.phase`` neither
   ``Running`` nor ``Terminating``. A sync is Synced as soon as its resources are applied, then
   waits for them to be healthy and runs PostSync hooks; until it finishes, its result is open.
-- the last operation did not fail: ``operationState.phase`` is ``Succeeded``, not ``Failed``
-  or ``Error``. A sync can apply every resource (Synced, even Healthy) and still fail in a hook.
+- the last operation *at X* did not fail: when ``operationState`` is about X
+  (``syncResult.revision``, or the requested revision of a sync that failed before it produced
+  a result), its phase is ``Succeeded``, not ``Failed`` or ``Error``. A sync can apply every
+  resource (Synced, even Healthy) and still fail in a hook; that failure is X's.
 
-The last operation is normally the sync *at X* (``operationState.syncResult.revision``). One
-deliberate exception: when a commit does not change what an application renders, ArgoCD finds it
-Synced at X at once and starts no operation, so its last operation stays the older successful
-one. Synced at X is the evidence in that case; requiring an operation at X would wait forever.
+The last operation is normally the sync *at X*. When a commit does not change what an
+application renders, ArgoCD finds it Synced at X at once and starts no operation, so its last
+operation stays an older one — successful or not. Synced at X, Healthy and idle is then the
+evidence: the live state equals X's manifests, and an older operation's outcome (a failed sync
+of a commit that X has since replaced) says nothing about X. Such an operation is therefore not
+a reason; requiring an operation at X, or an older one's success, would wait forever on an
+application that is serving X. Only a failed operation at X blocks, and it makes the wait
+:attr:`Convergence.failed` (ArgoCD will not retry it).
 
 Every condition is evaluated and reported separately (:class:`Reason`), so a workflow that is
 still waiting can say why ("operation_running: Running: waiting for healthy state...").
@@ -43,7 +49,9 @@ Errors (:mod:`providers.errors`): 401 → Rejected (the token is missing, expire
 the application does not exist: ArgoCD answers a missing application with 403 so as not to
 reveal which names exist, and with 404 only to a query that names the project); 404 →
 NotFound; 429 → Throttled; 5xx, timeouts and broken connections → Transient. Reads are retried
-a bounded number of times (a GET changes nothing); a sync is never repeated blindly.
+a bounded number of times with jittered, capped back-off (a GET changes nothing); a sync is never
+repeated blindly: a 5xx or a lost response to it is ambiguous and resolved by reading the
+application back (:meth:`ArgoCD.sync`). A malformed handle is :class:`Rejected`.
 """
 
 from __future__ import annotations
@@ -284,7 +292,8 @@ def assess(status: ApplicationStatus, revision: str) -> Convergence:
                 + (f": {status.operation_message}" if status.operation_message else ""),
             )
         )
-    elif status.operation_phase in FAILED_PHASES:
+    elif status.operation_phase in FAILED_PHASES and status.operation_at(revision):
+        # A failed operation at another revision does not block: see the module docstring.
         reasons.append(
             Reason(
                 OPERATION_FAILED,
@@ -372,16 +381,21 @@ class ArgoCD:
         """Start a sync of ``name`` to ``revision`` (a ``sync`` handle), for applications that
         do not sync automatically.
 
-        Idempotent: a sync to ``revision`` already running (or already finished with the
-        application converged there) is returned as it is instead of being started again. When
-        another operation runs, :class:`Conflict`. When the response is lost, the application is
-        read back: a sync at ``revision`` proves the request took effect; none proves it did not
-        (ArgoCD sets an operation atomically), which is :class:`Transient`."""
+        At most one sync per (application, revision): an operation at ``revision`` that is
+        running *or has finished* — whatever its outcome — is returned as it is instead of being
+        started again, and so is an application already converged there (a commit that renders
+        the same needs no sync). So a retried step never syncs twice; a failed sync at
+        ``revision`` stays failed (as ArgoCD's auto-sync leaves it) until a new commit or an
+        operator acts. When another operation runs, :class:`Conflict`.
+
+        A lost response or a 5xx to the ``POST`` (a proxy may answer 502 after ArgoCD accepted
+        it) is ambiguous: the application is read back. An operation at ``revision`` proves the
+        request took effect (ours, or an identical one); none proves it did not (ArgoCD sets an
+        operation atomically with accepting the request), which is :class:`Transient`; an
+        unreadable application is :class:`Unknown`."""
         current = assess(self.application(name), revision)
         status = current.status
-        if status.operation_running and status.operation_at(revision):
-            return self._sync_handle(current)
-        if current.converged:
+        if status.operation_at(revision) or current.converged:
             return self._sync_handle(current)
         if status.operation_running:
             raise Conflict(
@@ -399,8 +413,17 @@ class ArgoCD:
             response = self._client.post(path, json=body)
         except (httpx.TimeoutException, httpx.TransportError) as exc:
             return self._recover_sync(name, revision, exc)
+        if response.status_code >= 500:
+            return self._recover_sync(name, revision, self._error(response, name, action="sync"))
         if response.status_code >= 400:
-            raise self._error(response, name, action="sync")
+            error = self._error(response, name, action="sync")
+            if isinstance(error, Conflict):
+                # "another operation is already in progress": it may be the very sync we want
+                # (an earlier request of ours that landed late, or someone else's).
+                again = self.converged(name, revision)
+                if again.status.operation_at(revision):
+                    return self._sync_handle(again)
+            raise error
         app = self._json(response, name)
         return self._sync_handle(assess(ApplicationStatus.from_application(app), revision))
 
@@ -418,9 +441,9 @@ class ArgoCD:
 
         A sync that already finished stays as it finished. A ``convergence`` handle names no
         work of Alfred's to stop: :class:`StopUnsupported`."""
+        name, revision = self._handle_target(handle)
         if handle["kind"] != "sync":
             raise StopUnsupported(f"argocd: a {handle['kind']} handle names nothing to stop")
-        name, revision = self._handle_target(handle)
         status = self.application(name)
         if status.operation_running and status.operation_at(revision):
             path = f"/api/v1/applications/{quote(name, safe='')}/operation"
@@ -474,11 +497,17 @@ class ArgoCD:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _delay(self, attempt: int, exc: Transient) -> float:
+        """How long to wait before read attempt ``attempt + 1``: never more than
+        ``max_backoff``, and jittered so that clients throttled together do not come back in
+        step. A ``Retry-After`` is honoured up to ``max_backoff - backoff`` plus a random spread
+        of up to ``backoff``; without one, exponential from ``backoff`` with equal jitter."""
+        jitter = random.random()  # noqa: S311 - jitter, not a secret
         retry_after = exc.details.get("retry_after")
         if isinstance(retry_after, int | float):
-            return float(min(retry_after, self.max_backoff))
-        wait = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
-        return wait * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not a secret
+            spread = min(self.backoff, self.max_backoff)
+            return min(max(float(retry_after), 0.0), self.max_backoff - spread) + jitter * spread
+        wait = min(self.max_backoff, self.backoff * 2 ** min(attempt - 1, 32))
+        return wait * (0.5 + jitter / 2)
 
     def _json(self, response: httpx.Response, name: str) -> dict[str, Any]:
         try:
@@ -544,25 +573,31 @@ class ArgoCD:
         return Rejected(f"cannot {action} {name} ({status}): {message}", **kwargs)
 
     def _recover_sync(self, name: str, revision: str, exc: Exception) -> Handle:
+        """After an ambiguous answer to the sync ``POST`` (``exc``: a lost response or a 5xx):
+        the sync handle if an operation at ``revision`` exists, running or finished (it can
+        finish — or fail — before this read; a finished one is still the proof), else
+        :class:`Transient`."""
+        code = exc.code if isinstance(exc, ProviderError) else type(exc).__name__
+        details: dict[str, Any] = {"application": name, "revision": revision}
+        if isinstance(exc, ProviderError) and "http_status" in exc.details:
+            details["http_status"] = exc.details["http_status"]
         try:
             current = self.converged(name, revision)
-        except Transient as again:
+        except ProviderError as again:
             raise Unknown(
-                f"the response to syncing {name} to {revision} was lost ({exc}) and the "
-                f"application could not be read back ({again})",
+                f"the answer to syncing {name} to {revision} was lost or ambiguous ({exc}) and "
+                f"the application could not be read back ({again})",
                 provider=PROVIDER,
-                code=type(exc).__name__,
-                details={"application": name, "revision": revision},
+                code=code,
+                details=details,
             ) from exc
-        status = current.status
-        if status.operation_at(revision) and (status.operation_running or current.converged):
+        if current.status.operation_at(revision) or current.converged:
             return self._sync_handle(current)
         raise Transient(
-            f"syncing {name} to {revision}: {type(exc).__name__}: {exc}; no sync at {revision} "
-            "started",
+            f"syncing {name} to {revision}: {exc}; read back, no sync at {revision} started",
             provider=PROVIDER,
-            code=type(exc).__name__,
-            details={"application": name, "revision": revision},
+            code=code,
+            details=details,
         ) from exc
 
     def _convergence_handle(self, current: Convergence) -> Handle:
@@ -608,11 +643,28 @@ class ArgoCD:
 
     @staticmethod
     def _handle_target(h: Handle) -> tuple[str, str]:
-        if h.get("provider") != PROVIDER or h.get("kind") not in {"convergence", "sync"}:
-            raise ValueError(f"not an ArgoCD convergence or sync handle: {h.get('kind')!r}")
-        name, sep, revision = (h.get("id") or "").rpartition("@")
+        """(application, revision) of a handle this adapter made; :class:`Rejected` otherwise
+        (repeating with the same handle cannot help)."""
+        if not isinstance(h, Mapping):
+            raise Rejected(
+                f"not a handle: {type(h).__name__}", provider=PROVIDER, code="InvalidHandle"
+            )
+        provider, kind, id_ = h.get("provider"), h.get("kind"), h.get("id")
+        if provider != PROVIDER or kind not in {"convergence", "sync"}:
+            raise Rejected(
+                f"not an ArgoCD convergence or sync handle: provider {provider!r}, kind {kind!r}",
+                provider=PROVIDER,
+                code="InvalidHandle",
+                details={"handle_provider": provider, "handle_kind": kind},
+            )
+        name, sep, revision = id_.rpartition("@") if isinstance(id_, str) else ("", "", "")
         if not sep or not name or not revision:
-            raise ValueError(f"an ArgoCD handle id is <application>@<revision>: {h.get('id')!r}")
+            raise Rejected(
+                f"an ArgoCD handle id is <application>@<revision>, not {id_!r}",
+                provider=PROVIDER,
+                code="InvalidHandle",
+                details={"handle_id": id_},
+            )
         return name, revision
 
 

@@ -15,7 +15,7 @@ caller wanted. ``observations`` carries what was read back (records, versions, r
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Protocol, TypedDict
+from typing import Any, TypedDict
 
 
 class Handle(TypedDict):
@@ -49,12 +49,6 @@ def handle(
         observations=observations or {},
         observed_at=dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
     )
-
-
-class Inspectable(Protocol):
-    def inspect(self, handle: Handle) -> Handle:
-        """The provider's current view of the work ``handle`` names (a new handle)."""
-        ...
 
 
 class StopUnsupported(Exception):

@@ -16,10 +16,15 @@ retries), so a POST or PATCH whose response is lost surfaces here, and the backe
 - A lost or 5xx response to POST commits or PATCH ref leaves the outcome unknown. The backend
   lists the branch's recent commits (``GET /commits?sha=<branch>``; the commit search API
   only indexes the default branch) and looks for the operation identity in their messages:
-  found means the commit landed and is returned (``recovered``); not found means the ref did
-  not move, and the edit is re-applied on a fresh read (a commit object left dangling by a lost
-  create-commit is harmless). If the lookup itself fails, :class:`~providers.errors.Unknown`
-  is raised: the caller must not repeat the mutation blindly.
+  found means the commit landed and is returned (``recovered``); not found means it has not
+  landed yet, and the edit is re-applied on a fresh read (a commit object left dangling by a
+  lost create-commit is harmless). A PATCH whose response was lost may still be in flight and
+  land after that lookup, so once a response was lost in the call the backend looks again
+  before it concludes ``noop`` (the entries found present may be its own) and after a
+  non-fast-forward 422 (what moved the branch may be its own commit). The late commit and a
+  re-applied one cannot both land: each is based on a head the other moves. If a lookup
+  fails, :class:`~providers.errors.Unknown` is raised: the caller must not repeat the mutation
+  blindly.
 - Throttling (403/429 with ``Retry-After``, a rate-limit message or ``X-RateLimit-Remaining:
   0``) means the request was not performed; it is re-sent after the wait GitHub asks for, at
   most :attr:`RetryPolicy.throttle_retries` times, and only when that wait is at most
@@ -34,8 +39,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn, TypeVar
 
@@ -72,6 +78,7 @@ PROVIDER = "github"
 NOT_FAST_FORWARD = "Update is not a fast forward"
 SECONDARY_RATE_WAIT = 60.0  # GitHub: without retry-after, wait at least a minute
 _MAX_BACKOFF = 8.0
+_SHA = re.compile(r"[0-9a-f]{40}")
 
 T = TypeVar("T")
 # The response did not arrive whole: the request may or may not have been performed.
@@ -192,6 +199,12 @@ class GitHubRepository:
             if change is None or all(
                 snapshot.files.get(path) == text for path, text in change.files.items()
             ):
+                # After a lost response the entries found present may be this operation's own:
+                # a PATCH still in flight during the last lookup can have landed since.
+                # Looking again after the read (which saw them) finds such a commit.
+                found = self._find_after_loss(branch, operation, lost)
+                if found is not None:
+                    return self._landed_handle(branch, found, recovered=True, attempts=attempt)
                 return self._noop_handle(snapshot, operation, attempts=attempt, lost=lost)
             if change.message.operation != operation:
                 raise ValueError(
@@ -200,15 +213,17 @@ class GitHubRepository:
             try:
                 sha = self._write(snapshot, ref, change)
             except _NotFastForward:
+                # What moved the branch may be this operation's own earlier PATCH, whose
+                # response was lost and which landed after the last lookup.
+                found = self._find_after_loss(branch, operation, lost)
+                if found is not None:
+                    return self._landed_handle(branch, found, recovered=True, attempts=attempt)
                 logger.info("%s@%s moved under %s; re-applying", self.full_name, branch, operation)
                 continue
             except _OutcomeUnknown as exc:
                 lost.append(exc.operation)
                 logger.warning("%s: %s lost its response; looking for it", operation, exc)
-                try:
-                    found = self.find_operation(branch, operation)
-                except ProviderError as lookup:
-                    raise self._unknown(branch, operation, lost, lookup) from lookup
+                found = self._find_after_loss(branch, operation, lost)
                 if found is not None:
                     return self._landed_handle(branch, found, recovered=True, attempts=attempt)
                 continue
@@ -230,6 +245,17 @@ class GitHubRepository:
             code="422",
             details={"branch": branch, "attempts": self.policy.attempts},
         )
+
+    def _find_after_loss(self, branch: str, operation: str, lost: list[str]) -> CommitRecord | None:
+        """The operation's commit on ``branch`` if a response was lost earlier in this call
+        (None without a lost response: nothing of ours can have landed unseen). A failed
+        lookup then leaves the outcome unknown."""
+        if not lost:
+            return None
+        try:
+            return self.find_operation(branch, operation)
+        except ProviderError as lookup:
+            raise self._unknown(branch, operation, lost, lookup) from lookup
 
     def _read(self, branch: str, paths: Sequence[str]) -> tuple[Snapshot, GitRef]:
         repo = self._repository()
@@ -295,12 +321,8 @@ class GitHubRepository:
     # -- handles -----------------------------------------------------------------------------
 
     def inspect(self, handle_: Handle) -> Handle:
-        if handle_["provider"] != PROVIDER or handle_["kind"] != "commit":
-            raise ValueError(f"not a {PROVIDER} commit handle: {handle_['kind']}")
-        observations = dict(handle_["observations"])
-        branch = observations["branch"]
-        head = self.head(branch)
-        sha = handle_["id"]
+        sha, observations = _commit_handle(handle_)
+        head = self.head(observations["branch"])
         if sha is None:
             return handle(
                 provider=PROVIDER,
@@ -311,7 +333,7 @@ class GitHubRepository:
                 ok=True,
                 observations={**observations, "head": head},
             )
-        on_branch = sha == head or self._descends(sha, branch)
+        on_branch = sha == head or self._descends(sha, observations["branch"])
         return handle(
             provider=PROVIDER,
             kind="commit",
@@ -323,9 +345,10 @@ class GitHubRepository:
         )
 
     def stop(self, handle_: Handle) -> NoReturn:
-        raise StopUnsupported(
-            f"commit {handle_['id']} cannot be stopped; compensate by removing its entries"
-        )
+        sha, _ = _commit_handle(handle_)
+        if sha is None:
+            raise StopUnsupported("a noop commit made no change; there is nothing to stop")
+        raise StopUnsupported(f"commit {sha} cannot be stopped; compensate by removing its entries")
 
     def _descends(self, sha: str, branch: str) -> bool:
         """Is ``sha`` an ancestor of (or equal to) the head of ``branch``?"""
@@ -453,6 +476,35 @@ class GitHubRepository:
 
     def _backoff(self, failures: int) -> None:
         self._sleep(min(self.policy.backoff * 2 ** (failures - 1), _MAX_BACKOFF))
+
+
+def _commit_handle(handle_: Any) -> tuple[str | None, dict[str, Any]]:
+    """The SHA (None for a noop) and observations of a commit handle this backend returned;
+    anything else is Rejected: a caller passing a corrupt receipt cannot be helped by a retry."""
+
+    def reject(reason: str) -> NoReturn:
+        raise Rejected(
+            f"not a {PROVIDER} commit handle: {reason}",
+            provider=PROVIDER,
+            code="invalid_handle",
+            details={"reason": reason},
+        )
+
+    if not isinstance(handle_, Mapping):
+        reject(f"a {type(handle_).__name__}, not a JSON object")
+    provider, kind = handle_.get("provider"), handle_.get("kind")
+    if provider != PROVIDER or kind != "commit":
+        reject(f"provider {provider!r}, kind {kind!r}")
+    sha = handle_.get("id")
+    if sha is not None and not (isinstance(sha, str) and _SHA.fullmatch(sha)):
+        reject(f"id {sha!r} is not a commit SHA")
+    observations = handle_.get("observations")
+    if not isinstance(observations, Mapping):
+        reject("no observations")
+    branch = observations.get("branch")
+    if not isinstance(branch, str) or not branch:
+        reject(f"branch {branch!r}")
+    return sha, dict(observations)
 
 
 def _ref(branch: str) -> str:

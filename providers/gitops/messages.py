@@ -202,9 +202,3 @@ def parse_message(text: str) -> CommitMessage | None:
         reverts=reverts,
         summary=summary,
     )
-
-
-def message_operation(text: str) -> str | None:
-    """The operation identity of an Alfred commit message, or None."""
-    parsed = parse_message(text)
-    return parsed.operation if parsed else None

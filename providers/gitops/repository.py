@@ -13,7 +13,9 @@ What a backend (:class:`providers.gitops.github.GitHubRepository`) guarantees:
 - **Found, not repeated.** Every commit carries the caller's operation identity
   (:mod:`providers.gitops.messages`). Before the first attempt and after a lost response the
   backend looks for that identity in the recent commits of the branch; a commit found there is
-  returned (``observations.recovered``) instead of making a second one.
+  returned (``observations.recovered``) instead of making a second one. Once a response was
+  lost, it looks again before reporting ``noop`` or re-applying after the branch moved: the
+  lost request may have landed since.
 - **Evidence as a handle.** The result is a :class:`~providers.handles.Handle` of kind
   ``commit``: ``id`` is the commit SHA (None for ``noop``), ``status`` is ``landed`` or
   ``noop``; ``observations`` has the repository, branch, parent, changed files, owned entries

@@ -2,22 +2,32 @@
 
 It serves the ``v1alpha1.Application`` documents of ArgoCD's REST API for applications
 registered in-process (:meth:`ArgoCDStandIn.add_application`), each tracking a branch of a
-repository whose head ``heads(repo, branch)`` reports (``make run`` wires it to the GitHub
-stand-in, so an application converges on what was actually committed).
+repository whose head ``heads(repo, branch)`` reports, and rendering the directory ``path``
+whose tree ``trees(repo, sha, path)`` reports (``make run`` wires both to the GitHub stand-in,
+so an application converges on what was actually committed).
 
 Behaviour, as with ``syncPolicy.automated`` and a Git webhook (no polling delay):
 
 - Registered, the application runs its branch head: Synced, Healthy, last operation Succeeded.
-- When the head moves to X, a sync to X starts (``operation`` present, ``operationState.phase``
-  Running, health Progressing). For the first half of ``converge_delay`` it is OutOfSync (the
-  resources are being applied), for the second half Synced at X but still Progressing and
-  Running (waiting for the rollout). After ``converge_delay`` it is Synced at X, Healthy, no
-  ``operation``, ``operationState`` Succeeded with ``syncResult.revision`` X.
+- When the head moves to X without changing the tree at the application's ``path`` (``trees``
+  reports the same tree SHA at X as at the revision the cluster runs), the refresh finds the
+  live state equal to X's manifests: it is Synced at X at once, and no operation starts (the
+  last operation stays the older one, whatever its outcome). Without ``trees``, or when either
+  tree is unknown (``None``), every head move changes what it renders.
+- When the head moves to X otherwise, a sync to X starts (``operation`` present,
+  ``operationState.phase`` Running, health Progressing). For the first half of
+  ``converge_delay`` it is OutOfSync (the resources are being applied), for the second half
+  Synced at X but still Progressing and Running (waiting for the rollout). After
+  ``converge_delay`` it is Synced at X, Healthy, no ``operation``, ``operationState`` Succeeded
+  with ``syncResult.revision`` X.
 - A head that moves during a sync is synced once that sync finishes. A revision whose sync
   failed is not retried automatically (ArgoCD's auto-sync skips it), only by a new commit or a
   manual sync.
 - ``add_application(..., auto_sync=False)``: a moved head only makes it OutOfSync; ``POST
   /api/v1/applications/{name}/sync`` starts a sync, ``DELETE .../operation`` terminates it.
+
+Every operation ever started is kept for the tests (:meth:`ArgoCDStandIn.operations`), so a test
+can count syncs, whether or not they succeeded.
 
 Nothing runs in the background: every request computes the state from timestamps (``clock``),
 so the state is monotonic and deterministic given the clock and the sequence of requests.
@@ -39,6 +49,9 @@ Faults (``standin.faults.arm(operation, kind, ...)`` or ``POST /_sandbox/faults`
   ``operationState`` Failed with ``params["message"]`` (or ArgoCD's usual message), health
   Degraded, OutOfSync. Cleared, a held sync finishes at the next request.
 - ``throttle``: 429 with ``Retry-After: params["retry_after"]`` (default 1).
+- ``server_error``: answer ``params["status"]`` (default 502 Bad Gateway, as a proxy in front of
+  ArgoCD does). With ``applied=True`` the request takes effect first (the proxy lost ArgoCD's
+  answer); otherwise it does not.
 - ``lose_response`` (all stand-ins): the request takes effect, its response is dropped.
 """
 
@@ -51,6 +64,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import unquote
 
@@ -75,6 +89,7 @@ DEMO_APPLICATIONS: Final = (
 
 NEVER_CONVERGE: Final = "never_converge"
 THROTTLE: Final = "throttle"
+SERVER_ERROR: Final = "server_error"
 
 NAMESPACE: Final = "argocd"
 IN_CLUSTER: Final = "https://kubernetes.default.svc"
@@ -108,8 +123,11 @@ class _Application:
     auto_sync: bool
     created_at: float
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
-    live: str | None = None  # the revision the cluster runs (the last successful sync)
+    # The revision whose manifests the cluster runs: the last successful sync, or a later head
+    # that renders the same (see _advance).
+    live: str | None = None
     operation: _Operation | None = None  # the current or the last operation
+    operations: list[_Operation] = field(default_factory=list)  # every one started, in order
     history: list[dict[str, Any]] = field(default_factory=list)
     seen_head: str | None = None
     version: int = 1
@@ -122,6 +140,7 @@ class ArgoCDStandIn(StandIn):
         self,
         *,
         heads: Callable[[str, str], str | None],
+        trees: Callable[[str, str, str], str | None] | None = None,
         token: str = "sandbox-token",  # noqa: S107 - a local stand-in's fixed token
         converge_delay: float = 3.0,
         host: str = "127.0.0.1",
@@ -131,6 +150,7 @@ class ArgoCDStandIn(StandIn):
     ) -> None:
         super().__init__(host=host, port=port)
         self.heads = heads
+        self.trees = trees
         self.token = token
         self.converge_delay = converge_delay
         self.repo_url_base = repo_url_base.rstrip("/")
@@ -138,6 +158,7 @@ class ArgoCDStandIn(StandIn):
         self._apps: dict[str, _Application] = {}
         self._lock = threading.Lock()
         self._version = 0
+        self._tree_cache: dict[tuple[str, str, str], str] = {}
 
     # -- in-process helpers ----------------------------------------------------------------
 
@@ -167,6 +188,7 @@ class ArgoCDStandIn(StandIn):
                     message="successfully synced (all tasks run)",
                     finished_at=now,
                 )
+                app.operations.append(app.operation)
                 self._record(app, app.operation)
             app.version = self._next_version()
             self._apps[name] = app
@@ -189,6 +211,25 @@ class ArgoCDStandIn(StandIn):
     def names(self) -> list[str]:
         with self._lock:
             return sorted(self._apps)
+
+    def operations(self, name: str) -> list[dict[str, Any]]:
+        """Every operation started on ``name`` (the registration's included), oldest first:
+        revision, initiated_by (``automated`` or ``alfred``), phase, started_at, finished_at."""
+        with self._lock:
+            app = self._apps.get(name)
+            if app is None:
+                return []
+            self._advance(app, self.clock())
+            return [
+                {
+                    "revision": op.revision,
+                    "initiated_by": "automated" if op.automated else "alfred",
+                    "phase": op.phase,
+                    "started_at": op.started_at,
+                    "finished_at": op.finished_at,
+                }
+                for op in app.operations
+            ]
 
     # -- requests --------------------------------------------------------------------------
 
@@ -214,8 +255,8 @@ class ArgoCDStandIn(StandIn):
         return _error(405 if len(parts) <= 5 else 404, 12, "Method Not Allowed")
 
     def _list(self, request: Request) -> Response | _Lost:
-        if throttled := self._throttled("applications"):
-            return throttled
+        if refused := self._refused("applications"):
+            return refused
         projects = set(request.query.get("projects", []) + request.query.get("project", []))
         wanted = request.arg("name")
         with self._lock:
@@ -227,12 +268,12 @@ class ArgoCDStandIn(StandIn):
                 self._advance(app, now)
                 items.append(self._document(app, now))
             body = {"metadata": {"resourceVersion": str(self._version)}, "items": items}
-        return self.deliver("applications", Response.json(200, body))
+        return self._deliver("applications", Response.json(200, body))
 
     def _get(self, request: Request, name: str) -> Response | _Lost:
         operation = f"application:{name}"
-        if throttled := self._throttled(operation):
-            return throttled
+        if refused := self._refused(operation):
+            return refused
         with self._lock:
             app = self._find(name, request.arg("project"))
             if isinstance(app, Response):
@@ -240,12 +281,12 @@ class ArgoCDStandIn(StandIn):
             now = self.clock()
             self._advance(app, now)
             document = self._document(app, now)
-        return self.deliver(operation, Response.json(200, document))
+        return self._deliver(operation, Response.json(200, document))
 
     def _sync(self, request: Request, name: str) -> Response | _Lost:
         operation = f"sync:{name}"
-        if throttled := self._throttled(operation):
-            return throttled
+        if refused := self._refused(operation):
+            return refused
         body = request.json() if request.body else {}
         body = body if isinstance(body, dict) else {}
         with self._lock:
@@ -272,14 +313,15 @@ class ArgoCDStandIn(StandIn):
                     f"Cannot sync to {asked}: auto-sync currently set to {app.branch}",
                 )
             app.operation = _Operation(revision=revision, started_at=now, automated=False)
+            app.operations.append(app.operation)
             app.version = self._next_version()
             document = self._document(app, now)
-        return self.deliver(operation, Response.json(200, document))
+        return self._deliver(operation, Response.json(200, document))
 
     def _terminate(self, request: Request, name: str) -> Response | _Lost:
         operation = f"terminate:{name}"
-        if throttled := self._throttled(operation):
-            return throttled
+        if refused := self._refused(operation):
+            return refused
         with self._lock:
             app = self._find(name, request.arg("project"))
             if isinstance(app, Response):
@@ -296,13 +338,14 @@ class ArgoCDStandIn(StandIn):
             running.phase, running.message = "Failed", "Operation terminated"
             running.finished_at = now
             app.version = self._next_version()
-        return self.deliver(operation, Response.json(200, {}))
+        return self._deliver(operation, Response.json(200, {}))
 
     # -- state -----------------------------------------------------------------------------
 
     def _advance(self, app: _Application, now: float) -> None:
-        """Bring ``app`` up to ``now``: finish the running sync if it is due, then start one to
-        the head if auto-sync calls for it. Bounded: each round finishes or starts one sync."""
+        """Bring ``app`` up to ``now``: finish the running sync if it is due, refresh against
+        the head, then start a sync to it if auto-sync calls for it. Bounded: each round
+        finishes or starts one sync."""
         for _ in range(4):
             running = app.operation
             if running is not None and running.phase == "Running":
@@ -313,12 +356,20 @@ class ArgoCDStandIn(StandIn):
             if head != app.seen_head:
                 app.seen_head = head
                 app.version = self._next_version()
+            if head is not None and head != app.live and self._renders_same(app, head):
+                # ArgoCD's refresh compares the live state with the head's manifests: equal, the
+                # application is Synced at the head, and neither auto-sync nor anything else
+                # starts an operation.
+                app.live = head
+                app.version = self._next_version()
+                return
             failed_here = (
                 running is not None and running.phase in FAILED_PHASES and running.revision == head
             )
             if not app.auto_sync or head is None or head == app.live or failed_here:
                 return
             app.operation = _Operation(revision=head, started_at=now, automated=True)
+            app.operations.append(app.operation)
             app.version = self._next_version()
 
     def _finish(self, app: _Application, running: _Operation, now: float) -> bool:
@@ -356,6 +407,30 @@ class ArgoCDStandIn(StandIn):
             }
         )
 
+    def _renders_same(self, app: _Application, head: str) -> bool:
+        """Whether ``head`` has the same tree at ``app.path`` as the revision the cluster runs
+        (False when that cannot be told: no ``trees``, the cluster runs nothing yet, an unknown
+        tree)."""
+        if self.trees is None or app.live is None:
+            return False
+        live = self._tree(self.trees, app, app.live)
+        return live is not None and live == self._tree(self.trees, app, head)
+
+    def _tree(
+        self, trees: Callable[[str, str, str], str | None], app: _Application, sha: str
+    ) -> str | None:
+        key = (app.repo, sha, app.path)
+        if key in self._tree_cache:  # a commit's trees never change
+            return self._tree_cache[key]
+        try:
+            tree = trees(app.repo, sha, app.path)
+        except Exception:
+            logger.debug("argocd: no tree for %s@%s:%s", app.repo, sha, app.path, exc_info=True)
+            return None
+        if tree is not None:
+            self._tree_cache[key] = tree
+        return tree
+
     def _head(self, app: _Application) -> str | None:
         try:
             return self.heads(app.repo, app.branch)
@@ -385,7 +460,9 @@ class ArgoCDStandIn(StandIn):
         synced = head is not None and applied == head
         if running:
             health = "Progressing"
-        elif op is not None and op.phase in FAILED_PHASES:
+        elif op is not None and op.phase in FAILED_PHASES and app.live != head:
+            # A failed sync leaves its mark until the cluster runs the head's manifests again
+            # (a later head that renders what it runs).
             health = op.health_after
         elif app.live is None:
             health = "Missing"
@@ -510,12 +587,37 @@ class ArgoCDStandIn(StandIn):
             return _error(403, _PERMISSION_DENIED, "permission denied")
         return app
 
-    def _throttled(self, operation: str) -> Response | None:
+    def _refused(self, operation: str) -> Response | None:
+        """A fault that answers before the request takes effect: throttle, or a server error
+        that is not ``applied``."""
         fault = self.faults.take(operation, THROTTLE)
-        if fault is None:
-            return None
-        retry_after = str(fault.params.get("retry_after", 1))
-        return _error(429, _RESOURCE_EXHAUSTED, "too many requests", {"Retry-After": retry_after})
+        if fault is not None:
+            retry_after = str(fault.params.get("retry_after", 1))
+            return _error(
+                429, _RESOURCE_EXHAUSTED, "too many requests", {"Retry-After": retry_after}
+            )
+        error = self.faults.peek(operation, SERVER_ERROR)
+        if error is not None and not error.params.get("applied"):
+            return self._server_error(operation)
+        return None
+
+    def _deliver(self, operation: str, response: Response) -> Response | _Lost:
+        """``response`` to a request that took effect, unless an ``applied`` server error or a
+        lost response is armed."""
+        error = self.faults.peek(operation, SERVER_ERROR)
+        if error is not None and error.params.get("applied"):
+            return self._server_error(operation)
+        return self.deliver(operation, response)
+
+    def _server_error(self, operation: str) -> Response:
+        fault = self.faults.take(operation, SERVER_ERROR)
+        status = int(fault.params.get("status", 502)) if fault is not None else 502
+        title = f"{status} {_phrase(status)}"
+        return Response.text(
+            status,
+            f"<html><head><title>{title}</title></head><body>{title}</body></html>\n",
+            "text/html",
+        )
 
 
 def seed_demo(standin: ArgoCDStandIn) -> dict[str, str]:
@@ -529,6 +631,13 @@ def seed_demo(standin: ArgoCDStandIn) -> dict[str, str]:
 
 def _error(status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Response:
     return Response.json(status, {"error": message, "code": code, "message": message}, headers)
+
+
+def _phrase(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Server Error"
 
 
 def _cookie(request: Request) -> str:

@@ -40,6 +40,9 @@ names are the right-hand column above, ``*`` for all):
 - ``concurrent_ref_update`` (``update_ref``): just before applying the PATCH, the stand-in
   lands an unrelated commit on that branch (appending a line to ``path``, default
   ``CONCURRENT.md``), so the caller's update is no longer a fast forward.
+- ``late_ref_update`` (a non-forced ``update_ref``): drop the connection without applying the
+  PATCH yet; it lands (if still a fast forward) just before the next PATCH of that branch, as
+  a request still in flight while the caller looked for its outcome would.
 
 In-process helpers for the sandbox and the tests: :meth:`GitHubStandIn.create_repo`,
 :meth:`~GitHubStandIn.commit_files`, :meth:`~GitHubStandIn.create_branch`,
@@ -67,7 +70,7 @@ from dulwich.objects import Blob, Commit, ObjectID, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
-from providers.sandbox.server import Request, Response, StandIn, _Lost
+from providers.sandbox.server import LOST, Request, Response, StandIn, _Lost
 
 API = "/api/v3"
 DOCS = "https://docs.github.com/rest"
@@ -141,6 +144,7 @@ class GitHubStandIn(StandIn):
         self._ref_updates: list[Json] = []
         self._created: list[tuple[str, str]] = []  # (repository, sha) of POSTed commits
         self._concurrent = 0
+        self._late: list[tuple[str, str, str]] = []  # (repository, branch, sha) held back
 
     # -- in-process helpers ------------------------------------------------------------------
 
@@ -226,6 +230,26 @@ class GitHubStandIn(StandIn):
             return None
         with entry.lock:
             return self._head(entry, branch)
+
+    def tree_sha(self, full_name: str, sha: str, path: str) -> str | None:
+        """The SHA of the tree (or blob) at ``path`` in commit ``sha`` (the root tree for
+        ``""``), or None (no such repository, commit or path). Two commits render an ArgoCD
+        application at ``path`` alike exactly when these are equal (the ArgoCD stand-in's
+        ``trees``)."""
+        try:
+            entry = self._repository(full_name)
+        except _Error:
+            return None
+        with entry.lock:
+            commit = self._maybe(entry.repo, sha, Commit)
+            if commit is None:
+                return None
+            root = commit.tree.decode()
+            path = path.strip("/")
+            if not path:
+                return root
+            found = self._lookup(entry.repo, root, path)
+            return found[1] if found is not None else None
 
     def log(self, full_name: str, branch: str, limit: int | None = None) -> list[Json]:
         """The commits reachable from ``branch``, newest first: sha, parents, message,
@@ -399,7 +423,7 @@ class GitHubStandIn(StandIn):
             self._move(entry, branch, None, sha, forced=False, source="api")
             return Response.json(201, self._ref_json(entry, short, sha))
 
-    def _update_ref(self, entry: _Repository, request: Request, ref: str) -> Response:
+    def _update_ref(self, entry: _Repository, request: Request, ref: str) -> Outcome:
         docs = f"{DOCS}/git/refs#update-a-reference"
         body = _body(request)
         sha, force = body.get("sha"), bool(body.get("force", False))
@@ -410,8 +434,13 @@ class GitHubStandIn(StandIn):
             current = self._head(entry, branch)
             if current is None:
                 raise _Error(422, "Reference does not exist", docs)
+            current = self._land_late(entry, branch, current)
             if not isinstance(sha, str) or self._maybe(entry.repo, sha, Commit) is None:
                 raise _Error(422, "Object does not exist", docs)
+            if not force and self.faults.take("update_ref", "late_ref_update") is not None:
+                with self._repos_lock:
+                    self._late.append((entry.full_name, branch, sha))
+                return LOST
             fault = self.faults.take("update_ref", "concurrent_ref_update")
             if fault is not None:
                 current = self._concurrent_commit(entry, branch, current, fault.params)
@@ -684,6 +713,17 @@ class GitHubStandIn(StandIn):
         )
         self._move(entry, branch, head, sha, forced=False, source="fault")
         return sha
+
+    def _land_late(self, entry: _Repository, branch: str, current: str) -> str:
+        """Land the PATCHes ``late_ref_update`` held back for ``branch``; the new head."""
+        with self._repos_lock:
+            late = [sha for repo, b, sha in self._late if (repo, b) == (entry.full_name, branch)]
+            self._late = [u for u in self._late if u[:2] != (entry.full_name, branch)]
+        for sha in late:
+            if sha != current and self._descends(entry.repo, sha, current):
+                self._move(entry, branch, current, sha, forced=False, source="api")
+                current = sha
+        return current
 
     def _descends(self, repo: Repo, sha: str, ancestor: str) -> bool:
         return any(seen == ancestor for seen in self._walk(repo, sha))

@@ -59,6 +59,7 @@ class Sandbox:
         )
         self.argocd = ArgoCDStandIn(
             heads=self.github.head,
+            trees=self.github.tree_sha,  # a commit outside an app's path starts no sync
             token=ARGOCD_TOKEN,
             converge_delay=converge_delay,
             host=host,

@@ -2,7 +2,9 @@
 
 Unmarked tests only read and run against a real ArgoCD too (ALFRED_CONTRACT_TARGET=real, see
 tests/contract/fixtures/argocd.py); ``standin`` tests move branch heads or inject faults.
-Waits are bounded polls, never a fixed sleep that hopes the stand-in is done.
+Waits are bounded polls, never a fixed sleep that hopes the stand-in is done. A state that only
+lasts a while (a sync in progress) is asserted while ``never_converge`` holds it, or on the
+manual-clock stand-in (``argocd_clocked``), never by hoping the next request comes soon enough.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 
 from providers.argocd import (
@@ -26,12 +29,13 @@ from providers.argocd import (
     Convergence,
     assess,
 )
-from providers.errors import Conflict, NotFound, Rejected, Throttled
+from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient
 from providers.handles import StopUnsupported
-from providers.sandbox.argocd import NEVER_CONVERGE, THROTTLE, ArgoCDStandIn
+from providers.sandbox.argocd import NEVER_CONVERGE, SERVER_ERROR, THROTTLE, ArgoCDStandIn
 from tests.contract.fixtures.argocd import (
     CONVERGE_DELAY,
     ArgoCDTarget,
+    ClockedArgoCD,
     ContractApp,
     ContractGit,
 )
@@ -43,10 +47,9 @@ HEALTH_STATUSES = {"Healthy", "Progressing", "Degraded", "Suspended", "Missing",
 PHASES = {None, "Running", "Terminating", "Succeeded", "Failed", "Error"}
 
 
-def wait_for(
-    read: Callable[[], T], done: Callable[[T], bool], *, timeout: float = 10 * CONVERGE_DELAY
-) -> T:
-    """Poll ``read`` until ``done`` holds; fail with the last value after ``timeout``."""
+def wait_for(read: Callable[[], T], done: Callable[[T], bool], *, timeout: float = 15.0) -> T:
+    """Poll ``read`` until ``done`` holds; fail with the last value after ``timeout`` (generous:
+    a passing test returns as soon as it holds, a loaded machine gets its time)."""
     deadline = time.monotonic() + timeout
     while True:
         value = read()
@@ -59,6 +62,34 @@ def wait_for(
 
 def never_converged_while_running(observations: list[Convergence]) -> bool:
     return not any(c.converged and c.status.operation_running for c in observations)
+
+
+def syncs_by_alfred(standin: ArgoCDStandIn, name: str) -> list[tuple[str, str]]:
+    """(revision, phase) of every sync Alfred started on ``name``, as the stand-in saw them."""
+    return [
+        (op["revision"], op["phase"])
+        for op in standin.operations(name)
+        if op["initiated_by"] == "alfred"
+    ]
+
+
+class TimePassesOnLoss(httpx.BaseTransport):
+    """HTTP to the stand-in that runs ``on_loss`` when a response is lost, before the adapter
+    sees the error: the time a client takes to notice a dead connection."""
+
+    def __init__(self, on_loss: Callable[[], None]) -> None:
+        self._inner = httpx.HTTPTransport()
+        self._on_loss = on_loss
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return self._inner.handle_request(request)
+        except httpx.TransportError:
+            self._on_loss()
+            raise
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 # -- reading -------------------------------------------------------------------------------
@@ -188,6 +219,30 @@ def test_the_convergence_rule_on_argocd_documents() -> None:
     )
     assert assess(hook_failed, x).codes == {OPERATION_FAILED}
     assert assess(hook_failed, x).failed
+    # ...and X's failure is not the older commit's
+    assert assess(hook_failed, older).codes == {REVISION_MISMATCH}
+    assert not assess(hook_failed, older).failed
+    # A sync at X that failed before it produced a result still names X: failed
+    generation_failed = application(
+        operationState={"phase": "Error", "message": "Manifest generation error"}
+        | {"operation": {"sync": {"revision": x}}}
+    )
+    assert assess(generation_failed, x).codes == {OPERATION_FAILED}
+    assert assess(generation_failed, x).failed
+    # A failed sync at an OLDER commit, then X that renders what the cluster runs (no sync at
+    # X): Synced at X, Healthy and idle is converged — the live state is X's manifests — and
+    # the old failure is not X's
+    old_failure = {"phase": "Failed", "message": "PostSync hook failed"} | {
+        "syncResult": {"revision": older},
+        "operation": {"sync": {"revision": older}},
+    }
+    moved_on = application(operationState=old_failure)
+    assert assess(moved_on, x).converged
+    assert not assess(moved_on, x).failed
+    # ...while not Synced at X or not Healthy, the reasons are those, not the old failure
+    assert assess(
+        application(operationState=old_failure, health={"status": "Degraded"}), x
+    ).codes == {UNHEALTHY}
     # Multi-source: X is one of status.sync.revisions
     multi = application(sync={"status": "Synced", "revisions": ["chart-1.2.3", x]})
     assert assess(multi, x).converged
@@ -338,24 +393,65 @@ def test_a_throttled_read_is_retried(
 
 
 @pytest.mark.standin
-def test_persistent_throttling_surfaces_as_throttled_after_bounded_retries(
-    argocd_client: ArgoCD, argocd_app: ContractApp, argocd_standin: ArgoCDStandIn
+def test_persistent_throttling_surfaces_as_throttled_after_bounded_jittered_retries(
+    argocd_target: ArgoCDTarget, argocd_app: ContractApp, argocd_standin: ArgoCDStandIn
 ) -> None:
-    # Given every read is throttled
+    # Given every read is throttled with a Retry-After longer than the client's cap
     fault = argocd_standin.faults.arm(
         f"application:{argocd_app.name}", THROTTLE, times=None, retry_after=1
     )
+    slept: list[float] = []
+    client = ArgoCD(
+        argocd_target.url,
+        argocd_target.token,
+        project=argocd_target.project,
+        read_attempts=6,
+        backoff=0.01,
+        max_backoff=0.05,
+        sleep=slept.append,
+    )
 
     # When the application is read
-    started = time.monotonic()
-    with pytest.raises(Throttled) as caught:
-        argocd_client.application(argocd_app.name)
+    with client, pytest.raises(Throttled) as caught:
+        client.application(argocd_app.name)
 
-    # Then Throttled (retryable) after exactly the configured attempts, waits capped
-    assert fault.fired == argocd_client.read_attempts == caught.value.details["attempts"]
+    # Then Throttled (retryable) after exactly the configured attempts
+    assert fault.fired == 6 == caught.value.details["attempts"]
     assert caught.value.retryable
     assert caught.value.details["http_status"] == 429
-    assert time.monotonic() - started < 1.0  # Retry-After 1 s, capped at max_backoff
+    # ...each wait capped (Retry-After 1 s > max_backoff) and jittered, not in lock-step
+    assert len(slept) == 5
+    assert all(0.04 <= delay <= 0.05 for delay in slept), slept
+    assert len(set(slept)) == len(slept)
+
+
+@pytest.mark.standin
+def test_exponential_read_backoff_is_bounded_and_jittered(
+    argocd_target: ArgoCDTarget, argocd_app: ContractApp, argocd_standin: ArgoCDStandIn
+) -> None:
+    # Given every read fails with a 502 from a proxy (no Retry-After)
+    argocd_standin.faults.arm(f"application:{argocd_app.name}", SERVER_ERROR, times=None)
+    slept: list[float] = []
+    client = ArgoCD(
+        argocd_target.url,
+        argocd_target.token,
+        project=argocd_target.project,
+        read_attempts=7,
+        backoff=1.0,
+        max_backoff=3.0,
+        sleep=slept.append,
+    )
+
+    # When the application is read
+    with client, pytest.raises(Transient) as caught:
+        client.application(argocd_app.name)
+
+    # Then Transient after the attempts, each wait in [half, all] of min(cap, 1 s * 2^n)
+    assert caught.value.details["http_status"] == 502
+    assert caught.value.details["attempts"] == 7
+    ceilings = [1.0, 2.0, 3.0, 3.0, 3.0, 3.0]
+    assert all(c / 2 <= d <= c for c, d in zip(ceilings, slept, strict=True)), slept
+    assert len(set(slept)) == len(slept)
 
 
 @pytest.mark.standin
@@ -410,10 +506,12 @@ def test_a_sync_whose_response_was_lost_is_recovered_not_repeated(
     argocd_git: ContractGit,
     argocd_standin: ArgoCDStandIn,
 ) -> None:
-    # Given the response to the sync request will be lost
+    # Given the response to the sync request will be lost, and the sync holds (so it is still
+    # running when the adapter reads back, however loaded the machine)
     name = argocd_manual_app.name
     x = argocd_git.push(argocd_manual_app.repo or "")
     argocd_standin.faults.arm(f"sync:{name}", "lose_response")
+    argocd_standin.faults.arm(f"application:{name}", NEVER_CONVERGE, times=None)
     deployments = len((argocd_standin.application(name) or {})["status"]["history"])
 
     # When Alfred syncs, and (a retried step) syncs again
@@ -427,9 +525,11 @@ def test_a_sync_whose_response_was_lost_is_recovered_not_repeated(
         first["observations"]["status"]["operation_started_at"]
         == again["observations"]["status"]["operation_started_at"]
     )
+    argocd_standin.faults.clear()
     wait_for(lambda: argocd_client.inspect(again), lambda h: h["done"] and h["ok"])
     history = (argocd_standin.application(name) or {})["status"]["history"]
     assert len(history) == deployments + 1
+    assert syncs_by_alfred(argocd_standin, name) == [(x, "Succeeded")]
 
 
 @pytest.mark.standin
@@ -476,3 +576,274 @@ def test_a_sync_while_another_operation_runs_is_a_conflict(
     # Then Conflict, naming the running operation; a sync to X itself is that operation
     assert x in caught.value.message
     assert argocd_client.sync(argocd_app.name, x)["status"] == "Running"
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("outcome", ["Succeeded", "Failed"])
+def test_a_sync_that_finished_before_its_lost_response_was_noticed_is_not_repeated(
+    argocd_clocked: ClockedArgoCD, outcome: str
+) -> None:
+    # Given a manual application, a commit X, a lost response to the sync, and a sync that is
+    # over (succeeded, or failed) by the time the adapter reads the application back
+    env = argocd_clocked
+    app = env.add(auto_sync=False)
+    x = env.git.push(app.repo or "")
+    env.standin.faults.arm(f"sync:{app.name}", "lose_response")
+    if outcome == "Failed":
+        env.standin.faults.arm(
+            f"application:{app.name}", NEVER_CONVERGE, times=None, phase="Failed"
+        )
+    transport = TimePassesOnLoss(lambda: env.clock.advance(env.delay))
+
+    # When Alfred syncs, and (a retried step) syncs again
+    with env.client(transport=transport) as client:
+        first = client.sync(app.name, x)
+        again = client.sync(app.name, x)
+        convergence = client.converged(app.name, x)
+
+    # Then both are the one finished sync at X: ArgoCD ran exactly one
+    assert first["id"] == again["id"] == f"{app.name}@{x}"
+    assert (first["status"], first["done"], first["ok"]) == (outcome, True, outcome == "Succeeded")
+    assert (again["status"], again["done"]) == (outcome, True)
+    assert syncs_by_alfred(env.standin, app.name) == [(x, outcome)]
+    assert convergence.converged is (outcome == "Succeeded")
+    assert convergence.failed is (outcome == "Failed")
+
+
+def test_a_lost_sync_response_after_a_sync_that_succeeded_but_is_still_progressing() -> None:
+    # Given ArgoCD (here a scripted transport) accepts the sync, loses the answer, and by the
+    # read-back the sync Succeeded while the rollout is still Progressing (normal in ArgoCD:
+    # a sync ends when its resources are applied and hooks ran, not when they are healthy)
+    x, older = "d" * 40, "a" * 40
+    posts: list[httpx.Request] = []
+    state = {"sync": "OutOfSync", "health": "Healthy", "phase": "Succeeded", "at": older}
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posts.append(request)
+            state.update(sync="Synced", health="Progressing", phase="Succeeded", at=x)
+            raise httpx.ReadError("connection reset by peer", request=request)
+        return httpx.Response(
+            200,
+            json={
+                "metadata": {"name": "web"},
+                "spec": {"project": "default", "source": {"repoURL": "r", "path": "p"}},
+                "status": {
+                    "sync": {"status": state["sync"], "revision": x},
+                    "health": {"status": state["health"]},
+                    "operationState": {
+                        "phase": state["phase"],
+                        "syncResult": {"revision": state["at"]},
+                        "operation": {"sync": {"revision": state["at"]}},
+                    },
+                },
+            },
+        )
+
+    client = ArgoCD("https://argocd.test", "t", transport=httpx.MockTransport(serve))
+
+    # When Alfred syncs, and (a retried step) syncs again
+    with client:
+        first = client.sync("web", x)
+        again = client.sync("web", x)
+        convergence = client.converged("web", x)
+
+    # Then one POST: the sync is done and ok, and the convergence waits for the rollout
+    assert len(posts) == 1
+    assert (first["status"], first["done"], first["ok"]) == ("Succeeded", True, True)
+    assert again["status"] == "Succeeded"
+    assert convergence.codes == {UNHEALTHY}
+    assert not convergence.failed
+
+
+def test_a_sync_refused_because_the_same_sync_landed_meanwhile_returns_that_sync() -> None:
+    # Given an earlier sync request of ours to X that lands late: between the adapter's read and
+    # its POST (here a scripted transport), so ArgoCD refuses the POST as a second operation
+    x = "e" * 40
+    posts: list[httpx.Request] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posts.append(request)
+            message = "another operation is already in progress"
+            return httpx.Response(400, json={"error": message, "code": 9, "message": message})
+        running = len(posts) > 0
+        status: dict[str, Any] = {
+            "sync": {"status": "OutOfSync", "revision": x},
+            "health": {"status": "Progressing" if running else "Healthy"},
+        }
+        if running:
+            status["operationState"] = {"phase": "Running", "operation": {"sync": {"revision": x}}}
+        return httpx.Response(
+            200,
+            json={"metadata": {"name": "web"}, "spec": {"project": "default"}, "status": status},
+        )
+
+    # When Alfred syncs
+    with ArgoCD("https://argocd.test", "t", transport=httpx.MockTransport(serve)) as client:
+        handle = client.sync("web", x)
+
+    # Then the refusal is read back: the running operation is the sync to X it asked for
+    assert len(posts) == 1
+    assert (handle["id"], handle["status"], handle["done"]) == (f"web@{x}", "Running", False)
+
+
+@pytest.mark.standin
+def test_a_502_to_a_sync_that_took_effect_is_recovered_not_repeated(
+    argocd_clocked: ClockedArgoCD,
+) -> None:
+    # Given a proxy that answers 502 after ArgoCD accepted the sync
+    env = argocd_clocked
+    app = env.add(auto_sync=False)
+    x = env.git.push(app.repo or "")
+    env.standin.faults.arm(f"sync:{app.name}", SERVER_ERROR, applied=True)
+
+    # When Alfred syncs, and (a retried step) syncs again
+    with env.client() as client:
+        first = client.sync(app.name, x)
+        again = client.sync(app.name, x)
+        env.clock.advance(env.delay)
+        final = client.inspect(first)
+
+    # Then the 502 was read as ambiguous and resolved: one sync, running, then succeeded
+    assert first["status"] == again["status"] == "Running"
+    assert (final["status"], final["done"], final["ok"]) == ("Succeeded", True, True)
+    assert syncs_by_alfred(env.standin, app.name) == [(x, "Succeeded")]
+
+
+@pytest.mark.standin
+def test_a_502_to_a_sync_that_did_not_take_effect_is_transient_and_a_retry_syncs_once(
+    argocd_clocked: ClockedArgoCD,
+) -> None:
+    # Given a proxy that answers 502 without passing the sync on
+    env = argocd_clocked
+    app = env.add(auto_sync=False)
+    x = env.git.push(app.repo or "")
+    env.standin.faults.arm(f"sync:{app.name}", SERVER_ERROR)
+
+    # When Alfred syncs
+    with env.client() as client:
+        with pytest.raises(Transient) as caught:
+            client.sync(app.name, x)
+        # Then Transient (read back: nothing started), so the step may be retried...
+        assert caught.value.retryable
+        assert caught.value.details["http_status"] == 502
+        assert syncs_by_alfred(env.standin, app.name) == []
+        # ...and the retry starts the one sync
+        retried = client.sync(app.name, x)
+    assert retried["status"] == "Running"
+    assert syncs_by_alfred(env.standin, app.name) == [(x, "Running")]
+
+
+# -- commits that do not change what an application renders (stand-in) ---------------------
+
+
+@pytest.mark.standin
+def test_a_commit_that_does_not_change_the_application_is_synced_at_once_without_a_sync(
+    argocd_client: ArgoCD,
+    argocd_app: ContractApp,
+    argocd_git: ContractGit,
+    argocd_standin: ArgoCDStandIn,
+) -> None:
+    # Given an application converged on its head A
+    name, repo = argocd_app.name, argocd_app.repo or ""
+    a = argocd_git.head(repo, "main") or ""
+    before = argocd_standin.operations(name)
+
+    # When a commit X lands that changes nothing under the application's path
+    x = argocd_git.push(repo, changes=["docs/README.md"])
+    watched = argocd_client.watch(name, x)
+
+    # Then at the first reading it is converged on X: Synced at X, and no operation started
+    # (the last one is still A's)
+    assert (watched["done"], watched["ok"], watched["status"]) == (True, True, "Converged")
+    status = argocd_client.application(name)
+    assert (status.sync_status, status.sync_revision, status.health_status) == (
+        "Synced",
+        x,
+        "Healthy",
+    )
+    assert (status.operation_phase, status.operation_revision) == ("Succeeded", a)
+    assert argocd_standin.operations(name) == before
+
+    # And a commit under its path is synced as before
+    y = argocd_git.push(repo, changes=[f"{argocd_app.path}/values.yaml"])
+    syncing = argocd_client.converged(name, y)
+    assert OPERATION_RUNNING in syncing.codes
+    assert syncing.status.operation_revision == y
+
+
+@pytest.mark.standin
+def test_a_sync_to_a_commit_that_renders_the_same_starts_nothing(
+    argocd_client: ArgoCD,
+    argocd_manual_app: ContractApp,
+    argocd_git: ContractGit,
+    argocd_standin: ArgoCDStandIn,
+) -> None:
+    # Given an application without auto-sync, and a commit outside its path
+    name = argocd_manual_app.name
+    x = argocd_git.push(argocd_manual_app.repo or "", changes=["charts/someone-else"])
+
+    # When Alfred syncs it to X
+    handle = argocd_client.sync(name, x)
+
+    # Then there is nothing to sync: done and ok, and ArgoCD started no operation
+    assert (handle["status"], handle["done"], handle["ok"]) == ("Synced", True, True)
+    assert syncs_by_alfred(argocd_standin, name) == []
+    assert argocd_client.converged(name, x).converged
+
+
+@pytest.mark.standin
+def test_after_a_failed_sync_a_commit_back_to_what_runs_converges(
+    argocd_clocked: ClockedArgoCD,
+) -> None:
+    # Given an application on A whose sync of X failed (ArgoCD does not retry X)
+    env = argocd_clocked
+    app = env.add()
+    repo = app.repo or ""
+    a = env.git.head(repo, "main") or ""
+    env.standin.faults.arm(f"application:{app.name}", NEVER_CONVERGE, times=None, phase="Failed")
+    x = env.git.push(repo)
+    with env.client() as client:
+        assert OPERATION_RUNNING in client.converged(app.name, x).codes
+        env.clock.advance(env.delay)
+        assert client.converged(app.name, x).failed
+        env.standin.faults.clear()
+
+        # When the change is reverted: Y renders what the cluster runs (A's manifests)
+        y = env.git.revert(repo, to=a)
+        result = client.converged(app.name, y)
+
+        # Then Y is converged at once, with no sync — the failed one at X is not Y's
+        assert result.converged and not result.failed
+        assert (result.status.operation_phase, result.status.operation_revision) == ("Failed", x)
+        assert result.status.health_status == "Healthy"
+        assert [op["revision"] for op in env.standin.operations(app.name)] == [a, x]
+        # ...while X stays failed
+        assert client.converged(app.name, x).failed
+
+
+# -- handles -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "malformed",
+    [
+        {"provider": "argocd", "kind": "sync", "id": "no-revision"},
+        {"provider": "argocd", "kind": "sync", "id": "@" + "c" * 40},
+        {"provider": "argocd", "kind": "sync", "id": None},
+        {"provider": "argocd", "kind": "sync"},
+        {"provider": "argocd", "kind": "commit", "id": "app@" + "c" * 40},
+        {"provider": "github", "kind": "sync", "id": "app@" + "c" * 40},
+        {},
+    ],
+)
+def test_a_malformed_handle_is_rejected(argocd_client: ArgoCD, malformed: Any) -> None:
+    # Given a handle this adapter did not make (or one damaged in storage)
+    # When it is inspected or stopped, then Rejected: repeating cannot help
+    with pytest.raises(Rejected) as inspected:
+        argocd_client.inspect(malformed)
+    with pytest.raises(Rejected) as stopped:
+        argocd_client.stop(malformed)
+    assert inspected.value.code == stopped.value.code == "InvalidHandle"
+    assert not inspected.value.retryable

@@ -32,7 +32,7 @@ from typing import Any, TypedDict
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from providers.aws.clients import AwsClients, error_code, translate
+from providers.aws.clients import AwsClients, call, check_handle, error_code, translate
 from providers.errors import NotFound, Rejected
 from providers.handles import Handle, handle
 
@@ -111,11 +111,7 @@ class Acm:
         self._clock = clock
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
-        method = getattr(self._client, re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower())
-        try:
-            return method(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, provider=PROVIDER, operation=operation) from exc
+        return call(self._client, PROVIDER, operation, **kwargs)
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -204,11 +200,21 @@ class Acm:
 
     def stop(self, previous: Handle) -> Handle:
         """Stop a certificate request: delete the certificate."""
-        if previous["kind"] != "certificate" or not previous["id"]:
-            raise Rejected("only a certificate request can be stopped", provider=PROVIDER)
+        previous = check_handle(previous, provider=PROVIDER, kinds={"certificate": ()})
+        if not previous["id"]:
+            raise Rejected(
+                "a certificate handle without an ARN", provider=PROVIDER, code="MalformedHandle"
+            )
         return self.delete(previous["id"])
 
     def inspect(self, previous: Handle) -> Handle:
+        previous = check_handle(
+            previous, provider=PROVIDER, kinds={"certificate": (), "certificate_deletion": ()}
+        )
+        if not previous["id"]:
+            raise Rejected(
+                "a certificate handle without an ARN", provider=PROVIDER, code="MalformedHandle"
+            )
         if previous["kind"] == "certificate":
             return self._certificate_handle(
                 self.describe(str(previous["id"])), base=previous["observations"]
@@ -229,7 +235,7 @@ class Acm:
                 ok=status == "DELETED",
                 observations=dict(previous["observations"]),
             )
-        raise Rejected(f"not an ACM handle: {previous['kind']}", provider=PROVIDER)
+        raise AssertionError(f"unhandled handle kind {previous['kind']}")  # pragma: no cover
 
     def _certificate_handle(
         self, certificate: Certificate, base: Mapping[str, Any] | None = None

@@ -9,8 +9,9 @@ Two kinds of client, on purpose:
   a re-sent batch is a second change), a Lambda alias update (a re-sent update with the old
   RevisionId fails). botocore's standard mode treats a dropped connection or a read timeout
   as transient and would re-send the request after the provider may already have applied it.
-  The adapters retry throttling themselves (nothing was applied) and recover a lost response
-  by reading the provider's state (see :mod:`providers.aws.route53`, :mod:`.lambda_`).
+  The adapters retry throttling themselves (nothing was applied) and resolve an ambiguous
+  failure (:func:`is_ambiguous`) by reading the provider's state (see
+  :mod:`providers.aws.route53`, :mod:`.lambda_`).
 
 Region, credentials and endpoint come from the standard AWS environment (``AWS_REGION``, then
 ``AWS_DEFAULT_REGION`` or the profile; the credentials chain; ``AWS_ENDPOINT_URL`` and its
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,10 +49,12 @@ from providers.errors import (
     Rejected,
     Throttled,
     Transient,
+    Unknown,
 )
 
 if TYPE_CHECKING:
     from providers.config import AwsConfig
+    from providers.handles import Handle
 
 T = TypeVar("T")
 
@@ -165,13 +169,98 @@ def is_throttling(exc: BaseException) -> bool:
     return isinstance(exc, ClientError) and error_code(exc) in THROTTLING_CODES
 
 
+def http_status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
 def is_ambiguous(exc: BaseException) -> bool:
-    """The request may have reached the provider and been applied, but no answer came back:
-    the connection closed mid-exchange or the read timed out. (A failed connect or a
-    connect timeout means nothing was sent.)"""
+    """A mutation's outcome cannot be told from this failure: the request may have reached the
+    provider and been applied. That is the case when no answer came back (the connection
+    closed mid-exchange, the read timed out) and when the answer is a 5xx: a gateway's 502 or
+    504 may come after the backend applied the request, and AWS's own 500/503 do not promise
+    that nothing was changed. (A failed connect or a connect timeout means nothing was sent.)"""
+    if isinstance(exc, ClientError):
+        return http_status(exc) >= 500 and not is_throttling(exc)
     if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
         return False
     return isinstance(exc, ConnectionClosedError | ReadTimeoutError | HTTPClientError)
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, for the evidence in handles and errors."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def snake_case(operation: str) -> str:
+    """boto3's method name for an AWS operation name (``GetAlias`` -> ``get_alias``)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
+
+
+def call(client: Any, provider: str, operation: str, /, **kwargs: Any) -> Any:
+    """``operation`` (AWS's name) on ``client``, its failures translated for ``provider``."""
+    try:
+        return getattr(client, snake_case(operation))(**kwargs)
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(exc, provider=provider, operation=operation) from exc
+
+
+def outcome_unknown(
+    *,
+    provider: str,
+    code: str,
+    subject: str,
+    cause: BaseException,
+    finding: str,
+    details: Mapping[str, Any],
+    read_error: ProviderError | None = None,
+) -> Unknown:
+    """The :class:`~providers.errors.Unknown` of a mutation (``subject``) that failed
+    ambiguously (``cause``) and whose outcome reading the provider back could not establish:
+    the read failed (``read_error``) or found neither outcome (``finding`` says what)."""
+    found = f"reading it back failed ({read_error})" if read_error is not None else finding
+    evidence: dict[str, Any] = {**details, "cause": describe(cause)}
+    if read_error is not None:
+        evidence["read_error"] = read_error.as_dict()
+    return Unknown(
+        f"{subject} failed ambiguously ({describe(cause)}) and {found}; not repeated",
+        provider=provider,
+        code=code,
+        details=evidence,
+    )
+
+
+def check_handle(
+    previous: Any,
+    *,
+    provider: str,
+    kinds: Mapping[str, Collection[str]],
+) -> Handle:
+    """``previous`` if it is a handle of ``provider`` whose kind is one of ``kinds`` and whose
+    observations hold that kind's keys; :class:`~providers.errors.Rejected` otherwise (a
+    malformed or foreign handle is a caller's error, never worth repeating)."""
+    if not isinstance(previous, Mapping):
+        raise Rejected("not a handle", provider=provider, code="MalformedHandle")
+    kind = previous.get("kind")
+    observations = previous.get("observations")
+    if previous.get("provider") != provider or not isinstance(kind, str) or kind not in kinds:
+        raise Rejected(
+            f"not a {provider} handle of kind {', '.join(kinds)}: "
+            f"{previous.get('provider')!r}/{kind!r}",
+            provider=provider,
+            code="UnknownHandle",
+        )
+    missing = [k for k in ("id", "status") if k not in previous]
+    if not isinstance(observations, Mapping):
+        missing.append("observations")
+    else:
+        missing += [k for k in kinds[kind] if k not in observations]
+    if missing:
+        raise Rejected(
+            f"malformed {provider} {kind} handle: missing {', '.join(missing)}",
+            provider=provider,
+            code="MalformedHandle",
+        )
+    return previous  # type: ignore[return-value]
 
 
 def translate(exc: Exception, *, provider: str, operation: str) -> ProviderError:
@@ -181,7 +270,7 @@ def translate(exc: Exception, *, provider: str, operation: str) -> ProviderError
     if isinstance(exc, ClientError):
         code = error_code(exc)
         message = error_message(exc) or str(exc)
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        status = http_status(exc)
         details: dict[str, Any] = {"operation": operation, "http_status": status}
         if code in THROTTLING_CODES:
             return Throttled(message, provider=provider, code=code, details=details)

@@ -15,15 +15,21 @@ moved the alias since, Lambda answers ``PreconditionFailedException`` and the ad
 
 **Sent once.** ``UpdateAlias`` goes through a client with ``max_attempts=1`` (botocore would
 re-send it after a lost response, and the re-send would fail on the RevisionId the first
-attempt consumed). Throttling is retried here (nothing was applied). After a lost response the
-adapter reads the alias: at the target version, the update is taken as applied and the handle
-is *recovered*; still at the planned version with the planned RevisionId, the update never
-arrived and is re-sent once; anything else is :class:`~providers.errors.Unknown`.
+attempt consumed). Throttling is retried here (nothing was applied). After an ambiguous failure
+(a lost response, a read timeout, a 5xx) the adapter reads the alias: at the target version,
+the update is taken as applied and the handle is *recovered*; still at the planned version with
+the planned RevisionId, the update is re-sent once — safe even if the first is still in flight,
+because both carry the same RevisionId and only one can succeed; a re-send refused with
+``PreconditionFailedException`` re-reads the alias (the first attempt may have landed) before
+it is reported as a Conflict; anything else is :class:`~providers.errors.Unknown`.
 
 **Done.** Moving an alias is immediate, but the version it points at may still be updating
 (``LastUpdateStatus`` ``InProgress``); an ``alias_update`` handle is done when that version's
 update is ``Successful`` (ok) or ``Failed`` (not ok), and ``inspect()`` re-reads the alias and
-the version (an alias moved away since is ``DRIFTED``).
+the version (an alias moved away since is ``DRIFTED``). If reading the version fails right after
+the alias moved, the handle is still returned — status ``APPLIED``, not done, the alias's new
+RevisionId and the read's error in ``observations`` — because the alias did move: an error
+there would tell the caller nothing changed. ``inspect()`` fills the status in later.
 
 **Restore** (compensation) moves the alias back to the version the receipt says it had, only if
 the alias still points at the version Alfred set (checked by reading it, enforced by its
@@ -32,14 +38,22 @@ RevisionId); already back is a no-op; moved elsewhere is a Conflict for an opera
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn, TypedDict
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from providers.aws.clients import AwsClients, is_ambiguous, retry_throttled, translate
+from providers.aws.clients import (
+    AwsClients,
+    call,
+    check_handle,
+    describe,
+    is_ambiguous,
+    outcome_unknown,
+    retry_throttled,
+    translate,
+)
 from providers.errors import Conflict, ProviderError, Rejected, Unknown
 from providers.handles import Handle, StopUnsupported, handle
 
@@ -95,11 +109,7 @@ class Lambda:
         self._sleep = sleep
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
-        method = getattr(self._client, re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower())
-        try:
-            return method(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, provider=PROVIDER, operation=operation) from exc
+        return call(self._client, PROVIDER, operation, **kwargs)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -186,18 +196,23 @@ class Lambda:
             current["revision_id"],
         ):
             raise _unknown(current, version, cause, observed=observed)
-        # Untouched: the update never arrived. Send it again, once.
+        # Untouched so far. Send it again, once, with the same RevisionId: if the first attempt
+        # is still in flight, only one of the two can succeed.
         try:
             raw = self._send(current, version)
         except (ClientError, BotoCoreError) as exc:
-            if not is_ambiguous(exc):
-                raise translate(exc, provider=PROVIDER, operation="UpdateAlias") from exc
+            error = translate(exc, provider=PROVIDER, operation="UpdateAlias")
+            if not is_ambiguous(exc) and not isinstance(error, Conflict):
+                raise error from exc
+            # Ambiguous again, or refused on the RevisionId the first attempt may have used.
             observed = self._read_or_unknown(current, version, exc)
             if observed["version"] == version:
                 return self._alias_handle(current, version, observed, recovered=exc)
+            if not is_ambiguous(exc):
+                raise error from exc
             raise _unknown(current, version, exc, observed=observed) from exc
         result = self._alias_handle(current, version, _alias_state(current["function"], raw))
-        result["observations"]["resent_after"] = f"{type(cause).__name__}: {cause}"
+        result["observations"]["resent_after"] = describe(cause)
         return result
 
     def _read_or_unknown(
@@ -226,8 +241,29 @@ class Lambda:
             "recovered": recovered is not None,
         }
         if recovered is not None:
-            observations["cause"] = f"{type(recovered).__name__}: {recovered}"
-        return self._observed_handle(kind, observed["arn"], observations, observed)
+            observations["cause"] = describe(recovered)
+        try:
+            return self._observed_handle(kind, observed["arn"], observations, observed)
+        except ProviderError as exc:
+            # The alias moved; only reading its version failed. An error here would say
+            # nothing changed.
+            return handle(
+                provider=PROVIDER,
+                kind=kind,
+                id=observed["arn"],
+                status="APPLIED",
+                done=False,
+                ok=False,
+                observations={
+                    **observations,
+                    "alias_version": observed["version"],
+                    "revision_id": observed["revision_id"],
+                    "state": None,
+                    "last_update_status": None,
+                    "last_update_status_reason": None,
+                    "status_error": exc.as_dict(),
+                },
+            )
 
     def _observed_handle(
         self, kind: str, arn: str, observations: dict[str, Any], observed: AliasState
@@ -241,6 +277,7 @@ class Lambda:
             "last_update_status": status["last_update_status"],
             "last_update_status_reason": status["last_update_status_reason"],
         }
+        observations.pop("status_error", None)
         if observed["version"] != observations["to_version"]:
             word, done, ok = "DRIFTED", True, False
         else:
@@ -263,8 +300,9 @@ class Lambda:
     def restore(self, previous: Handle) -> Handle:
         """Move the alias of an ``alias_update`` back to its ``from_version``, only if it still
         points at the ``to_version`` Alfred set (see the module docstring)."""
-        if previous["kind"] != "alias_update":
-            raise Rejected("only an alias update can be restored", provider=PROVIDER)
+        previous = check_handle(
+            previous, provider=PROVIDER, kinds={"alias_update": _HANDLE_KINDS["alias_update"]}
+        )
         observations = previous["observations"]
         function, alias = observations["function"], observations["alias"]
         ours, back_to = str(observations["to_version"]), str(observations["from_version"])
@@ -294,8 +332,7 @@ class Lambda:
         return result
 
     def inspect(self, previous: Handle) -> Handle:
-        if previous["kind"] not in ("alias_update", "alias_restore"):
-            raise Rejected(f"not a Lambda handle: {previous['kind']}", provider=PROVIDER)
+        previous = check_handle(previous, provider=PROVIDER, kinds=_HANDLE_KINDS)
         observations = dict(previous["observations"])
         observed = self.alias(observations["function"], observations["alias"])
         return self._observed_handle(
@@ -303,6 +340,7 @@ class Lambda:
         )
 
     def stop(self, previous: Handle) -> NoReturn:
+        check_handle(previous, provider=PROVIDER, kinds=_HANDLE_KINDS)
         raise StopUnsupported("an alias update is immediate; restore() moves the alias back")
 
 
@@ -316,6 +354,12 @@ def _alias_state(function: str, raw: Mapping[str, Any]) -> AliasState:
     )
 
 
+_HANDLE_KINDS: dict[str, tuple[str, ...]] = {
+    kind: ("function", "alias", "from_version", "to_version")
+    for kind in ("alias_update", "alias_restore")
+}
+
+
 def _unknown(
     current: AliasState,
     version: str,
@@ -324,23 +368,15 @@ def _unknown(
     observed: AliasState | None = None,
     read_error: ProviderError | None = None,
 ) -> Unknown:
-    details: dict[str, Any] = {
-        "planned": current,
-        "to_version": version,
-        "cause": f"{type(cause).__name__}: {cause}",
-    }
+    details: dict[str, Any] = {"planned": current, "to_version": version}
     if observed is not None:
         details["observed"] = observed
-    if read_error is not None:
-        details["read_error"] = read_error.as_dict()
-    return Unknown(
-        f"the response to moving {current['function']}:{current['alias']} to {version} was "
-        + (
-            "lost and the alias could not be read"
-            if read_error is not None
-            else "lost and the alias is neither where it was planned from nor at the target"
-        ),
+    return outcome_unknown(
         provider=PROVIDER,
         code="AliasUpdateOutcomeUnknown",
+        subject=f"moving {current['function']}:{current['alias']} to {version}",
+        cause=cause,
+        finding="the alias is neither where it was planned from nor at the target",
         details=details,
+        read_error=read_error,
     )

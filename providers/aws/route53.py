@@ -8,22 +8,31 @@ name, ``evaluate_target_health``), the set identifier and any routing fields (``
 record read here can be DELETEd exactly: Route53 refuses a DELETE that does not name the
 record set's current values.
 
-**A change batch is sent once.** ``ChangeResourceRecordSets`` goes through a client with
-``max_attempts=1``: botocore would otherwise re-send it after a dropped connection or a read
-timeout, when Route53 may already have applied it (the re-sent CREATEs and DELETEs then fail,
-or a second change lands). Throttling is retried here (a throttled batch was not applied).
-When the response is lost, the adapter reads the records at the batch's names and compares:
+**A change batch is sent at most once per call, and only after reading where it would land.**
 
-- they hold the batch's **post-state** (every CREATE/UPSERT present exactly, every DELETEd set
-  absent): the batch was applied. The handle is *recovered*: ``id`` None (Route53 has no API
-  that lists changes, so the change id is unknowable), ``status`` ``APPLIED``, the observed
-  records in ``observations``;
-- they hold the **pre-state** (every DELETEd set present exactly, every CREATEd set absent;
-  an UPSERT's prior value is unknown and not compared): the batch never arrived; it is
-  re-sent once (a batch is atomic, so nothing of it was applied);
-- anything else (another writer changed the names meanwhile, or the read itself failed):
-  :class:`~providers.errors.Unknown` with what was observed. Never re-send blindly;
-  :meth:`Route53.batch_state` reads the same evidence again later.
+1. ``change()`` first reads the records at the batch's names: the exact **pre-state**. If they
+   already hold the batch's **post-state** (every CREATE/UPSERT present exactly, every DELETEd
+   set absent), nothing is sent and the handle is *recovered* with ``already_applied``: this is
+   what makes a caller's retry after an applied batch whose response was lost safe.
+2. Otherwise the batch is sent ONCE, through a client with ``max_attempts=1`` (botocore would
+   re-send it after a dropped connection or a read timeout, when Route53 may already have
+   applied it). Throttling is retried here: a throttled batch was not applied.
+3. After an **ambiguous** failure (the response lost, the read timed out, or a 5xx answer — a
+   gateway's 502/504 can follow an applied batch) the records are read again:
+
+   - the post-state: the batch was applied; a *recovered* handle;
+   - exactly the pre-state read in step 1: not applied *so far* — but the request may still be
+     in flight, so it is NOT re-sent: :class:`~providers.errors.Transient` (``NotApplied``,
+     with the records as evidence); the caller retries later and step 1 decides again;
+   - anything else (another writer changed the names; the read failed):
+     :class:`~providers.errors.Unknown` with what was observed. Never re-sent.
+
+An ``InvalidChangeBatch`` that names the current records (a Conflict: a CREATE of an existing
+set, a stale DELETE) is re-checked before it is reported: if the records hold the batch's
+post-state (an earlier attempt, still in flight at step 1, landed since), the handle is
+*recovered* instead. A recovered handle has ``id`` None (Route53 has no API that lists
+changes, so the change id is unknowable), ``status`` ``APPLIED`` and the observed records.
+:meth:`Route53.batch_state` reads the evidence again for an operator.
 
 ``inspect()`` of a recovered handle cannot ask GetChange. It re-reads the records: if they no
 longer hold the post-state the handle is ``DRIFTED`` (done, not ok); otherwise it stays
@@ -48,9 +57,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from providers.aws.clients import (
     AwsClients,
+    call,
+    check_handle,
+    describe,
     error_code,
     error_message,
     is_ambiguous,
+    outcome_unknown,
     retry_throttled,
     translate,
 )
@@ -186,11 +199,13 @@ def key_of(rec: Record) -> Key:
     return (rec["name"], rec["type"], rec["set_identifier"])
 
 
-_ANY = object()  # an UPSERT's prior value: not known, not compared
+_ANY = object()  # an UPSERT's prior value: the batch does not say it
 
 
 def expected_states(changes: Sequence[Change]) -> tuple[dict[Key, Any], dict[Key, Any]]:
-    """(pre-state, post-state) per record set key: a record, None (absent) or ``_ANY``."""
+    """(pre-state, post-state) per record set key as far as the batch itself says them: a
+    record, None (absent) or ``_ANY``. Only :meth:`Route53.batch_state` uses the pre-state;
+    :meth:`Route53.change` compares with the records it read before sending instead."""
     pre: dict[Key, Any] = {}
     post: dict[Key, Any] = {}
     for change in changes:
@@ -236,11 +251,7 @@ class Route53:
     # -- reads -------------------------------------------------------------------------------
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
-        method = getattr(self._client, _snake(operation))
-        try:
-            return method(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, provider=PROVIDER, operation=operation) from exc
+        return call(self._client, PROVIDER, operation, **kwargs)
 
     def zone(self, name: str) -> Zone:
         """The public hosted zone named exactly ``name``: NotFound if there is none, Conflict if
@@ -317,33 +328,51 @@ class Route53:
         ]
 
     def batch_state(self, zone_id: str, changes: Sequence[Change]) -> BatchState:
-        """Whether the records at the batch's names hold its post-state, its pre-state, or
-        neither (see the module docstring)."""
-        return self._evidence(zone_id, _normalize_changes(changes))[0]
+        """Evidence for an operator: whether the records at the batch's names hold its
+        post-state, a pre-state as far as the batch says one (every DELETEd set present
+        exactly, every CREATEd set absent; an UPSERT's prior value is not known), or neither.
+        :meth:`change` never decides to send on this "pre"."""
+        changes = _normalize_changes(changes)
+        observed = self._observe(zone_id, changes)
+        pre, post = expected_states(changes)
+        if _holds(observed, post):
+            return "post"
+        return "pre" if _holds(observed, pre) else "neither"
 
-    def _evidence(
-        self, zone_id: str, changes: Sequence[Change]
-    ) -> tuple[BatchState, dict[Key, Record]]:
+    def _observe(self, zone_id: str, changes: Sequence[Change]) -> dict[Key, Record]:
+        """Every record set at the batch's names (all types), by key."""
         observed: dict[Key, Record] = {}
         for name in dict.fromkeys(c["record"]["name"] for c in changes):
             for rec in self.records(zone_id, name):
                 observed[key_of(rec)] = rec
-        pre, post = expected_states(changes)
-        if _holds(observed, post):
-            return "post", observed
-        return ("pre" if _holds(observed, pre) else "neither"), observed
+        return observed
 
     # -- the change batch --------------------------------------------------------------------
 
     def change(self, zone_id: str, changes: Sequence[Change], *, operation: str) -> Handle:
-        """Submit ``changes`` as ONE atomic batch whose Comment names ``operation`` (the
-        caller's operation identity). Returns a ``change`` handle (PENDING, later INSYNC).
+        """Apply ``changes`` as ONE atomic batch whose Comment names ``operation`` (the
+        caller's operation identity), unless the records already hold its post-state. Returns
+        a ``change`` handle (PENDING, later INSYNC), or a recovered one (see the module
+        docstring). Safe to call again with the same batch after any failure.
 
         Raises Conflict (InvalidChangeBatch against the current records: a stale DELETE, a
         CNAME conflict, a CREATE of an existing set), Rejected (a batch Route53 can never
-        accept), Throttled, NotFound (no such zone), or Unknown (see the module docstring)."""
+        accept), Throttled, NotFound (no such zone), Transient (``NotApplied``: an ambiguous
+        failure after which the records still hold the pre-state; retry later) or Unknown."""
         changes = _normalize_changes(changes)
         comment = f"alfred {operation}"[:COMMENT_LIMIT]
+        before = self._observe(zone_id, changes)
+        _, post = expected_states(changes)
+        if _holds(before, post):
+            return self._recovered_handle(
+                zone_id,
+                changes,
+                comment,
+                before,
+                cause="the records at the batch's names already hold its post-state; "
+                "nothing was sent",
+                already_applied=True,
+            )
         batch = {
             "Comment": comment,
             "Changes": [
@@ -353,9 +382,12 @@ class Route53:
         try:
             info = self._send(zone_id, batch)
         except (ClientError, BotoCoreError) as exc:
-            if not is_ambiguous(exc):
-                raise _change_error(exc) from exc
-            return self._recover(zone_id, changes, batch, exc)
+            if is_ambiguous(exc):
+                return self._resolve(zone_id, changes, comment, before, exc)
+            error = _change_error(exc)
+            if isinstance(error, Conflict) and error.code == "InvalidChangeBatch":
+                return self._recheck(zone_id, changes, comment, error, exc)
+            raise error from exc
         return self._change_handle(zone_id, changes, comment, info)
 
     def _send(self, zone_id: str, batch: dict[str, Any]) -> dict[str, Any]:
@@ -369,40 +401,57 @@ class Route53:
         )
         return dict(response["ChangeInfo"])
 
-    def _recover(
+    def _resolve(
         self,
         zone_id: str,
         changes: list[Change],
-        batch: dict[str, Any],
+        comment: str,
+        before: dict[Key, Record],
         cause: BaseException,
     ) -> Handle:
-        comment = batch["Comment"]
-        state, observed = self._evidence_or_unknown(zone_id, changes, cause)
-        if state == "post":
-            return self._recovered_handle(zone_id, changes, comment, cause, observed)
-        if state == "neither":
-            raise _unknown(zone_id, changes, cause, observed=observed)
-        # The pre-state: the batch never arrived (a batch is atomic). Send it again, once.
+        """Step 3 of the module docstring: never sends anything."""
         try:
-            info = self._send(zone_id, batch)
-        except (ClientError, BotoCoreError) as exc:
-            if not is_ambiguous(exc):
-                raise _change_error(exc) from exc
-            state, observed = self._evidence_or_unknown(zone_id, changes, exc)
-            if state == "post":
-                return self._recovered_handle(zone_id, changes, comment, exc, observed)
-            raise _unknown(zone_id, changes, exc, observed=observed) from exc
-        result = self._change_handle(zone_id, changes, comment, info)
-        result["observations"]["resent_after"] = f"{type(cause).__name__}: {cause}"
-        return result
-
-    def _evidence_or_unknown(
-        self, zone_id: str, changes: list[Change], cause: BaseException
-    ) -> tuple[BatchState, dict[Key, Record]]:
-        try:
-            return self._evidence(zone_id, changes)
+            observed = self._observe(zone_id, changes)
         except ProviderError as exc:
-            raise _unknown(zone_id, changes, cause, read_error=exc) from exc
+            raise _unknown(zone_id, changes, cause, before=before, read_error=exc) from cause
+        _, post = expected_states(changes)
+        if _holds(observed, post):
+            return self._recovered_handle(zone_id, changes, comment, observed, cause=cause)
+        if observed == before:
+            raise Transient(
+                f"the change batch failed ambiguously ({describe(cause)}) and the records at "
+                "its names still hold the state read before sending: not applied so far, but "
+                "possibly still in flight, so not re-sent. Retry later: change() reads first "
+                "and sends nothing if the batch has landed meanwhile",
+                provider=PROVIDER,
+                code="NotApplied",
+                details={
+                    "zone_id": zone_id,
+                    "changes": changes,
+                    "cause": describe(cause),
+                    "observed": list(observed.values()),
+                },
+            ) from cause
+        raise _unknown(zone_id, changes, cause, before=before, observed=observed) from cause
+
+    def _recheck(
+        self,
+        zone_id: str,
+        changes: list[Change],
+        comment: str,
+        error: Conflict,
+        cause: BaseException,
+    ) -> Handle:
+        """A Conflict may be an earlier attempt of this very batch that landed after the
+        records were read (it was still in flight): the post-state says so."""
+        try:
+            observed = self._observe(zone_id, changes)
+        except ProviderError:
+            raise error from cause
+        _, post = expected_states(changes)
+        if not _holds(observed, post):
+            raise error from cause
+        return self._recovered_handle(zone_id, changes, comment, observed, cause=cause)
 
     def _change_handle(
         self, zone_id: str, changes: list[Change], comment: str, info: Mapping[str, Any]
@@ -432,8 +481,10 @@ class Route53:
         zone_id: str,
         changes: list[Change],
         comment: str,
-        cause: BaseException,
         observed: Mapping[Key, Record],
+        *,
+        cause: BaseException | str,
+        already_applied: bool = False,
     ) -> Handle:
         return handle(
             provider=PROVIDER,
@@ -447,9 +498,10 @@ class Route53:
                 "comment": comment,
                 "changes": list(changes),
                 "recovered": True,
+                "already_applied": already_applied,
                 "recovered_at": _now(),
                 "settle_seconds": self.settle_seconds,
-                "cause": f"{type(cause).__name__}: {cause}",
+                "cause": cause if isinstance(cause, str) else describe(cause),
                 "records": list(observed.values()),
             },
         )
@@ -563,11 +615,14 @@ class Route53:
     # -- handles -----------------------------------------------------------------------------
 
     def inspect(self, previous: Handle) -> Handle:
-        """The current view of the work ``previous`` names (a new handle)."""
+        """The current view of the work ``previous`` names (a new handle). Rejected for a
+        handle this adapter did not make (or a malformed one)."""
+        previous = check_handle(previous, provider=PROVIDER, kinds=_HANDLE_KINDS)
         kind = previous["kind"]
         observations = dict(previous["observations"])
         if kind == "change":
             if previous["id"] is None:
+                check_handle(previous, provider=PROVIDER, kinds={"change": _RECOVERED_KEYS})
                 return self._inspect_recovered(previous)
             info = self._call("GetChange", Id=previous["id"])["ChangeInfo"]
             status = str(info["Status"])
@@ -614,14 +669,14 @@ class Route53:
                 ok=status == "DELETED",
                 observations=observations,
             )
-        raise Rejected(f"not a Route53 handle: {kind}", provider=PROVIDER, code="UnknownHandle")
+        raise AssertionError(f"unhandled handle kind {kind}")  # pragma: no cover
 
     def _inspect_recovered(self, previous: Handle) -> Handle:
         observations = dict(previous["observations"])
         changes = _normalize_changes(observations["changes"])
-        state, observed = self._evidence(observations["zone_id"], changes)
+        observed = self._observe(str(observations["zone_id"]), changes)
         observations["records"] = list(observed.values())
-        if state != "post":
+        if not _holds(observed, expected_states(changes)[1]):
             status, done, ok = "DRIFTED", True, False
         else:
             status, done = "APPLIED", _settled(observations)
@@ -637,6 +692,7 @@ class Route53:
         )
 
     def stop(self, previous: Handle) -> NoReturn:
+        check_handle(previous, provider=PROVIDER, kinds=_HANDLE_KINDS)
         raise StopUnsupported(
             "Route53 cannot stop a submitted change batch; compensate with another batch"
         )
@@ -645,16 +701,20 @@ class Route53:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def _snake(operation: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
-
-
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
 
 
 def _settled(observations: Mapping[str, Any]) -> bool:
-    since = dt.datetime.fromisoformat(str(observations["recovered_at"]))
+    """Whether ``settle_seconds`` have passed since a recovered handle's ``recovered_at``."""
+    try:
+        since = dt.datetime.fromisoformat(str(observations["recovered_at"]))
+    except (KeyError, ValueError) as exc:
+        raise Rejected(
+            f"malformed recovered handle: {describe(exc)}",
+            provider=PROVIDER,
+            code="MalformedHandle",
+        ) from exc
     elapsed = (dt.datetime.now(dt.UTC) - since).total_seconds()
     return elapsed >= float(observations.get("settle_seconds", 60.0))
 
@@ -683,26 +743,26 @@ def _unknown(
     changes: list[Change],
     cause: BaseException,
     *,
+    before: Mapping[Key, Record],
     observed: Mapping[Key, Record] | None = None,
     read_error: ProviderError | None = None,
 ) -> Unknown:
     details: dict[str, Any] = {
         "zone_id": zone_id,
         "changes": changes,
-        "cause": f"{type(cause).__name__}: {cause}",
+        "before": list(before.values()),
     }
     if observed is not None:
         details["observed"] = list(observed.values())
-    if read_error is not None:
-        details["read_error"] = read_error.as_dict()
-    return Unknown(
-        "the change batch's response was lost and its records could not be read"
-        if read_error is not None
-        else "the change batch's response was lost and the records at its names hold neither "
-        "its pre-state nor its post-state",
+    return outcome_unknown(
         provider=PROVIDER,
         code="ChangeOutcomeUnknown",
+        subject="the change batch",
+        cause=cause,
+        finding="the records at its names hold neither the state read before sending nor "
+        "the batch's post-state (another writer changed them)",
         details=details,
+        read_error=read_error,
     )
 
 
@@ -711,14 +771,37 @@ def _normalize_changes(changes: Sequence[Mapping[str, Any]]) -> list[Change]:
         raise Rejected("a change batch needs at least one change", provider=PROVIDER)
     normalized: list[Change] = []
     for change in changes:
-        action = str(change["action"]).upper()
+        try:
+            action = str(change["action"]).upper()
+            rec = normalize(change["record"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise Rejected(
+                f"malformed change {change!r}: {describe(exc)}", provider=PROVIDER
+            ) from exc
         if action not in ACTIONS:
             raise Rejected(f"unknown change action {action!r}", provider=PROVIDER)
-        normalized.append(Change(action=action, record=normalize(change["record"])))  # type: ignore[typeddict-item]
+        normalized.append(Change(action=action, record=rec))  # type: ignore[typeddict-item]
     return normalized
 
 
-_PERMANENT = ("is not permitted in zone", "is not permitted at apex", "Invalid Resource Record")
+# Kinds of handle and the observations each needs.
+_HANDLE_KINDS: dict[str, tuple[str, ...]] = {
+    "change": (),  # a recovered one (id None) needs zone_id and changes: _RECOVERED_KEYS
+    "hosted_zone": (),
+    "hosted_zone_deletion": (),
+}
+
+_RECOVERED_KEYS = ("zone_id", "changes", "recovered_at")
+
+# InvalidChangeBatch messages no state of the zone could accept.
+_PERMANENT = (
+    "is not permitted in zone",
+    "is not permitted at apex",
+    "Invalid Resource Record",
+    "Duplicate Resource Record",
+    "The request contains an invalid set of changes",
+    "A HostedZone must contain",
+)
 
 
 def _change_error(exc: ClientError | BotoCoreError) -> ProviderError:
@@ -739,5 +822,9 @@ def _messages(message: str) -> list[str]:
     inner = message.strip()
     if inner.startswith("[") and inner.endswith("]"):
         inner = inner[1:-1]
-    parts = re.split(r", (?=Tried to |RRSet |Invalid Resource Record)", inner)
+    parts = re.split(
+        r", (?=Tried to |RRSet |Invalid Resource Record|Duplicate Resource Record|"
+        r"The request contains |A HostedZone must )",
+        inner,
+    )
     return [p.strip() for p in parts if p.strip()]

@@ -39,14 +39,25 @@ Faults (``self.faults.arm(operation, kind, ...)``; ``operation`` is the AWS oper
 
 - ``lose_response``: perform the operation, then drop the connection without a byte.
 - ``drop_request``: drop the connection without performing it (the request was lost on the
-  way in). For ``ChangeResourceRecordSets`` the param ``foreign_changes`` (boto3's
-  ``Changes`` shape) is applied in its place as another writer's batch — a race a recovery
-  must not mistake for its own change.
+  way in).
 - ``throttle``: do not perform; answer as the service throttles — Route53 400 ``Throttling``,
   Lambda 429 ``TooManyRequestsException``, JSON services 400 ``ThrottlingException``, query
   services 400 ``Throttling`` — so botocore's standard mode retries it.
+- ``server_error``: answer as a gateway in front of the service does, ``status`` (default 502)
+  with an HTML body; with ``apply: true`` the operation is performed first (the backend
+  applied it, the gateway lost the answer), otherwise not.
 - ``fail_update`` (``UpdateFunctionCode``, ``UpdateFunctionConfiguration``,
   ``PublishVersion``): the update ends ``Failed`` instead of ``Successful``.
+- ``hold_update`` (the same operations; standing, arm with ``times: null``): an update such an
+  operation starts while it is armed (on ``function`` only, if that param is given) stays
+  ``InProgress`` until it is cleared — a test observes the window without racing a delay.
+  Once cleared, the update ends as it would have.
+
+For ``ChangeResourceRecordSets``, the param ``foreign_changes`` (boto3's ``Changes`` shape) of
+``drop_request``, ``throttle``, ``server_error`` and ``lose_response`` is applied as another
+writer's batch — in place of ours (``drop_request``, ``throttle``, ``server_error`` without
+``apply``) or right after it (``lose_response``, ``server_error`` with ``apply``): the races a
+recovery must not mistake for its own change.
 
 Introspection for tests: :attr:`AwsStandIn.calls` counts the operations that reached a
 backend (performed, successful or not), :attr:`AwsStandIn.route53` ``.change_batches`` lists
@@ -109,8 +120,10 @@ _LAMBDA_UPDATES = {"UpdateFunctionCode", "UpdateFunctionConfiguration", "Publish
 
 @dataclass
 class _Update:
+    operation: str  # the operation that started it
     started: float  # time.monotonic()
     failed: bool
+    held: bool  # started under a hold_update fault: InProgress while one is armed
 
 
 class AwsStandIn(StandIn):
@@ -174,21 +187,37 @@ class AwsStandIn(StandIn):
     def _serve(
         self, request: Request, service: str, region: str, operation: str
     ) -> Response | _Lost:
-        if self.faults.take(operation, "throttle"):
+        throttled = self.faults.take(operation, "throttle")
+        if throttled:
             logger.info("aws: throttling %s", operation)
+            self._interfere(request, operation, throttled)
             return _throttled(service, request)
         dropped = self.faults.take(operation, "drop_request")
         if dropped:
             logger.info("aws: dropping the request %s", operation)
             self._interfere(request, operation, dropped)
             return LOST
+        failing = self.faults.take(operation, "server_error")
+        if failing and not failing.params.get("apply"):
+            logger.info("aws: a gateway error instead of %s", operation)
+            self._interfere(request, operation, failing)
+            return _gateway_error(failing)
         if service == "route53":
             response = self.route53.handle(request)
         else:
             response = self._moto(request, service, region, operation)
         with self._calls_lock:
             self.calls[operation] += 1
-        return self.deliver(operation, response)
+        if failing:
+            logger.info("aws: a gateway error after performing %s", operation)
+            self._interfere(request, operation, failing)
+            return _gateway_error(failing)
+        lost = self.faults.take(operation, "lose_response")
+        if lost:
+            logger.info("aws: losing the response to %s", operation)
+            self._interfere(request, operation, lost)
+            return LOST
+        return response
 
     def _interfere(self, request: Request, operation: str, fault: Fault) -> None:
         changes = fault.params.get("foreign_changes")
@@ -299,7 +328,12 @@ class AwsStandIn(StandIn):
             if operation != "PublishVersion" or key not in self._updates:
                 # (moto answers a publish without changes with the existing version.)
                 failed = self.faults.take(operation, "fail_update") is not None
-                self._updates[key] = _Update(started=time.monotonic(), failed=failed)
+                self._updates[key] = _Update(
+                    operation=operation,
+                    started=time.monotonic(),
+                    failed=failed,
+                    held=self._held(operation, key[1]),
+                )
         configurations: list[dict[str, Any]] = []
         if operation in {"GetFunctionConfiguration", *_LAMBDA_UPDATES}:
             configurations.append(body)
@@ -325,11 +359,21 @@ class AwsStandIn(StandIn):
         update = self._updates.get((region, function, version))
         if update is None:
             return None, None
+        if update.held and self._held(update.operation, function):
+            return "InProgress", None
         if time.monotonic() - update.started < self.lambda_update_delay:
             return "InProgress", None
         if update.failed:
             return "Failed", "The update failed (a fail_update fault of the AWS stand-in)."
         return "Successful", None
+
+    def _held(self, operation: str, function: str) -> bool:
+        return any(
+            fault["kind"] == "hold_update"
+            and fault["operation"] in (operation, "*")
+            and fault["params"].get("function") in (None, function)
+            for fault in self.faults.listing()
+        )
 
     # -- ACM -----------------------------------------------------------------------------------
 
@@ -413,6 +457,14 @@ def _function_name(path: str) -> str | None:
 
 def _lambda_error(status: int, code: str, message: str) -> Response:
     return Response.json(status, {"Type": "User", "message": message}, {"x-amzn-ErrorType": code})
+
+
+def _gateway_error(fault: Fault) -> Response:
+    status = int(fault.params.get("status") or 502)
+    phrase = {500: "Internal Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}
+    text = phrase.get(status, "Gateway Timeout")
+    body = f"<html><body><h1>{status} {text}</h1></body></html>"
+    return Response(status, body.encode(), {"Content-Type": "text/html"})
 
 
 def _throttled(service: str, request: Request) -> Response:

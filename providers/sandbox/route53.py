@@ -11,9 +11,17 @@ module implements the subset of the Route53 REST-XML API Alfred uses, with AWS's
   errors of a batch are reported together, as AWS does: ``InvalidChangeBatch`` (400) whose
   message is the bracketed, comma-separated list of AWS's texts.
 - **Exact DELETE.** A DELETE names the record set's current TTL, values (in any order) or alias
-  target and routing fields; anything else is "...but the values provided do not match the
-  current values"; an absent set is "...but it was not found". Deleting one set twice in a
-  batch fails the second time.
+  target (``EvaluateTargetHealth`` included) and routing fields; anything else is "...but the
+  values provided do not match the current values"; an absent set is "...but it was not
+  found".
+- **One change per record set.** Two changes to one record set (name, type, set identifier)
+  in a batch are refused with "The request contains an invalid set of changes for a resource
+  record set '<type> <name>'" — except a DELETE followed by a CREATE, the replace idiom.
+- **No duplicate values.** A record set that lists one value twice is "Duplicate Resource
+  Record: '<value>'".
+- **The apex keeps its NS and SOA.** A batch that would leave the zone without them is "A
+  HostedZone must contain at least one NS record for the zone itself." / "A HostedZone must
+  contain exactly one SOA record." (they may be replaced: DELETE + CREATE, or UPSERT).
 - **CNAME exclusivity.** A CNAME excludes every other record at its name (both directions, with
   AWS's two messages), and is refused at the zone apex (where NS and SOA always live).
 - **CREATE of an existing set** fails ("...but it already exists"); UPSERT replaces it.
@@ -28,8 +36,8 @@ module implements the subset of the Route53 REST-XML API Alfred uses, with AWS's
 
 Not modelled (documented gaps): alias targets are not resolved or checked for existence,
 traffic policies, health checks, DNSSEC, private-zone VPC associations (a ``VPC`` in the
-request only marks the zone private), value syntax beyond A/AAAA addresses, and the rules that
-keep the apex SOA/NS from being deleted.
+request only marks the zone private), value syntax beyond A/AAAA addresses and duplicates, and
+NS/SOA records below the apex.
 
 :attr:`Route53.change_batches` lists every applied batch (id, zone, comment, changes) so a test
 can count them — e.g. to prove that recovering a lost response sent no second batch.
@@ -521,8 +529,15 @@ class Route53:
         """Validate ``changes`` in order against a working copy of the zone; commit the copy
         only if all of them are valid (Route53 applies a batch whole or not at all)."""
         work = dict(zone.rrsets)
-        errors: list[str] = []
+        repeated = _repeated_sets(changes)
+        errors: list[str] = [
+            "The request contains an invalid set of changes for a resource record set "
+            f"'{rrset.type} {escaped(rrset.name)}'"
+            for rrset in repeated.values()
+        ]
         for action, rrset in changes:
+            if rrset.key in repeated:
+                continue
             message = self._check_change(zone, work, action, rrset)
             if message:
                 errors.append(message)
@@ -530,6 +545,10 @@ class Route53:
                 del work[rrset.key]
             else:
                 work[rrset.key] = rrset
+        if (zone.name, "NS", None) not in work:
+            errors.append("A HostedZone must contain at least one NS record for the zone itself.")
+        if (zone.name, "SOA", None) not in work:
+            errors.append("A HostedZone must contain exactly one SOA record.")
         if errors:
             raise Route53Error(400, "InvalidChangeBatch", "[" + ", ".join(errors) + "]")
         zone.rrsets = work
@@ -556,6 +575,11 @@ class Route53:
         """AWS's message for the first rule ``rrset`` breaks, or None."""
         if not _in_zone(rrset.name, zone.name):
             return f"RRSet with DNS name {escaped(rrset.name)} is not permitted in zone {zone.name}"
+        seen: set[str] = set()
+        for value in rrset.values:
+            if value in seen:
+                return f"Duplicate Resource Record: '{value}'"
+            seen.add(value)
         if action == "DELETE":
             current = work.get(rrset.key)
             if current is None:
@@ -604,6 +628,20 @@ class Route53:
         root = _root("GetChangeResponse")
         _change_xml(root, change)
         return _xml_response(200, root)
+
+
+def _repeated_sets(changes: list[tuple[str, RRSet]]) -> dict[tuple[str, str, str | None], RRSet]:
+    """The record sets a batch changes more than once, other than DELETE then CREATE."""
+    actions: dict[tuple[str, str, str | None], list[str]] = {}
+    first: dict[tuple[str, str, str | None], RRSet] = {}
+    for action, rrset in changes:
+        actions.setdefault(rrset.key, []).append(action)
+        first.setdefault(rrset.key, rrset)
+    return {
+        key: first[key]
+        for key, done in actions.items()
+        if len(done) > 1 and done != ["DELETE", "CREATE"]
+    }
 
 
 # -- request parsing ---------------------------------------------------------------------------

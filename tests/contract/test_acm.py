@@ -163,17 +163,25 @@ def test_lost_request_response_returns_same_certificate(
 
 @pytest.mark.standin
 def test_validation_records_published_after_a_moment(
-    aws_acm: Acm, aws_zone: Zone, aws_certificates: Certificates, aws_patience: float
+    aws_acm: Acm,
+    aws_zone: Zone,
+    aws_certificates: Certificates,
+    aws_standin: AwsStandIn,
+    aws_patience: float,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # given: a request for a name and its wildcard
+    # given: a request for a name and its wildcard, while ACM takes its time (long enough
+    # for any number of round trips) to publish the validation records
+    monkeypatch.setattr(aws_standin, "acm_record_delay", 3600.0)
     domain = f"{unique('c')}.{aws_zone['name']}"
     requested = aws_acm.request(
         domain, alternative_names=[f"*.{domain}"], idempotency_token=unique("t")
     )
     arn = aws_certificates.track(str(requested["id"]))
 
-    # when: asked at once, then with patience
+    # when: asked at once, then with patience once ACM has published them
     early = aws_acm.validation_records(arn, wait=0)
+    monkeypatch.setattr(aws_standin, "acm_record_delay", 0.2)
     later = aws_acm.validation_records(arn, wait=aws_patience)
 
     # then: ACM had not published them yet; later one record serves both names
@@ -291,9 +299,10 @@ def _short_lived_certificate(domain: str, seconds: float) -> tuple[bytes, bytes,
 def test_override_rejects_expired_certificate(
     aws_acm: Acm, aws_zone: Zone, aws_certificates: Certificates, aws_boto: Boto
 ) -> None:
-    # given: an imported certificate for the domain, expired since
+    # given: an imported certificate for the domain (valid long enough for the round trips of
+    # the first check, even on a loaded machine), expired since
     domain = f"{unique('c')}.{aws_zone['name']}"
-    body, key, not_after = _short_lived_certificate(domain, seconds=0.5)
+    body, key, not_after = _short_lived_certificate(domain, seconds=2.0)
     arn = aws_certificates.track(
         aws_boto.acm.import_certificate(Certificate=body, PrivateKey=key)["CertificateArn"]
     )
@@ -343,6 +352,22 @@ def test_delete_and_stop_remove_the_certificate(
     assert absent(lambda: aws_acm.describe(str(second["id"])))
     assert aws_acm.inspect(deleted)["status"] == "DELETED"
     assert aws_acm.delete(str(first["id"]))["observations"]["already_absent"] is True
+
+
+def test_malformed_handles_rejected(aws_acm: Acm) -> None:
+    foreign = {"provider": "aws.route53", "kind": "change", "id": None, "status": "APPLIED"}
+    arnless: dict[str, object] = {
+        "provider": "aws.acm",
+        "kind": "certificate",
+        "id": None,
+        "status": "PENDING_VALIDATION",
+        "observations": {},
+    }
+    malformed_handles: list[object] = [foreign, arnless, {"kind": "certificate"}, []]
+    for malformed in malformed_handles:
+        for use in (aws_acm.inspect, aws_acm.stop):
+            with pytest.raises(Rejected):
+                use(malformed)  # type: ignore[arg-type]
 
 
 @pytest.mark.standin

@@ -5,14 +5,24 @@ Each test gets a fresh fleet of two functions (versions 1-3; staging -> 3, produ
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
-from providers.aws.clients import translate
+from providers.aws.clients import AwsClients, translate
 from providers.aws.lambda_ import Lambda
 from providers.errors import Conflict, NotFound, Rejected, Transient
 from providers.handles import StopUnsupported
 from providers.sandbox.aws import AwsStandIn
-from tests.contract.fixtures.aws import Boto, Fleet, await_settled, eventually, function_code
+from tests.contract.fixtures.aws import (
+    Boto,
+    Fleet,
+    await_settled,
+    eventually,
+    function_code,
+    updates_held,
+)
 
 
 def test_fleet_discovered_by_tag(aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto) -> None:
@@ -161,9 +171,10 @@ def test_update_status_in_progress_then_successful(
     function = aws_fleet.functions[0]
     client = aws_boto.lambda_
 
-    # when: the code is updated, then published
-    client.update_function_code(FunctionName=function, ZipFile=function_code(4))
-    updating = aws_lambda.version_status(function, "$LATEST")
+    # when: the code is updated (and observed while the update runs), then published
+    with updates_held("UpdateFunctionCode", function):
+        client.update_function_code(FunctionName=function, ZipFile=function_code(4))
+        updating = aws_lambda.version_status(function, "$LATEST")
     await_settled(client, function, timeout=aws_patience)
     latest = aws_lambda.version_status(function, "$LATEST")
     published = client.publish_version(FunctionName=function)["Version"]
@@ -186,11 +197,12 @@ def test_update_refused_while_another_is_in_progress(
     # given
     function = aws_fleet.functions[0]
     client = aws_boto.lambda_
-    client.update_function_code(FunctionName=function, ZipFile=function_code(4))
+    with updates_held("UpdateFunctionCode", function):
+        client.update_function_code(FunctionName=function, ZipFile=function_code(4))
 
-    # when / then: Lambda refuses to publish during the update
-    with pytest.raises(client.exceptions.ResourceConflictException) as caught:
-        client.publish_version(FunctionName=function)
+        # when / then: Lambda refuses to publish during the update
+        with pytest.raises(client.exceptions.ResourceConflictException) as caught:
+            client.publish_version(FunctionName=function)
     assert "An update is in progress" in str(caught.value)
 
 
@@ -203,17 +215,113 @@ def test_alias_update_done_when_the_version_settles(
     client = aws_boto.lambda_
     client.update_function_code(FunctionName=function, ZipFile=function_code(4))
     await_settled(client, function, timeout=aws_patience)
-    version = client.publish_version(FunctionName=function)["Version"]
+    with updates_held("PublishVersion", function):
+        version = client.publish_version(FunctionName=function)["Version"]
 
-    # when
-    moved = aws_lambda.update_alias(aws_lambda.alias(function, "staging"), version=version)
+        # when
+        moved = aws_lambda.update_alias(aws_lambda.alias(function, "staging"), version=version)
 
-    # then: not done until the version's update is
-    assert (moved["status"], moved["done"]) == ("InProgress", False)
+        # then: not done while the version's update runs
+        assert (moved["status"], moved["done"]) == ("InProgress", False)
+        assert aws_lambda.inspect(moved)["done"] is False
+
+    # and done once it has settled
     settled = eventually(
         lambda: aws_lambda.inspect(moved), lambda h: h["done"], timeout=aws_patience
     )
     assert (settled["status"], settled["ok"]) == ("Successful", True)
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("fault", ["throttle", "drop_request"])
+def test_alias_moved_but_version_unread_is_not_an_error(
+    fault: str,
+    aws_clients: AwsClients,
+    aws_fleet: Fleet,
+    aws_standin: AwsStandIn,
+    aws_patience: float,
+) -> None:
+    # given: an adapter whose reads are not retried, and the read of the version right after
+    # UpdateAlias fails
+    lambda_ = Lambda(clients=dataclasses.replace(aws_clients, max_attempts=1))
+    function = aws_fleet.functions[0]
+    planned = lambda_.alias(function, "production")
+    read = aws_standin.faults.arm("GetFunctionConfiguration", fault)
+
+    # when
+    moved = lambda_.update_alias(planned, version="3")
+
+    # then: the alias moved, and the handle says so (not an error that says nothing changed)
+    now = lambda_.alias(function, "production")
+    assert read.fired == 1
+    assert (moved["status"], moved["done"], moved["ok"]) == ("APPLIED", False, False)
+    assert moved["observations"]["alias_version"] == "3"
+    assert moved["observations"]["revision_id"] == now["revision_id"]
+    assert moved["observations"]["status_error"]["type"] in ("Throttled", "Transient")
+    assert now["version"] == "3"
+
+    # and inspect() fills the status in
+    settled = eventually(lambda: lambda_.inspect(moved), lambda h: h["done"], timeout=aws_patience)
+    assert (settled["status"], settled["ok"]) == ("Successful", True)
+    assert "status_error" not in settled["observations"]
+
+
+@pytest.mark.standin
+def test_gateway_error_after_alias_update_recovered(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_standin: AwsStandIn
+) -> None:
+    # given: Lambda applies the update, a gateway answers 502
+    function = aws_fleet.functions[0]
+    planned = aws_lambda.alias(function, "production")
+    before = aws_standin.calls["UpdateAlias"]
+    aws_standin.faults.arm("UpdateAlias", "server_error", apply=True)
+
+    # when
+    moved = aws_lambda.update_alias(planned, version="3")
+
+    # then: resolved by reading the alias, not reported Transient; one update performed
+    assert moved["observations"]["recovered"] is True
+    assert aws_standin.calls["UpdateAlias"] - before == 1
+    assert aws_lambda.alias(function, "production")["version"] == "3"
+
+
+class _FirstAttemptLandsLate:
+    """The mutation client, as seen when our first UpdateAlias was delayed in the network: it
+    lands just before the adapter's re-send (which then meets the RevisionId it consumed)."""
+
+    def __init__(self, client: Any, late: Any) -> None:
+        self._client = client
+        self._late = late
+        self.sent = 0
+
+    def update_alias(self, **kwargs: Any) -> Any:
+        self.sent += 1
+        if self.sent == 2:
+            self._late.update_alias(**kwargs)
+        return self._client.update_alias(**kwargs)
+
+
+@pytest.mark.standin
+def test_resend_refused_because_the_first_landed_is_recovered(
+    aws_clients: AwsClients, aws_boto: Boto, aws_fleet: Fleet, aws_standin: AwsStandIn
+) -> None:
+    # given: the first UpdateAlias gets a 502 without being applied yet, and lands late
+    function = aws_fleet.functions[0]
+    mutation = _FirstAttemptLandsLate(
+        aws_clients.client("lambda", max_attempts=1), aws_boto.lambda_
+    )
+    lambda_ = Lambda(client=aws_boto.lambda_, mutation_client=mutation)
+    planned = lambda_.alias(function, "production")
+    aws_standin.faults.arm("UpdateAlias", "server_error", apply=False)
+
+    # when: the re-send is refused on the RevisionId
+    moved = lambda_.update_alias(planned, version="3")
+
+    # then: the alias is read back and the update taken as applied, not a Conflict
+    assert mutation.sent == 2
+    assert moved["observations"]["recovered"] is True
+    assert "PreconditionFailedException" in moved["observations"]["cause"]
+    assert lambda_.alias(function, "production")["version"] == "3"
 
 
 @pytest.mark.standin
@@ -306,14 +414,17 @@ def test_update_of_busy_function_is_transient(
 ) -> None:
     # given: an update in progress
     function = aws_fleet.functions[0]
-    aws_boto.lambda_.update_function_code(FunctionName=function, ZipFile=function_code(4))
+    with updates_held("UpdateFunctionCode", function):
+        aws_boto.lambda_.update_function_code(FunctionName=function, ZipFile=function_code(4))
 
-    # when / then: the adapter calls it what it is: try again later
-    with pytest.raises(Transient):
-        try:
-            aws_boto.lambda_.update_function_code(FunctionName=function, ZipFile=function_code(5))
-        except aws_boto.lambda_.exceptions.ResourceConflictException as exc:
-            raise translate(exc, provider="aws.lambda", operation="UpdateFunctionCode") from exc
+        # when / then: the adapter calls it what it is: try again later
+        with pytest.raises(Transient):
+            try:
+                aws_boto.lambda_.update_function_code(
+                    FunctionName=function, ZipFile=function_code(5)
+                )
+            except aws_boto.lambda_.exceptions.ResourceConflictException as exc:
+                raise translate(exc, provider="aws.lambda", operation="UpdateFunctionCode") from exc
 
 
 def test_stop_is_unsupported(aws_lambda: Lambda, aws_fleet: Fleet) -> None:
@@ -322,3 +433,18 @@ def test_stop_is_unsupported(aws_lambda: Lambda, aws_fleet: Fleet) -> None:
     )
     with pytest.raises(StopUnsupported):
         aws_lambda.stop(moved)
+
+
+def test_malformed_handles_rejected(aws_lambda: Lambda) -> None:
+    foreign = {"provider": "aws.route53", "kind": "change", "id": None, "status": "APPLIED"}
+    hollow = {
+        "provider": "aws.lambda",
+        "kind": "alias_update",
+        "id": "arn",
+        "status": "APPLIED",
+        "observations": {"function": "f"},
+    }
+    for malformed in (foreign, hollow, None):
+        for use in (aws_lambda.inspect, aws_lambda.restore, aws_lambda.stop):
+            with pytest.raises(Rejected):
+                use(malformed)  # type: ignore[arg-type]

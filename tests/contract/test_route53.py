@@ -7,14 +7,15 @@ injection or the stand-in's view of the change batches it applied.
 
 from __future__ import annotations
 
-import time
+import datetime as dt
+from typing import Any
 
 import pytest
 
 from providers.aws import AwsClients
-from providers.aws.route53 import Change, Record, Route53, Zone, record
-from providers.errors import Conflict, NotFound, Rejected, Throttled, Unknown
-from providers.handles import StopUnsupported
+from providers.aws.route53 import Change, Record, Route53, Zone, record, to_wire
+from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient, Unknown
+from providers.handles import Handle, StopUnsupported
 from providers.sandbox.aws import AwsStandIn
 from tests.contract.fixtures.aws import Boto, DnsNames, eventually, unique
 
@@ -31,6 +32,28 @@ def cname(name: str, target: str, ttl: int = 300) -> Record:
 
 def create(*records: Record) -> list[Change]:
     return [Change(action="CREATE", record=r) for r in records]
+
+
+def upsert(*records: Record) -> list[Change]:
+    return [Change(action="UPSERT", record=r) for r in records]
+
+
+def delete(*records: Record) -> list[Change]:
+    return [Change(action="DELETE", record=r) for r in records]
+
+
+def wire(changes: list[Change]) -> list[dict[str, Any]]:
+    """boto3's ``Changes`` shape: another writer's batch for a fault's ``foreign_changes``."""
+    return [{"Action": c["action"], "ResourceRecordSet": to_wire(c["record"])} for c in changes]
+
+
+def alias_to(name: str, zone: Zone, target: str, *, health: bool = False) -> Record:
+    """An A alias at ``name`` to the record ``target`` in the same zone (valid on AWS too)."""
+    return record(
+        name,
+        "A",
+        alias={"hosted_zone_id": zone["id"], "dns_name": target, "evaluate_target_health": health},
+    )
 
 
 def batches(standin: AwsStandIn, operation: str) -> int:
@@ -496,6 +519,153 @@ def test_cname_replaced_by_alias_in_one_batch(
     assert aws_route53.records(aws_zone["id"], name) == [alias]
 
 
+def test_duplicate_values_rejected(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given
+    name = aws_dns_names()
+
+    # when
+    with pytest.raises(Rejected) as caught:
+        aws_route53.change(
+            aws_zone["id"], create(a(name, "192.0.2.1", "192.0.2.1")), operation=unique("op-")
+        )
+
+    # then
+    assert caught.value.code == "InvalidChangeBatch"
+    assert caught.value.details["messages"] == ["Duplicate Resource Record: '192.0.2.1'"]
+    assert aws_route53.records(aws_zone["id"], name) == []
+
+
+def test_two_changes_to_one_record_set_rejected(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given
+    name = aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+    invalid = (
+        f"The request contains an invalid set of changes for a resource record set 'A {name}.'"
+    )
+
+    for batch in (
+        upsert(a(name, "192.0.2.2"), a(name, "192.0.2.3")),
+        delete(a(name, "192.0.2.1"), a(name, "192.0.2.1")),
+    ):
+        # when
+        with pytest.raises(Rejected) as caught:
+            aws_route53.change(aws_zone["id"], batch, operation=unique("op-"))
+
+        # then: refused whole
+        assert caught.value.details["messages"] == [invalid]
+        assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.1")]
+
+
+def test_delete_then_create_replaces_a_record_set(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given
+    name = aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+
+    # when: the replace idiom, one set changed twice in one batch
+    aws_route53.change(
+        aws_zone["id"],
+        [*delete(a(name, "192.0.2.1")), *create(a(name, "192.0.2.2"))],
+        operation=unique("op-"),
+    )
+
+    # then
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.2")]
+
+
+def test_apex_ns_and_soa_cannot_be_deleted(aws_route53: Route53, aws_zone: Zone) -> None:
+    # given: a zone of the test's own (so even a wrongly accepted DELETE harms nothing else)
+    name = f"{unique('z')}.{aws_zone['name']}"
+    zone_id = str(aws_route53.create_zone(name, caller_reference=unique("alfred-contract-"))["id"])
+    try:
+        apex = {r["type"]: r for r in aws_route53.records(zone_id, name)}
+        expected = {
+            "NS": "A HostedZone must contain at least one NS record for the zone itself.",
+            "SOA": "A HostedZone must contain exactly one SOA record.",
+        }
+        for rtype, message in expected.items():
+            # when
+            with pytest.raises(Rejected) as caught:
+                aws_route53.change(zone_id, delete(apex[rtype]), operation=unique("op-"))
+
+            # then
+            assert caught.value.details["messages"] == [message]
+        assert {r["type"] for r in aws_route53.records(zone_id, name)} == {"NS", "SOA"}
+    finally:
+        aws_route53.delete_zone(zone_id)
+
+
+def test_cname_beside_alias_rejected(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: an A alias at the name (to a record in the zone)
+    name, target = aws_dns_names(), aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(target, "192.0.2.1")), operation=unique("op-"))
+    alias = alias_to(name, aws_zone, target)
+    aws_route53.change(aws_zone["id"], create(alias), operation=unique("op-"))
+
+    # when
+    with pytest.raises(Conflict) as caught:
+        aws_route53.change(
+            aws_zone["id"], create(cname(name, "target.example.net")), operation=unique("op-")
+        )
+
+    # then: an alias A is an A: the CNAME may not join it
+    assert caught.value.details["messages"] == [
+        f"RRSet of type CNAME with DNS name {name}. is not permitted as it conflicts with "
+        f"other records with the same DNS name in zone {aws_zone['name']}."
+    ]
+    assert aws_route53.records(aws_zone["id"], name) == [alias]
+
+
+def test_alias_delete_must_match_evaluate_target_health(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: an alias that does not evaluate its target's health
+    name, target = aws_dns_names(), aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(target, "192.0.2.1")), operation=unique("op-"))
+    alias = alias_to(name, aws_zone, target, health=False)
+    aws_route53.change(aws_zone["id"], create(alias), operation=unique("op-"))
+
+    # when: a DELETE that differs only in EvaluateTargetHealth
+    with pytest.raises(Conflict) as caught:
+        aws_route53.change(
+            aws_zone["id"],
+            delete(alias_to(name, aws_zone, target, health=True)),
+            operation=unique("op-"),
+        )
+
+    # then: refused; the exact one is accepted
+    assert caught.value.details["messages"] == [
+        f"Tried to delete resource record set [name='{name}.', type='A'] "
+        "but the values provided do not match the current values"
+    ]
+    assert aws_route53.records(aws_zone["id"], name) == [alias]
+    aws_route53.change(aws_zone["id"], delete(alias), operation=unique("op-"))
+    assert aws_route53.records(aws_zone["id"], name) == []
+
+
+def test_malformed_handles_rejected(aws_route53: Route53) -> None:
+    # given: a handle of another adapter, one without observations, a recovered change handle
+    # that lost its evidence, and no handle at all
+    foreign = {"provider": "aws.lambda", "kind": "alias_update", "id": "x", "status": "APPLIED"}
+    bare = {"provider": "aws.route53", "kind": "change", "id": None, "status": "APPLIED"}
+    hollow = {**bare, "observations": {"recovered": True}}
+
+    # when / then
+    for malformed in (foreign, bare, hollow, "change"):
+        with pytest.raises(Rejected):
+            aws_route53.inspect(malformed)  # type: ignore[arg-type]
+    for malformed in (foreign, bare, "change"):
+        with pytest.raises(Rejected):
+            aws_route53.stop(malformed)  # type: ignore[arg-type]
+
+
 def test_stop_is_unsupported(aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames) -> None:
     # given
     submitted = aws_route53.change(
@@ -512,30 +682,59 @@ def test_stop_is_unsupported(aws_route53: Route53, aws_zone: Zone, aws_dns_names
 
 @pytest.mark.standin
 def test_lost_change_response_recovered_without_second_batch(
-    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+    aws_clients: AwsClients, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
 ) -> None:
     # given: Route53 applies the batch, but its response never arrives
     name = aws_dns_names()
     operation = unique("op-")
+    route53 = Route53(clients=aws_clients, settle_seconds=3600)
     aws_standin.faults.arm("ChangeResourceRecordSets", "lose_response")
 
     # when
-    recovered = aws_route53.change(
-        aws_zone["id"], create(a(name, "192.0.2.1")), operation=operation
-    )
+    recovered = route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=operation)
 
     # then: recovered from the records, exactly one batch applied
     assert recovered["id"] is None
     assert recovered["status"] == "APPLIED"
     assert recovered["observations"]["recovered"] is True
+    assert recovered["observations"]["already_applied"] is False
     assert recovered["observations"]["records"] == [a(name, "192.0.2.1")]
     assert batches(aws_standin, operation) == 1
 
-    # and inspect() holds it APPLIED until the settle time, then done
-    assert aws_route53.inspect(recovered)["done"] is False
-    time.sleep(aws_route53.settle_seconds)
-    settled = aws_route53.inspect(recovered)
+    # and inspect() holds it APPLIED until the settle time has passed since the recovery
+    held = route53.inspect(recovered)
+    assert (held["status"], held["done"]) == ("APPLIED", False)
+    settled = route53.inspect(_recovered_long_ago(recovered))
     assert (settled["status"], settled["done"], settled["ok"]) == ("APPLIED", True, True)
+    assert batches(aws_standin, operation) == 1
+
+
+def _recovered_long_ago(recovered: Handle) -> Handle:
+    """``recovered`` as if its settle time had passed (instead of sleeping through it)."""
+    since = dt.datetime.fromisoformat(recovered["observations"]["recovered_at"])
+    settle = float(recovered["observations"]["settle_seconds"])
+    earlier = (since - dt.timedelta(seconds=settle + 1)).isoformat()
+    return {**recovered, "observations": {**recovered["observations"], "recovered_at": earlier}}
+
+
+@pytest.mark.standin
+def test_retry_after_lost_response_sends_nothing(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given: a batch applied whose response was lost
+    name = aws_dns_names()
+    operation = unique("op-")
+    batch = upsert(a(name, "192.0.2.1"))
+    aws_standin.faults.arm("ChangeResourceRecordSets", "lose_response")
+    aws_route53.change(aws_zone["id"], batch, operation=operation)
+
+    # when: the caller retries the same batch
+    again = aws_route53.change(aws_zone["id"], batch, operation=operation)
+
+    # then: the records already hold its post-state; nothing sent
+    assert (again["id"], again["status"], again["done"]) == (None, "APPLIED", False)
+    assert again["observations"]["already_applied"] is True
+    assert again["observations"]["records"] == [a(name, "192.0.2.1")]
     assert batches(aws_standin, operation) == 1
 
 
@@ -549,11 +748,7 @@ def test_recovered_change_reported_drifted_once_the_records_change(
     recovered = aws_route53.change(
         aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-")
     )
-    aws_route53.change(
-        aws_zone["id"],
-        [Change(action="DELETE", record=a(name, "192.0.2.1"))],
-        operation=unique("op-"),
-    )
+    aws_route53.change(aws_zone["id"], delete(a(name, "192.0.2.1")), operation=unique("op-"))
 
     # when
     inspected = aws_route53.inspect(recovered)
@@ -563,24 +758,105 @@ def test_recovered_change_reported_drifted_once_the_records_change(
 
 
 @pytest.mark.standin
-def test_dropped_change_request_resent_once(
+def test_lost_upsert_then_foreign_write_is_unknown_not_overwritten(
     aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
 ) -> None:
-    # given: the batch is lost on the way in (the records still hold the pre-state)
+    # given: our UPSERT is applied, its response lost, and another writer changes the name
+    # before the adapter reads it back
     name = aws_dns_names()
     operation = unique("op-")
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+    theirs = upsert(a(name, "198.51.100.7"))
+    aws_standin.faults.arm(
+        "ChangeResourceRecordSets", "lose_response", foreign_changes=wire(theirs)
+    )
+
+    # when
+    with pytest.raises(Unknown) as caught:
+        aws_route53.change(aws_zone["id"], upsert(a(name, "192.0.2.2")), operation=operation)
+
+    # then: our batch went once and was not re-sent over theirs; the evidence is in the error
+    assert batches(aws_standin, operation) == 1
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "198.51.100.7")]
+    assert caught.value.code == "ChangeOutcomeUnknown"
+    assert caught.value.details["before"] == [a(name, "192.0.2.1")]
+    assert caught.value.details["observed"] == [a(name, "198.51.100.7")]
+
+
+@pytest.mark.standin
+def test_dropped_change_is_transient_and_a_retry_applies_it_once(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given: the batch is lost on the way in
+    name = aws_dns_names()
+    operation = unique("op-")
+    batch = upsert(a(name, "192.0.2.1"))
     aws_standin.faults.arm("ChangeResourceRecordSets", "drop_request")
 
     # when
-    submitted = aws_route53.change(
-        aws_zone["id"], create(a(name, "192.0.2.1")), operation=operation
-    )
+    with pytest.raises(Transient) as caught:
+        aws_route53.change(aws_zone["id"], batch, operation=operation)
 
-    # then: sent again once, with a change id this time
-    assert submitted["id"] is not None
-    assert "resent_after" in submitted["observations"]
+    # then: not re-sent (it might have been in flight still); nothing applied
+    assert caught.value.code == "NotApplied"
+    assert caught.value.details["observed"] == []
+    assert batches(aws_standin, operation) == 0
+    assert aws_route53.records(aws_zone["id"], name) == []
+
+    # and the caller's retry applies it, once
+    submitted = aws_route53.change(aws_zone["id"], batch, operation=operation)
+    assert (submitted["id"] is not None, submitted["status"]) == (True, "PENDING")
     assert batches(aws_standin, operation) == 1
     assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.1")]
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("applied", [True, False], ids=["applied", "not-applied"])
+def test_gateway_error_on_change_resolved_by_reading(
+    applied: bool,
+    aws_route53: Route53,
+    aws_zone: Zone,
+    aws_dns_names: DnsNames,
+    aws_standin: AwsStandIn,
+) -> None:
+    # given: a 502 from a gateway, after the batch was applied or instead of it
+    name = aws_dns_names()
+    operation = unique("op-")
+    batch = create(a(name, "192.0.2.1"))
+    aws_standin.faults.arm("ChangeResourceRecordSets", "server_error", status=502, apply=applied)
+
+    # when / then: never re-sent; the records decide
+    if applied:
+        recovered = aws_route53.change(aws_zone["id"], batch, operation=operation)
+        assert (recovered["id"], recovered["status"]) == (None, "APPLIED")
+        assert "502" in recovered["observations"]["cause"]
+        assert batches(aws_standin, operation) == 1
+    else:
+        with pytest.raises(Transient) as caught:
+            aws_route53.change(aws_zone["id"], batch, operation=operation)
+        assert caught.value.code == "NotApplied"
+        assert batches(aws_standin, operation) == 0
+
+
+@pytest.mark.standin
+def test_batch_landed_meanwhile_is_recovered_not_a_conflict(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given: an earlier attempt of this very batch, still in flight when change() read the
+    # records, lands while this attempt is throttled; the retried CREATE then finds the set
+    name = aws_dns_names()
+    operation = unique("op-")
+    batch = create(a(name, "192.0.2.1"))
+    aws_standin.faults.arm("ChangeResourceRecordSets", "throttle", foreign_changes=wire(batch))
+
+    # when
+    recovered = aws_route53.change(aws_zone["id"], batch, operation=operation)
+
+    # then: InvalidChangeBatch re-checked against the records, not reported as a Conflict
+    assert (recovered["id"], recovered["status"]) == (None, "APPLIED")
+    assert "InvalidChangeBatch" in recovered["observations"]["cause"]
+    assert recovered["observations"]["records"] == [a(name, "192.0.2.1")]
+    assert batches(aws_standin, operation) == 0
 
 
 @pytest.mark.standin
@@ -590,16 +866,8 @@ def test_lost_change_with_foreign_write_is_unknown(
     # given: our batch is lost while another writer puts a different record at the name
     name = aws_dns_names()
     operation = unique("op-")
-    foreign = {
-        "Action": "CREATE",
-        "ResourceRecordSet": {
-            "Name": name,
-            "Type": "A",
-            "TTL": 300,
-            "ResourceRecords": [{"Value": "198.51.100.1"}],
-        },
-    }
-    aws_standin.faults.arm("ChangeResourceRecordSets", "drop_request", foreign_changes=[foreign])
+    theirs = create(a(name, "198.51.100.1"))
+    aws_standin.faults.arm("ChangeResourceRecordSets", "drop_request", foreign_changes=wire(theirs))
 
     # when
     with pytest.raises(Unknown) as caught:

@@ -23,7 +23,9 @@ record set's current values.
    - the post-state: the batch was applied; a *recovered* handle;
    - exactly the pre-state read in step 1: not applied *so far* — but the request may still be
      in flight, so it is NOT re-sent: :class:`~providers.errors.Transient` (``NotApplied``,
-     with the records as evidence); the caller retries later and step 1 decides again;
+     with the records as evidence and ``retry_after_seconds``, the change client's read
+     timeout: a request still in flight has landed or died by then); the caller retries no
+     sooner and step 1 decides again;
    - anything else (another writer changed the names; the read failed):
      :class:`~providers.errors.Unknown` with what was observed. Never re-sent.
 
@@ -248,6 +250,10 @@ class Route53:
         self.settle_seconds = settle_seconds
         self._sleep = sleep
 
+    def _in_flight_window(self) -> float:
+        config = getattr(getattr(self._change_client, "meta", None), "config", None)
+        return float(getattr(config, "read_timeout", None) or 60.0)
+
     # -- reads -------------------------------------------------------------------------------
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
@@ -430,6 +436,9 @@ class Route53:
                     "changes": changes,
                     "cause": describe(cause),
                     "observed": list(observed.values()),
+                    # A request still in flight lands within the client's read timeout: a
+                    # retry sooner could find the pre-state again and send a second batch.
+                    "retry_after_seconds": self._in_flight_window(),
                 },
             ) from cause
         raise _unknown(zone_id, changes, cause, before=before, observed=observed) from cause

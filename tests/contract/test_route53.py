@@ -800,6 +800,8 @@ def test_dropped_change_is_transient_and_a_retry_applies_it_once(
     # then: not re-sent (it might have been in flight still); nothing applied
     assert caught.value.code == "NotApplied"
     assert caught.value.details["observed"] == []
+    # and: the caller is told to wait out the window in which the request could still land
+    assert caught.value.details["retry_after_seconds"] >= 5
     assert batches(aws_standin, operation) == 0
     assert aws_route53.records(aws_zone["id"], name) == []
 

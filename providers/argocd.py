@@ -44,6 +44,22 @@ retry it on its own (auto-sync skips a revision whose sync failed), and *ok* onl
 :meth:`ArgoCD.sync` starts a sync for applications without auto-sync; :meth:`ArgoCD.stop`
 terminates it.
 
+**Which sync is Alfred's.** A sync is requested with the caller's operation identity in the
+request's ``infos`` (``[{"name": "alfred-operation", "value": <operation>}]``,
+``ApplicationSyncRequest.infos``); ArgoCD copies them into the operation it sets
+(``operation.info``) and from there into ``status.operationState.operation.info``. The
+current or last operation is *this* sync's when it is at the revision and carries this
+identity. An operation at the revision that carries another identity, or none (an auto-sync, a
+sync from the UI, a sync of another step), is not this sync's: a revision alone cannot tell a
+sync Alfred started from an older one at the same commit (drift re-synced, a branch reset back
+to a commit whose sync failed long ago). Fallback, for a server that does not echo ``infos``:
+given ``not_before`` (the time of the step's first attempt), an operation at the revision that
+carries *no* identity and started at or after it is taken as this sync's — nothing older can
+be, and a sync of that commit started since is as good as ours. ArgoCD reports ``startedAt``
+to the second, so the comparison is with ``not_before`` truncated to the second, and it
+assumes Alfred's and ArgoCD's clocks agree to within the time between the step's first attempt
+and its POST.
+
 Errors (:mod:`providers.errors`): 401 → Rejected (the token is missing, expired or wrong);
 403 → Rejected (the token's account may not do this — or, when no ``project`` is configured,
 the application does not exist: ArgoCD answers a missing application with 403 so as not to
@@ -56,6 +72,7 @@ application back (:meth:`ArgoCD.sync`). A malformed handle is :class:`Rejected`.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import random
 import ssl
@@ -86,6 +103,10 @@ REVISION_MISMATCH: Final = "revision_mismatch"
 UNHEALTHY: Final = "unhealthy"
 OPERATION_RUNNING: Final = "operation_running"
 OPERATION_FAILED: Final = "operation_failed"
+
+# The name of the sync request's ``infos`` item that carries the caller's operation identity.
+OPERATION_INFO: Final = "alfred-operation"
+MAX_OPERATION: Final = 200  # characters of an operation identity
 
 RUNNING_PHASES: Final = frozenset({"Running", "Terminating"})
 FAILED_PHASES: Final = frozenset({"Failed", "Error"})
@@ -127,12 +148,14 @@ class ApplicationStatus:
     health_status: str  # Healthy | Progressing | Degraded | Suspended | Missing | Unknown
     health_message: str | None
     operation_running: bool  # an operation is requested or in progress
-    operation_phase: str | None  # the current or last operation's phase, None if never
+    # The current or last operation's phase; None if never, or requested and not yet started.
+    operation_phase: str | None
     operation_revision: str | None  # syncResult.revision (or the running sync's target)
     operation_revisions: tuple[str, ...]
     operation_message: str | None
-    operation_started_at: str | None
+    operation_started_at: str | None  # RFC 3339, to the second (metav1.Time)
     operation_finished_at: str | None
+    operation_info: tuple[dict[str, str], ...]  # the operation's info: [{name, value}]
     reconciled_at: str | None
     conditions: tuple[dict[str, str], ...]  # [{type, message}]: ComparisonError, SyncError...
 
@@ -153,6 +176,14 @@ class ApplicationStatus:
 
     def operation_at(self, revision: str) -> bool:
         return revision == self.operation_revision or revision in self.operation_revisions
+
+    @property
+    def operation_identity(self) -> str | None:
+        """The Alfred operation identity the current or last operation carries, if any."""
+        return next(
+            (item["value"] for item in self.operation_info if item["name"] == OPERATION_INFO),
+            None,
+        )
 
     @classmethod
     def from_application(cls, app: Mapping[str, Any]) -> ApplicationStatus:
@@ -176,6 +207,10 @@ class ApplicationStatus:
         )
         phase = _str(state.get("phase"))
         running = bool(operation) or phase in RUNNING_PHASES
+        # ArgoCD's server sets ``operation`` when it accepts a sync; the controller then replaces
+        # operationState with the new operation's (Running). Until it does, operationState
+        # still describes the previous operation: its phase and times are not this one's.
+        previous = bool(operation) and phase not in RUNNING_PHASES
         # While a sync runs, its target is the requested operation's revision (ArgoCD's auto-sync
         # requests the resolved commit); once it ran, the result's. A sync that failed before it
         # produced a result (a manifest generation error) still names its target in the request.
@@ -194,12 +229,16 @@ class ApplicationStatus:
             health_status=_str(health.get("status")) or "Unknown",
             health_message=_str(health.get("message")),
             operation_running=running,
-            operation_phase=phase,
+            operation_phase=None if previous else phase,
             operation_revision=op_revision,
             operation_revisions=tuple(str(r) for r in op_revisions),
-            operation_message=_str(state.get("message")),
-            operation_started_at=_str(state.get("startedAt")),
-            operation_finished_at=_str(state.get("finishedAt")),
+            operation_message=None if previous else _str(state.get("message")),
+            operation_started_at=None if previous else _str(state.get("startedAt")),
+            operation_finished_at=None if previous else _str(state.get("finishedAt")),
+            operation_info=tuple(
+                {"name": str(item.get("name") or ""), "value": str(item.get("value") or "")}
+                for item in map(_obj, requested.get("info") or ())
+            ),
             reconciled_at=_str(status.get("reconciledAt")),
             conditions=tuple(
                 {"type": str(c.get("type") or ""), "message": str(c.get("message") or "")}
@@ -211,7 +250,7 @@ class ApplicationStatus:
         """JSON for handles and receipts."""
         data = asdict(self)
         data["sources"] = [asdict(source) for source in self.sources]
-        for key in ("sync_revisions", "operation_revisions", "conditions"):
+        for key in ("sync_revisions", "operation_revisions", "operation_info", "conditions"):
             data[key] = list(data[key])
         return data
 
@@ -259,6 +298,66 @@ class Convergence:
             "reasons": [asdict(reason) for reason in self.reasons],
             "status": self.status.as_dict(),
         }
+
+
+@dataclass(frozen=True)
+class SyncOwner:
+    """The operation a sync belongs to: its identity, and the time of the step's first attempt
+    (``not_before``) for servers that do not echo a sync request's ``infos``."""
+
+    operation: str
+    not_before: dt.datetime | None = None
+
+    @classmethod
+    def of(cls, operation: object, not_before: object = None) -> SyncOwner:
+        """Checked: :class:`Rejected` (repeating cannot help) for an identity that is not one
+        trimmed line of 1-:data:`MAX_OPERATION` characters, or a time that is not ISO 8601
+        with a time zone."""
+        if (
+            not isinstance(operation, str)
+            or not operation
+            or operation != operation.strip()
+            or len(operation) > MAX_OPERATION
+            or any(ch in operation for ch in "\r\n")
+        ):
+            raise Rejected(
+                "a sync needs the caller's operation identity: one trimmed line of "
+                f"1-{MAX_OPERATION} characters, not {operation!r}",
+                provider=PROVIDER,
+                code="invalid_operation",
+            )
+        if not_before is None:
+            return cls(operation)
+        when = not_before
+        if isinstance(when, str):
+            try:
+                when = dt.datetime.fromisoformat(when)
+            except ValueError:
+                when = None
+        if not isinstance(when, dt.datetime) or when.tzinfo is None:
+            raise Rejected(
+                f"not_before must be an ISO 8601 time with a time zone, not {not_before!r}",
+                provider=PROVIDER,
+                code="invalid_not_before",
+            )
+        return cls(operation, when.astimezone(dt.UTC))
+
+    def owns(self, status: ApplicationStatus, revision: str) -> bool:
+        """Whether the current or last operation of ``status`` is this sync to ``revision``
+        (see the module docstring)."""
+        if not status.operation_at(revision):
+            return False
+        identity = status.operation_identity
+        if identity is not None:
+            return identity == self.operation
+        if self.not_before is None:
+            return False
+        started = _instant(status.operation_started_at)
+        return started is not None and started >= self.not_before.replace(microsecond=0)
+
+    def as_dict(self) -> dict[str, Any]:
+        not_before = self.not_before.isoformat() if self.not_before else None
+        return {"operation": self.operation, "not_before": not_before}
 
 
 def assess(status: ApplicationStatus, revision: str) -> Convergence:
@@ -377,75 +476,99 @@ class ArgoCD:
         receipt and :meth:`inspect` it from any process later."""
         return self._convergence_handle(self.converged(name, revision))
 
-    def sync(self, name: str, revision: str) -> Handle:
-        """Start a sync of ``name`` to ``revision`` (a ``sync`` handle), for applications that
-        do not sync automatically.
+    def sync(
+        self,
+        name: str,
+        revision: str,
+        *,
+        operation: str,
+        not_before: str | dt.datetime | None = None,
+    ) -> Handle:
+        """Start a sync of ``name`` to ``revision`` on behalf of ``operation`` (the caller's
+        operation identity), for applications that do not sync automatically; a ``sync``
+        handle. ``not_before``: the ISO 8601 time of the step's first attempt, needed only for
+        servers that do not echo the request's ``infos`` (see the module docstring).
 
-        At most one sync per (application, revision): an operation at ``revision`` that is
-        running *or has finished* — whatever its outcome — is returned as it is instead of being
-        started again, and so is an application already converged there (a commit that renders
-        the same needs no sync). So a retried step never syncs twice; a failed sync at
-        ``revision`` stays failed (as ArgoCD's auto-sync leaves it) until a new commit or an
-        operator acts. When another operation runs, :class:`Conflict`.
+        At most one sync per operation: when the current or last operation is this one's
+        (its identity, at ``revision``) — running or finished, whatever its outcome — it is
+        returned instead of being started again, so a retried step never syncs twice and a
+        sync of it that failed stays failed. An application already converged on ``revision``
+        needs no sync (a commit that renders the same). Any other operation at ``revision`` —
+        an older sync that succeeded before the application drifted, one that failed long
+        before a branch was reset to ``revision``, an auto-sync — is not this one's: when it
+        has finished, a sync is started; while it (or any other operation) runs,
+        :class:`Transient` (``OperationInProgress``: it ends on its own; try again later).
 
         A lost response or a 5xx to the ``POST`` (a proxy may answer 502 after ArgoCD accepted
-        it) is ambiguous: the application is read back. An operation at ``revision`` proves the
-        request took effect (ours, or an identical one); none proves it did not (ArgoCD sets an
-        operation atomically with accepting the request), which is :class:`Transient`; an
-        unreadable application is :class:`Unknown`."""
+        it) is ambiguous: the application is read back. This operation's sync proves the
+        request took effect; none proves it did not (ArgoCD sets an operation atomically with
+        accepting the request), which is :class:`Transient`; an unreadable application is
+        :class:`Unknown`. A missing or malformed ``operation`` or ``not_before`` is
+        :class:`Rejected`."""
+        owner = SyncOwner.of(operation, not_before)
         current = assess(self.application(name), revision)
         status = current.status
-        if status.operation_at(revision) or current.converged:
-            return self._sync_handle(current)
+        if owner.owns(status, revision) or current.converged:
+            return self._sync_handle(current, owner)
         if status.operation_running:
-            raise Conflict(
-                f"application {name} is running another operation "
-                f"({status.operation_phase} at {status.operation_revision})",
+            # Another actor's operation ends on its own (or at the workflow's deadline): a
+            # reason to try again later, not a state to give up on.
+            raise Transient(
+                f"application {name} is running another operation ({_describe(status)}), "
+                f"not the sync of operation {operation}",
                 provider=PROVIDER,
-                code="FailedPrecondition",
-                details={"application": name, "revision": revision},
+                code="OperationInProgress",
+                details={"application": name, "revision": revision, "operation": operation},
             )
         path = f"/api/v1/applications/{quote(name, safe='')}/sync"
-        body: dict[str, Any] = {"name": name, "revision": revision, "prune": False}
+        body: dict[str, Any] = {
+            "name": name,
+            "revision": revision,
+            "prune": False,
+            "infos": [{"name": OPERATION_INFO, "value": operation}],
+        }
         if self.project:
             body["project"] = self.project
         try:
             response = self._client.post(path, json=body)
         except (httpx.TimeoutException, httpx.TransportError) as exc:
-            return self._recover_sync(name, revision, exc)
+            return self._recover_sync(name, revision, owner, exc)
         if response.status_code >= 500:
-            return self._recover_sync(name, revision, self._error(response, name, action="sync"))
+            error = self._error(response, name, action="sync")
+            return self._recover_sync(name, revision, owner, error)
         if response.status_code >= 400:
             error = self._error(response, name, action="sync")
-            if isinstance(error, Conflict):
-                # "another operation is already in progress": it may be the very sync we want
-                # (an earlier request of ours that landed late, or someone else's).
+            if isinstance(error, Conflict | Transient):
+                # "another operation is already in progress": it may be this very sync (an
+                # earlier request of this operation that landed late), or someone else's.
                 again = self.converged(name, revision)
-                if again.status.operation_at(revision):
-                    return self._sync_handle(again)
+                if owner.owns(again.status, revision):
+                    return self._sync_handle(again, owner)
             raise error
         app = self._json(response, name)
-        return self._sync_handle(assess(ApplicationStatus.from_application(app), revision))
+        return self._sync_handle(assess(ApplicationStatus.from_application(app), revision), owner)
 
     def inspect(self, handle: Handle) -> Handle:
         """The current view of a ``convergence`` or ``sync`` handle (a new handle)."""
         name, revision = self._handle_target(handle)
-        current = self.converged(name, revision)
         if handle["kind"] == "sync":
-            return self._sync_handle(current)
-        return self._convergence_handle(current)
+            owner = self._handle_owner(handle)
+            return self._sync_handle(self.converged(name, revision), owner)
+        return self._convergence_handle(self.converged(name, revision))
 
     def stop(self, handle: Handle) -> Handle:
         """Terminate the running sync a ``sync`` handle names
         (``DELETE /api/v1/applications/{name}/operation``), and return its state after.
 
-        A sync that already finished stays as it finished. A ``convergence`` handle names no
-        work of Alfred's to stop: :class:`StopUnsupported`."""
+        Only that operation's sync is terminated: another operation that runs (at any
+        revision) is left alone. A sync that already finished stays as it finished. A
+        ``convergence`` handle names no work of Alfred's to stop: :class:`StopUnsupported`."""
         name, revision = self._handle_target(handle)
         if handle["kind"] != "sync":
             raise StopUnsupported(f"argocd: a {handle['kind']} handle names nothing to stop")
+        owner = self._handle_owner(handle)
         status = self.application(name)
-        if status.operation_running and status.operation_at(revision):
+        if status.operation_running and owner.owns(status, revision):
             path = f"/api/v1/applications/{quote(name, safe='')}/operation"
             params = {"project": self.project} if self.project else None
             try:
@@ -460,7 +583,7 @@ class ArgoCD:
             # 400 "No operation is in progress": it finished between our read and the DELETE.
             if response.status_code >= 400 and not _no_operation(response):
                 raise self._error(response, name, action="terminate the operation of")
-        return self._sync_handle(self.converged(name, revision))
+        return self._sync_handle(self.converged(name, revision), owner)
 
     # -- internals -------------------------------------------------------------------------
 
@@ -568,17 +691,24 @@ class ArgoCD:
             return Throttled(f"ArgoCD throttled {action} {name}: {message}", **kwargs)
         if status >= 500 or status == 408:
             return Transient(f"ArgoCD failed to {action} {name} ({status}): {message}", **kwargs)
-        if status == 409 or "already in progress" in message:
+        if "already in progress" in message:
+            return Transient(f"cannot {action} {name} yet: {message}", **kwargs)
+        if status == 409:
             return Conflict(f"cannot {action} {name}: {message}", **kwargs)
         return Rejected(f"cannot {action} {name} ({status}): {message}", **kwargs)
 
-    def _recover_sync(self, name: str, revision: str, exc: Exception) -> Handle:
+    def _recover_sync(self, name: str, revision: str, owner: SyncOwner, exc: Exception) -> Handle:
         """After an ambiguous answer to the sync ``POST`` (``exc``: a lost response or a 5xx):
-        the sync handle if an operation at ``revision`` exists, running or finished (it can
-        finish — or fail — before this read; a finished one is still the proof), else
-        :class:`Transient`."""
+        the sync handle if this operation's sync exists, running or finished (it can finish —
+        or fail — before this read; a finished one is still the proof), or the application
+        converged meanwhile; else :class:`Transient`. Another operation at ``revision`` is no
+        proof: it is not this request's."""
         code = exc.code if isinstance(exc, ProviderError) else type(exc).__name__
-        details: dict[str, Any] = {"application": name, "revision": revision}
+        details: dict[str, Any] = {
+            "application": name,
+            "revision": revision,
+            "operation": owner.operation,
+        }
         if isinstance(exc, ProviderError) and "http_status" in exc.details:
             details["http_status"] = exc.details["http_status"]
         try:
@@ -591,10 +721,11 @@ class ArgoCD:
                 code=code,
                 details=details,
             ) from exc
-        if current.status.operation_at(revision) or current.converged:
-            return self._sync_handle(current)
+        if owner.owns(current.status, revision) or current.converged:
+            return self._sync_handle(current, owner)
         raise Transient(
-            f"syncing {name} to {revision}: {exc}; read back, no sync at {revision} started",
+            f"syncing {name} to {revision}: {exc}; read back, no sync of operation "
+            f"{owner.operation} at {revision} started",
             provider=PROVIDER,
             code=code,
             details=details,
@@ -617,19 +748,21 @@ class ArgoCD:
             observations=current.as_dict(),
         )
 
-    def _sync_handle(self, current: Convergence) -> Handle:
+    def _sync_handle(self, current: Convergence, owner: SyncOwner) -> Handle:
         state = current.status
-        if state.operation_running:
+        ours = owner.owns(state, current.revision)
+        if ours and state.operation_running:
             status, done, ok = state.operation_phase or "Requested", False, False
-        elif state.operation_at(current.revision):
-            # The sync at this revision is over; whether the application then stayed healthy is
-            # the convergence's question (the observations carry it), not the sync's.
+        elif ours:
+            # This sync is over; whether the application then stayed healthy is the
+            # convergence's question (the observations carry it), not the sync's.
             status = state.operation_phase or "Unknown"
             done, ok = True, status == "Succeeded"
         elif current.converged:
             status, done, ok = "Synced", True, True  # nothing to sync: it renders the same
         else:
-            # The last operation is at another revision: a later sync replaced this one.
+            # The current or last operation is another one (ArgoCD runs one at a time): this
+            # sync is over and a later operation replaced it, or what it found is not its own.
             status, done, ok = "Superseded", True, False
         return handle(
             provider=PROVIDER,
@@ -638,7 +771,7 @@ class ArgoCD:
             status=status,
             done=done,
             ok=ok,
-            observations=current.as_dict(),
+            observations=current.as_dict() | owner.as_dict() | {"ours": ours},
         )
 
     @staticmethod
@@ -666,6 +799,42 @@ class ArgoCD:
                 details={"handle_id": id_},
             )
         return name, revision
+
+    @staticmethod
+    def _handle_owner(h: Handle) -> SyncOwner:
+        """The operation a ``sync`` handle's sync belongs to (its observations carry it)."""
+        observations = h.get("observations")
+        observations = observations if isinstance(observations, Mapping) else {}
+        try:
+            return SyncOwner.of(observations.get("operation"), observations.get("not_before"))
+        except Rejected as exc:
+            raise Rejected(
+                f"an ArgoCD sync handle names the operation whose sync it is: {exc.message}",
+                provider=PROVIDER,
+                code="InvalidHandle",
+                details={"handle_id": h.get("id")},
+            ) from exc
+
+
+def _describe(status: ApplicationStatus) -> str:
+    """The current operation in a message: phase, revision, and whose it is if it says."""
+    text = status.operation_phase or "requested"
+    if status.operation_revision:
+        text += f" at {status.operation_revision}"
+    if status.operation_identity:
+        text += f", operation {status.operation_identity}"
+    return text
+
+
+def _instant(value: str | None) -> dt.datetime | None:
+    """An RFC 3339 time from ArgoCD (``2026-01-01T00:00:00Z``); None if absent or unreadable."""
+    if not value:
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
 
 
 def _obj(value: Any) -> dict[str, Any]:

@@ -34,12 +34,11 @@ from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    ConnectionClosedError,
     ConnectionError,
     ConnectTimeoutError,
     EndpointConnectionError,
     HTTPClientError,
-    ReadTimeoutError,
+    IncompleteReadError,
 )
 
 from providers.errors import (
@@ -175,15 +174,20 @@ def http_status(exc: ClientError) -> int:
 
 def is_ambiguous(exc: BaseException) -> bool:
     """A mutation's outcome cannot be told from this failure: the request may have reached the
-    provider and been applied. That is the case when no answer came back (the connection
-    closed mid-exchange, the read timed out) and when the answer is a 5xx: a gateway's 502 or
-    504 may come after the backend applied the request, and AWS's own 500/503 do not promise
-    that nothing was changed. (A failed connect or a connect timeout means nothing was sent.)"""
+    provider and been applied. Only a failure that proves nothing was sent is unambiguous: the
+    connection could not be opened (refused, a name that does not resolve:
+    ``EndpointConnectionError``) or opening it timed out (``ConnectTimeoutError``). Every other
+    connection failure may come mid-exchange — a closed connection, a read timeout, a TLS error
+    (``SSLError``: a reset during the handshake of a reused connection, or after the request
+    went out), a proxy's error, a response that stopped streaming — and so may a 5xx answer: a
+    gateway's 502 or 504 may come after the backend applied the request, and AWS's own 500/503
+    do not promise that nothing was changed. Errors raised before anything is sent
+    (parameters, credentials, region) are not ambiguous."""
     if isinstance(exc, ClientError):
         return http_status(exc) >= 500 and not is_throttling(exc)
     if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
         return False
-    return isinstance(exc, ConnectionClosedError | ReadTimeoutError | HTTPClientError)
+    return isinstance(exc, ConnectionError | HTTPClientError | IncompleteReadError)
 
 
 def describe(exc: BaseException) -> str:
@@ -286,7 +290,7 @@ def translate(exc: Exception, *, provider: str, operation: str) -> ProviderError
         return Rejected(message, provider=provider, code=code or str(status), details=details)
     if isinstance(exc, BotoCoreError):
         kind: type[ProviderError] = Rejected  # parameters, credentials, region: fix, not retry
-        if isinstance(exc, ConnectionError | HTTPClientError):
+        if isinstance(exc, ConnectionError | HTTPClientError | IncompleteReadError):
             # Connection failures reach here only after botocore's own retries (or from a
             # mutation client, whose callers handle the ambiguous ones before translating).
             kind = Transient

@@ -13,15 +13,28 @@ planned from (version + RevisionId) and sends ``UpdateAlias`` with that Revision
 moved the alias since, Lambda answers ``PreconditionFailedException`` and the adapter raises
 :class:`~providers.errors.Conflict`, so a plan never overwrites a change it did not see.
 
-**Sent once.** ``UpdateAlias`` goes through a client with ``max_attempts=1`` (botocore would
-re-send it after a lost response, and the re-send would fail on the RevisionId the first
-attempt consumed). Throttling is retried here (nothing was applied). After an ambiguous failure
-(a lost response, a read timeout, a 5xx) the adapter reads the alias: at the target version,
-the update is taken as applied and the handle is *recovered*; still at the planned version with
+**Read first, sent once.** ``update_alias`` first reads the alias: already at the target
+version, nothing is sent and the handle is *recovered* (``already_applied``) — a step re-run
+with its stored plan after a worker died past ``UpdateAlias`` finds its update there instead
+of meeting the RevisionId it consumed. Otherwise ``UpdateAlias`` goes through a client with
+``max_attempts=1`` (botocore would re-send it after a lost response, and the re-send would fail
+on the RevisionId the first attempt consumed). Throttling is retried here (nothing was
+applied). Any ``PreconditionFailedException`` is re-read before it is reported: at the target
+version, an earlier attempt still in flight landed first and the handle is recovered; else
+Conflict. After an ambiguous failure (a lost response, a read timeout, a TLS error, a 5xx) the
+adapter reads the alias: at the target version, recovered; still at the planned version with
 the planned RevisionId, the update is re-sent once — safe even if the first is still in flight,
-because both carry the same RevisionId and only one can succeed; a re-send refused with
-``PreconditionFailedException`` re-reads the alias (the first attempt may have landed) before
-it is reported as a Conflict; anything else is :class:`~providers.errors.Unknown`.
+because both carry the same RevisionId and only one can succeed; anything else is
+:class:`~providers.errors.Unknown`. A re-send that fails is read back the same way; its
+non-ambiguous errors (e.g. ``Transient`` "an update is in progress") stand, and retrying then is
+safe at any time for the same reason: every attempt reads first and carries the planned
+RevisionId.
+
+**Ownership.** ``observations["ownership"]`` is ``"proven"`` when Lambda answered our
+``UpdateAlias`` (``revision_id`` is then the RevisionId our update produced) and
+``"unproven"`` for a recovered handle: the alias is at the target version, but another writer
+may have put it there, and Lambda's RevisionIds (random) cannot say whose update made them.
+Compensation must not blindly restore an unproven update; the workflow layer asks an operator.
 
 **Done.** Moving an alias is immediate, but the version it points at may still be updating
 (``LastUpdateStatus`` ``InProgress``); an ``alias_update`` handle is done when that version's
@@ -31,9 +44,16 @@ the alias moved, the handle is still returned — status ``APPLIED``, not done, 
 RevisionId and the read's error in ``observations`` — because the alias did move: an error
 there would tell the caller nothing changed. ``inspect()`` fills the status in later.
 
+``revision_id`` is set once, when the handle is made (the alias's RevisionId right after our
+update, or as read at recovery); ``inspect()`` keeps it and reports the alias's current one as
+``alias_revision_id``.
+
 **Restore** (compensation) moves the alias back to the version the receipt says it had, only if
-the alias still points at the version Alfred set (checked by reading it, enforced by its
-RevisionId); already back is a no-op; moved elsewhere is a Conflict for an operator.
+the alias is still exactly as the handle left it: at the version Alfred set AND with the
+handle's ``revision_id`` (someone who set the same version since — A→B→A — made a new
+RevisionId, and their change is not undone); checked by reading, enforced by sending that
+RevisionId. Already back is a no-op; anything else is a Conflict (``AliasMoved``) for an
+operator.
 """
 
 from __future__ import annotations
@@ -54,7 +74,7 @@ from providers.aws.clients import (
     retry_throttled,
     translate,
 )
-from providers.errors import Conflict, ProviderError, Rejected, Unknown
+from providers.errors import Conflict, ProviderError, Rejected, Transient, Unknown
 from providers.handles import Handle, StopUnsupported, handle
 
 PROVIDER = "aws.lambda"
@@ -163,15 +183,25 @@ class Lambda:
 
     def update_alias(self, current: AliasState, *, version: str) -> Handle:
         """Move the alias of ``current`` to ``version``, only if it is still as ``current``
-        describes it (its RevisionId). Conflict if it moved; Unknown if a lost response cannot
-        be resolved (see the module docstring)."""
+        describes it (its RevisionId). Reads first: an alias already at ``version`` is a
+        recovered handle, nothing sent. Conflict if it moved; Unknown if a lost response cannot
+        be resolved (see the module docstring). Safe to call again with the same plan."""
         version = str(version)
+        observed = self.alias(current["function"], current["alias"])
+        if observed["version"] == version:
+            return self._alias_handle(
+                current,
+                version,
+                observed,
+                recovered="the alias already points at the version; nothing was sent",
+                already_applied=True,
+            )
         try:
             raw = self._send(current, version)
         except (ClientError, BotoCoreError) as exc:
-            if not is_ambiguous(exc):
-                raise translate(exc, provider=PROVIDER, operation="UpdateAlias") from exc
-            return self._recover(current, version, exc)
+            if is_ambiguous(exc):
+                return self._recover(current, version, exc)
+            return self._refused(current, version, exc)
         return self._alias_handle(current, version, _alias_state(current["function"], raw))
 
     def _send(self, current: AliasState, version: str) -> Any:
@@ -187,6 +217,25 @@ class Lambda:
             sleep=self._sleep,
         )
 
+    def _refused(
+        self, current: AliasState, version: str, exc: ClientError | BotoCoreError
+    ) -> Handle:
+        """A non-ambiguous failure of UpdateAlias, read back before it is reported: a
+        PreconditionFailed (or a refusal such as "an update is in progress") may follow an
+        earlier attempt of this update, still in flight when the alias was read, that landed
+        since: at the target version, the handle is recovered."""
+        error = translate(exc, provider=PROVIDER, operation="UpdateAlias")
+        if not isinstance(error, Conflict | Transient):
+            raise error from exc
+        try:
+            observed = self.alias(current["function"], current["alias"])
+        except ProviderError:
+            raise error from exc
+        if observed["version"] == version:
+            return self._alias_handle(current, version, observed, recovered=exc)
+        error.details["observed"] = observed
+        raise error from exc
+
     def _recover(self, current: AliasState, version: str, cause: BaseException) -> Handle:
         observed = self._read_or_unknown(current, version, cause)
         if observed["version"] == version:
@@ -201,15 +250,13 @@ class Lambda:
         try:
             raw = self._send(current, version)
         except (ClientError, BotoCoreError) as exc:
-            error = translate(exc, provider=PROVIDER, operation="UpdateAlias")
-            if not is_ambiguous(exc) and not isinstance(error, Conflict):
-                raise error from exc
-            # Ambiguous again, or refused on the RevisionId the first attempt may have used.
+            if not is_ambiguous(exc):
+                # Read back; a refusal that stands ("an update is in progress") is safe to
+                # retry later: the retry reads first and carries the same RevisionId.
+                return self._refused(current, version, exc)
             observed = self._read_or_unknown(current, version, exc)
             if observed["version"] == version:
                 return self._alias_handle(current, version, observed, recovered=exc)
-            if not is_ambiguous(exc):
-                raise error from exc
             raise _unknown(current, version, exc, observed=observed) from exc
         result = self._alias_handle(current, version, _alias_state(current["function"], raw))
         result["observations"]["resent_after"] = describe(cause)
@@ -229,9 +276,12 @@ class Lambda:
         version: str,
         observed: AliasState,
         *,
-        recovered: BaseException | None = None,
+        recovered: BaseException | str | None = None,
+        already_applied: bool = False,
         kind: str = "alias_update",
     ) -> Handle:
+        """``observed`` is the alias as our UpdateAlias answered it (ownership proven) or, for
+        a ``recovered`` handle, as read back (unproven)."""
         observations: dict[str, Any] = {
             "function": current["function"],
             "alias": current["alias"],
@@ -239,9 +289,12 @@ class Lambda:
             "from_revision_id": current["revision_id"],
             "to_version": version,
             "recovered": recovered is not None,
+            "already_applied": already_applied,
+            "ownership": "proven" if recovered is None else "unproven",
+            "revision_id": observed["revision_id"],
         }
         if recovered is not None:
-            observations["cause"] = describe(recovered)
+            observations["cause"] = recovered if isinstance(recovered, str) else describe(recovered)
         try:
             return self._observed_handle(kind, observed["arn"], observations, observed)
         except ProviderError as exc:
@@ -257,7 +310,7 @@ class Lambda:
                 observations={
                     **observations,
                     "alias_version": observed["version"],
-                    "revision_id": observed["revision_id"],
+                    "alias_revision_id": observed["revision_id"],
                     "state": None,
                     "last_update_status": None,
                     "last_update_status_reason": None,
@@ -270,9 +323,10 @@ class Lambda:
     ) -> Handle:
         status = self.version_status(observed["function"], observations["to_version"])
         observations = {
+            "revision_id": observed["revision_id"],  # unless the handle already has one
             **observations,
             "alias_version": observed["version"],
-            "revision_id": observed["revision_id"],
+            "alias_revision_id": observed["revision_id"],
             "state": status["state"],
             "last_update_status": status["last_update_status"],
             "last_update_status_reason": status["last_update_status_reason"],
@@ -298,11 +352,10 @@ class Lambda:
     # -- compensation and handles ------------------------------------------------------------
 
     def restore(self, previous: Handle) -> Handle:
-        """Move the alias of an ``alias_update`` back to its ``from_version``, only if it still
-        points at the ``to_version`` Alfred set (see the module docstring)."""
-        previous = check_handle(
-            previous, provider=PROVIDER, kinds={"alias_update": _HANDLE_KINDS["alias_update"]}
-        )
+        """Move the alias of an ``alias_update`` back to its ``from_version``, only if it is
+        still at the ``to_version`` with the handle's ``revision_id`` (see the module
+        docstring). The caller decides first whether an unproven update may be restored."""
+        previous = check_handle(previous, provider=PROVIDER, kinds={"alias_update": _RESTORE_KEYS})
         observations = previous["observations"]
         function, alias = observations["function"], observations["alias"]
         ours, back_to = str(observations["to_version"]), str(observations["from_version"])
@@ -316,15 +369,24 @@ class Lambda:
                 "to_version": back_to,
                 "recovered": False,
                 "already_restored": True,
+                "ownership": "unproven",
             }
             return self._observed_handle("alias_restore", current["arn"], already, current)
-        if current["version"] != ours:
+        left = observations["revision_id"]
+        if (current["version"], current["revision_id"]) != (ours, left):
+            moved = "another version" if current["version"] != ours else "the same version again"
             raise Conflict(
-                f"{function}:{alias} points at version {current['version']}, not the version "
-                f"{ours} Alfred set; not moving it back to {back_to}",
+                f"{function}:{alias} is at version {current['version']} (RevisionId "
+                f"{current['revision_id']}), not as Alfred left it (version {ours}, RevisionId "
+                f"{left}): someone set {moved} since; not moving it back to {back_to}",
                 provider=PROVIDER,
                 code="AliasMoved",
-                details={"alias": current, "expected_version": ours, "restore_to": back_to},
+                details={
+                    "alias": current,
+                    "expected_version": ours,
+                    "expected_revision_id": left,
+                    "restore_to": back_to,
+                },
             )
         result = self.update_alias(current, version=back_to)
         result["kind"] = "alias_restore"
@@ -358,6 +420,7 @@ _HANDLE_KINDS: dict[str, tuple[str, ...]] = {
     kind: ("function", "alias", "from_version", "to_version")
     for kind in ("alias_update", "alias_restore")
 }
+_RESTORE_KEYS = (*_HANDLE_KINDS["alias_update"], "revision_id")
 
 
 def _unknown(

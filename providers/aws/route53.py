@@ -8,33 +8,60 @@ name, ``evaluate_target_health``), the set identifier and any routing fields (``
 record read here can be DELETEd exactly: Route53 refuses a DELETE that does not name the
 record set's current values.
 
-**A change batch is sent at most once per call, and only after reading where it would land.**
+An alias record has no TTL and no values: :func:`record` refuses them beside an alias
+(``ValueError``; :meth:`Route53.change` reports a malformed change as
+:class:`~providers.errors.Rejected`), since Route53 would never read them back.
+
+**Every batch sent is a compare-and-swap against the records read first.**
 
 1. ``change()`` first reads the records at the batch's names: the exact **pre-state**. If they
    already hold the batch's **post-state** (every CREATE/UPSERT present exactly, every DELETEd
    set absent), nothing is sent and the handle is *recovered* with ``already_applied``: this is
    what makes a caller's retry after an applied batch whose response was lost safe.
-2. Otherwise the batch is sent ONCE, through a client with ``max_attempts=1`` (botocore would
-   re-send it after a dropped connection or a read timeout, when Route53 may already have
-   applied it). Throttling is retried here: a throttled batch was not applied.
-3. After an **ambiguous** failure (the response lost, the read timed out, or a 5xx answer — a
-   gateway's 502/504 can follow an applied batch) the records are read again:
+2. Otherwise the batch is rewritten against the pre-state before it is sent: an UPSERT becomes
+   DELETE (the record set exactly as read, if there was one) + CREATE (the new one) — Route53's
+   replace idiom, applied atomically — and CREATE and DELETE stay as they are (they already
+   state their precondition). Every change of the **sent batch** therefore names the state it
+   was based on, so Route53 refuses any copy of it that arrives once that state has changed:
+   a late or repeated copy of an applied batch (its DELETE is stale, or its CREATE meets an
+   existing set), and a copy arriving after another writer changed one of its sets. An UPSERT
+   can no longer apply twice or overwrite a write it did not see (a set another writer changes
+   between the read and the write makes the batch a Conflict, as any compare-and-swap would).
+   The sent batch is recorded in the handle (``observations["sent"]``, ``None`` when nothing
+   was sent). It goes ONCE, through a client with ``max_attempts=1`` (botocore would re-send
+   it after a dropped connection or a read timeout, when Route53 may already have applied
+   it). Throttling is retried here: a throttled batch was not applied.
+3. After an **ambiguous** failure (the response lost, the read timed out, a TLS or proxy error,
+   or a 5xx answer — a gateway's 502/504 can follow an applied batch) the records are read
+   again:
 
    - the post-state: the batch was applied; a *recovered* handle;
-   - exactly the pre-state read in step 1: not applied *so far* — but the request may still be
-     in flight, so it is NOT re-sent: :class:`~providers.errors.Transient` (``NotApplied``,
-     with the records as evidence and ``retry_after_seconds``, the change client's read
-     timeout: a request still in flight has landed or died by then); the caller retries no
-     sooner and step 1 decides again;
+   - the pre-state read in step 1 at every record set the batch changes: not applied *so
+     far*. It is not re-sent here: :class:`~providers.errors.Transient` (``NotApplied``, the
+     records as evidence). The caller may retry at once: step 1 decides again, and whichever
+     of the copies in flight lands first, Route53 refuses the others (step 2); a retry whose
+     batch is refused because the first copy landed meanwhile ends recovered (below);
    - anything else (another writer changed the names; the read failed):
      :class:`~providers.errors.Unknown` with what was observed. Never re-sent.
 
 An ``InvalidChangeBatch`` that names the current records (a Conflict: a CREATE of an existing
 set, a stale DELETE) is re-checked before it is reported: if the records hold the batch's
-post-state (an earlier attempt, still in flight at step 1, landed since), the handle is
+post-state (an earlier copy of it, still in flight at step 1, landed since), the handle is
 *recovered* instead. A recovered handle has ``id`` None (Route53 has no API that lists
 changes, so the change id is unknowable), ``status`` ``APPLIED`` and the observed records.
 :meth:`Route53.batch_state` reads the evidence again for an operator.
+
+**Ownership.** ``observations["ownership"]`` is ``"proven"`` only when Route53 answered our
+batch with its change id: that batch, exactly as ``sent``, is what changed the names, and
+reversing ``sent`` (in reverse order, DELETE what it created and CREATE what it deleted)
+undoes exactly it — itself a compare-and-swap, refused if anyone changed the sets since. Every
+recovered handle (``already_applied``, after an ambiguous failure, after a re-checked
+InvalidChangeBatch) is ``"unproven"``: the names hold the batch's result, but another writer
+may have put it there — a foreign batch with the same result, or one that made the result
+while the batch's own preconditions did not hold (a DELETE of a set that was not there, the
+CREATE's set already current) — and no read can tell (Route53 lists neither changes nor who
+made them). Compensation must not blindly reverse an unproven change: it could overwrite the
+other writer; the workflow layer asks an operator.
 
 ``inspect()`` of a recovered handle cannot ask GetChange. It re-reads the records: if they no
 longer hold the post-state the handle is ``DRIFTED`` (done, not ok); otherwise it stays
@@ -131,12 +158,17 @@ def record(
     set_identifier: str | None = None,
     routing: Mapping[str, Any] | None = None,
 ) -> Record:
-    """A normalized record (e.g. for a CREATE or UPSERT)."""
+    """A normalized record (e.g. for a CREATE or UPSERT). ValueError for an alias given a TTL
+    or values: Route53 keeps neither for an alias, so such a record could never be read back
+    as given (and a batch holding it would never be seen as applied)."""
+    listed = sorted(str(v) for v in values)
+    if alias is not None and (ttl is not None or listed):
+        raise ValueError(f"an alias record has no TTL or values: {name} {type} ttl={ttl!r}")
     return Record(
         name=normalize_name(name),
         type=type.upper(),
         ttl=None if ttl is None else int(ttl),
-        values=sorted(str(v) for v in values),
+        values=listed,
         alias=None
         if alias is None
         else AliasTarget(
@@ -222,6 +254,34 @@ def _holds(observed: Mapping[Key, Record], expected: Mapping[Key, Any]) -> bool:
     return all(want is _ANY or observed.get(key) == want for key, want in expected.items())
 
 
+def compare_and_swap(changes: Sequence[Change], before: Mapping[Key, Record]) -> list[Change]:
+    """The batch to send for ``changes`` planned against the records ``before``: each UPSERT
+    as DELETE (the set as read, if any) + CREATE (step 2 of the module docstring). Route53
+    applies it only while every set it changes is still as read."""
+    state = dict(before)
+    sent: list[Change] = []
+    for change in changes:
+        rec = change["record"]
+        key = key_of(rec)
+        if change["action"] == "UPSERT":
+            prior = state.get(key)
+            if prior is not None:
+                sent.append(Change(action="DELETE", record=prior))
+            sent.append(Change(action="CREATE", record=rec))
+        else:
+            sent.append(change)
+        if change["action"] == "DELETE":
+            state.pop(key, None)
+        else:
+            state[key] = rec
+    return sent
+
+
+def _at(observed: Mapping[Key, Record], changes: Sequence[Change]) -> dict[Key, Record | None]:
+    """The record sets ``changes`` touch, as ``observed`` holds them (None: absent)."""
+    return {key_of(c["record"]): observed.get(key_of(c["record"])) for c in changes}
+
+
 # -- the adapter -------------------------------------------------------------------------------
 
 
@@ -249,10 +309,6 @@ class Route53:
         self.throttle_backoff = throttle_backoff
         self.settle_seconds = settle_seconds
         self._sleep = sleep
-
-    def _in_flight_window(self) -> float:
-        config = getattr(getattr(self._change_client, "meta", None), "config", None)
-        return float(getattr(config, "read_timeout", None) or 60.0)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -357,14 +413,18 @@ class Route53:
 
     def change(self, zone_id: str, changes: Sequence[Change], *, operation: str) -> Handle:
         """Apply ``changes`` as ONE atomic batch whose Comment names ``operation`` (the
-        caller's operation identity), unless the records already hold its post-state. Returns
-        a ``change`` handle (PENDING, later INSYNC), or a recovered one (see the module
-        docstring). Safe to call again with the same batch after any failure.
+        caller's operation identity), unless the records already hold its post-state. The
+        batch is sent as a compare-and-swap against the records read first (each UPSERT as
+        DELETE of the set read + CREATE). Returns a ``change`` handle (PENDING, later INSYNC;
+        ownership proven), or a recovered one (ownership unproven; see the module docstring).
+        Safe to call again with the same batch after any failure, at any time.
 
         Raises Conflict (InvalidChangeBatch against the current records: a stale DELETE, a
-        CNAME conflict, a CREATE of an existing set), Rejected (a batch Route53 can never
-        accept), Throttled, NotFound (no such zone), Transient (``NotApplied``: an ambiguous
-        failure after which the records still hold the pre-state; retry later) or Unknown."""
+        CNAME conflict, a CREATE of an existing set, a set changed by another writer between
+        the read and the write), Rejected (a batch Route53 can never accept, a malformed
+        change), Throttled, NotFound (no such zone), Transient (``NotApplied``: an ambiguous
+        failure after which the records still hold the pre-state; retrying is safe at once)
+        or Unknown."""
         changes = _normalize_changes(changes)
         comment = f"alfred {operation}"[:COMMENT_LIMIT]
         before = self._observe(zone_id, changes)
@@ -373,28 +433,30 @@ class Route53:
             return self._recovered_handle(
                 zone_id,
                 changes,
+                None,
                 comment,
                 before,
                 cause="the records at the batch's names already hold its post-state; "
                 "nothing was sent",
                 already_applied=True,
             )
+        sent = compare_and_swap(changes, before)
         batch = {
             "Comment": comment,
             "Changes": [
-                {"Action": c["action"], "ResourceRecordSet": to_wire(c["record"])} for c in changes
+                {"Action": c["action"], "ResourceRecordSet": to_wire(c["record"])} for c in sent
             ],
         }
         try:
             info = self._send(zone_id, batch)
         except (ClientError, BotoCoreError) as exc:
             if is_ambiguous(exc):
-                return self._resolve(zone_id, changes, comment, before, exc)
+                return self._resolve(zone_id, changes, sent, comment, before, exc)
             error = _change_error(exc)
             if isinstance(error, Conflict) and error.code == "InvalidChangeBatch":
-                return self._recheck(zone_id, changes, comment, error, exc)
+                return self._recheck(zone_id, changes, sent, comment, error, exc)
             raise error from exc
-        return self._change_handle(zone_id, changes, comment, info)
+        return self._change_handle(zone_id, changes, sent, comment, info)
 
     def _send(self, zone_id: str, batch: dict[str, Any]) -> dict[str, Any]:
         response = retry_throttled(
@@ -411,6 +473,7 @@ class Route53:
         self,
         zone_id: str,
         changes: list[Change],
+        sent: list[Change],
         comment: str,
         before: dict[Key, Record],
         cause: BaseException,
@@ -419,40 +482,44 @@ class Route53:
         try:
             observed = self._observe(zone_id, changes)
         except ProviderError as exc:
-            raise _unknown(zone_id, changes, cause, before=before, read_error=exc) from cause
+            raise _unknown(zone_id, changes, sent, cause, before=before, read_error=exc) from cause
         _, post = expected_states(changes)
         if _holds(observed, post):
-            return self._recovered_handle(zone_id, changes, comment, observed, cause=cause)
-        if observed == before:
+            return self._recovered_handle(zone_id, changes, sent, comment, observed, cause=cause)
+        # Records at the names that the batch does not change (another type beside ours) do
+        # not tell whether it applied.
+        if _at(observed, changes) == _at(before, changes):
             raise Transient(
-                f"the change batch failed ambiguously ({describe(cause)}) and the records at "
-                "its names still hold the state read before sending: not applied so far, but "
-                "possibly still in flight, so not re-sent. Retry later: change() reads first "
-                "and sends nothing if the batch has landed meanwhile",
+                f"the change batch failed ambiguously ({describe(cause)}) and the record sets "
+                "it changes still hold the state read before sending: not applied so far. "
+                "Retrying is safe at once: every change of the batch was sent as a "
+                "compare-and-swap against that state, so of this copy (if still in flight) "
+                "and the retry's, Route53 applies at most one",
                 provider=PROVIDER,
                 code="NotApplied",
                 details={
                     "zone_id": zone_id,
                     "changes": changes,
+                    "sent": sent,
                     "cause": describe(cause),
                     "observed": list(observed.values()),
-                    # A request still in flight lands within the client's read timeout: a
-                    # retry sooner could find the pre-state again and send a second batch.
-                    "retry_after_seconds": self._in_flight_window(),
                 },
             ) from cause
-        raise _unknown(zone_id, changes, cause, before=before, observed=observed) from cause
+        raise _unknown(zone_id, changes, sent, cause, before=before, observed=observed) from cause
 
     def _recheck(
         self,
         zone_id: str,
         changes: list[Change],
+        sent: list[Change],
         comment: str,
         error: Conflict,
         cause: BaseException,
     ) -> Handle:
-        """A Conflict may be an earlier attempt of this very batch that landed after the
-        records were read (it was still in flight): the post-state says so."""
+        """A Conflict may be an earlier copy of this very batch that landed after the records
+        were read (it was still in flight): the post-state says so — or another writer made
+        the same result; the recovered handle's ownership is unproven either way."""
+        error.details.setdefault("sent", sent)
         try:
             observed = self._observe(zone_id, changes)
         except ProviderError:
@@ -460,10 +527,15 @@ class Route53:
         _, post = expected_states(changes)
         if not _holds(observed, post):
             raise error from cause
-        return self._recovered_handle(zone_id, changes, comment, observed, cause=cause)
+        return self._recovered_handle(zone_id, changes, sent, comment, observed, cause=cause)
 
     def _change_handle(
-        self, zone_id: str, changes: list[Change], comment: str, info: Mapping[str, Any]
+        self,
+        zone_id: str,
+        changes: list[Change],
+        sent: list[Change],
+        comment: str,
+        info: Mapping[str, Any],
     ) -> Handle:
         status = str(info["Status"])
         submitted = info.get("SubmittedAt")
@@ -478,10 +550,13 @@ class Route53:
                 "zone_id": zone_id,
                 "comment": comment,
                 "changes": list(changes),
+                "sent": list(sent),
                 "submitted_at": submitted.isoformat()
                 if isinstance(submitted, dt.datetime)
                 else submitted,
                 "recovered": False,
+                # Route53 answered this batch: it, as sent, is what changed the names.
+                "ownership": "proven",
             },
         )
 
@@ -489,12 +564,14 @@ class Route53:
         self,
         zone_id: str,
         changes: list[Change],
+        sent: list[Change] | None,
         comment: str,
         observed: Mapping[Key, Record],
         *,
         cause: BaseException | str,
         already_applied: bool = False,
     ) -> Handle:
+        """The names hold the batch's result; whose batch made it cannot be read back."""
         return handle(
             provider=PROVIDER,
             kind="change",
@@ -506,8 +583,10 @@ class Route53:
                 "zone_id": zone_id,
                 "comment": comment,
                 "changes": list(changes),
+                "sent": None if sent is None else list(sent),
                 "recovered": True,
                 "already_applied": already_applied,
+                "ownership": "unproven",
                 "recovered_at": _now(),
                 "settle_seconds": self.settle_seconds,
                 "cause": cause if isinstance(cause, str) else describe(cause),
@@ -750,6 +829,7 @@ def _zone(raw: Mapping[str, Any], delegation: Mapping[str, Any]) -> Zone:
 def _unknown(
     zone_id: str,
     changes: list[Change],
+    sent: list[Change],
     cause: BaseException,
     *,
     before: Mapping[Key, Record],
@@ -759,6 +839,7 @@ def _unknown(
     details: dict[str, Any] = {
         "zone_id": zone_id,
         "changes": changes,
+        "sent": sent,
         "before": list(before.values()),
     }
     if observed is not None:

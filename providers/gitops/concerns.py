@@ -13,7 +13,10 @@ already present is not written and therefore not owned; nothing missing is a ``n
 commit). :func:`remove_owned` is the compensation: it reads the entries the add commit's
 message lists and removes those, and only those, still present at the head, in a ``revert``
 commit naming the original. Both go through :meth:`Repository.commit`, so both are found
-again by their operation identity after a lost response.
+again by their operation identity after a lost response. A retry passes ``since``: the head
+observed at the operation's first attempt (``observations["since"]`` of a handle,
+``details["since"]`` of an error), which bounds that search (see
+:mod:`providers.gitops.github`).
 """
 
 from __future__ import annotations
@@ -171,20 +174,32 @@ def plan_domain(
 
 
 def add_domain(
-    repository: Repository, concern: Concern, domain: str, *, branch: str, operation: str
+    repository: Repository,
+    concern: Concern,
+    domain: str,
+    *,
+    branch: str,
+    operation: str,
+    since: str | None = None,
 ) -> Handle:
-    """Commit the domain's missing entries (one commit), or ``noop`` if none is missing."""
+    """Commit the domain's missing entries (one commit), or ``noop`` if none is missing.
+    ``since``: on a retry, the head observed at the operation's first attempt."""
     editors.check_entries([domain])
-    return repository.commit(
-        branch, concern.paths, concern.add_edit(domain, operation=operation), operation=operation
-    )
+    edit = concern.add_edit(domain, operation=operation)
+    return repository.commit(branch, concern.paths, edit, operation=operation, since=since)
 
 
 def remove_owned(
-    repository: Repository, concern: Concern, added: Handle, *, operation: str
+    repository: Repository,
+    concern: Concern,
+    added: Handle,
+    *,
+    operation: str,
+    since: str | None = None,
 ) -> Handle:
     """Compensate the commit ``added`` (a handle from :func:`add_domain`): remove the entries
-    its message says it owns, where still present. A ``noop`` add owns nothing."""
+    its message says it owns, where still present. A ``noop`` add owns nothing. ``since``: on
+    a retry, the head observed at this removal's first attempt (not the add's)."""
     observations = added["observations"]
     branch = observations["branch"]
     sha = added["id"]
@@ -202,6 +217,7 @@ def remove_owned(
                 "files": [],
                 "entries": [],
                 "operation": operation,
+                "since": since,
                 "reason": "the add was a noop and owns no entries",
             },
         )
@@ -216,4 +232,4 @@ def remove_owned(
         )
     domain = parsed.description.removeprefix("add ")
     edit = concern.remove_edit(parsed.entries, domain=domain, operation=operation, reverts=sha)
-    return repository.commit(branch, concern.paths, edit, operation=operation)
+    return repository.commit(branch, concern.paths, edit, operation=operation, since=since)

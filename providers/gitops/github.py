@@ -18,13 +18,31 @@ retries), so a POST or PATCH whose response is lost surfaces here, and the backe
   only indexes the default branch) and looks for the operation identity in their messages:
   found means the commit landed and is returned (``recovered``); not found means it has not
   landed yet, and the edit is re-applied on a fresh read (a commit object left dangling by a
-  lost create-commit is harmless). A PATCH whose response was lost may still be in flight and
-  land after that lookup, so once a response was lost in the call the backend looks again
-  before it concludes ``noop`` (the entries found present may be its own) and after a
-  non-fast-forward 422 (what moved the branch may be its own commit). The late commit and a
-  re-applied one cannot both land: each is based on a head the other moves. If a lookup
-  fails, :class:`~providers.errors.Unknown` is raised: the caller must not repeat the mutation
-  blindly.
+  lost create-commit is harmless).
+- A PATCH whose response was lost may still be in flight, and land after any lookup — even
+  after the call that sent it has ended (``Transient``) and the caller has retried in a new
+  call. So the backend looks for the operation identity whenever something it sees may be
+  that commit, whether or not this call lost a response: once after the first read (before
+  the first attempt), before it concludes ``noop`` from a later read (the entries found
+  present may be its own), and after every non-fast-forward 422 (what moved the branch may be
+  its own commit). The late commit and a re-applied one cannot both land: each is based on a
+  head the other moves.
+- **Where a lookup stops.** Every commit of an operation is based on a head read at or after
+  the operation's first attempt, so it lies above that head. The caller passes that head as
+  ``since`` when it retries (a workflow keeps it in its receipt: the handle's
+  ``observations["since"]``, and ``details["since"]`` of any error raised after the first
+  read, are the value to pass back). The lookup after the first read scans back until it
+  reaches ``since`` (not found: the operation has no commit there); later lookups of the same
+  call stop at the head that call read first, since anything landing after its first lookup
+  lands on top of it. (The listing is newest first, a commit before its parent: a scan
+  meets every commit above its bound before the bound.) :attr:`RetryPolicy.recovery_depth`
+  caps every scan: one cut short before reaching its bound raises
+  :class:`~providers.errors.Unknown`, never ``noop`` or a second commit. Without ``since``
+  (a first call) the first lookup searches the most recent ``recovery_depth`` commits only,
+  and a commit further back is not found: a retry must pass ``since``.
+- If a lookup fails after a response was lost in the call, :class:`~providers.errors.Unknown`
+  is raised: the caller must not repeat the mutation blindly (it retries with ``since``).
+  Without a lost response the lookup's own error is raised (nothing of the call landed).
 - Throttling (403/429 with ``Retry-After``, a rate-limit message or ``X-RateLimit-Remaining:
   0``) means the request was not performed; it is re-sent after the wait GitHub asks for, at
   most :attr:`RetryPolicy.throttle_retries` times, and only when that wait is at most
@@ -161,20 +179,35 @@ class GitHubRepository:
         ref = self._call("get_ref", lambda: self._repository().get_git_ref(_ref(branch)))
         return str(ref.object.sha)
 
-    def find_operation(self, branch: str, operation: str) -> CommitRecord | None:
+    def find_operation(
+        self, branch: str, operation: str, *, since: str | None = None
+    ) -> CommitRecord | None:
+        found, complete = self._scan(branch, operation, since)
+        if found is None and since is not None and not complete:
+            raise self._incomplete(branch, operation, since, [], since=since)
+        return found
+
+    def _scan(
+        self, branch: str, operation: str, bound: str | None
+    ) -> tuple[CommitRecord | None, bool]:
+        """Look for ``operation`` in the commits of ``branch``, newest first, down to ``bound``
+        (included) or :attr:`RetryPolicy.recovery_depth` commits. Returns the commit, or None
+        and whether the search was complete: it reached ``bound`` or the end of the branch."""
         depth = self.policy.recovery_depth
 
-        def scan() -> CommitRecord | None:
+        def scan() -> tuple[CommitRecord | None, bool]:
             commits = self._repository().get_commits(sha=branch)
             for index, commit in enumerate(commits):
                 if index >= depth:
-                    break
+                    return None, False
                 message = commit.commit.message
                 parsed = parse_message(message)
                 if parsed is not None and parsed.operation == operation:
                     parents = tuple(parent.sha for parent in commit.parents)
-                    return CommitRecord(commit.sha, message, parents)
-            return None
+                    return CommitRecord(commit.sha, message, parents), True
+                if commit.sha == bound:
+                    return None, True
+            return None, True
 
         return self._call("list_commits", scan)
 
@@ -184,28 +217,75 @@ class GitHubRepository:
 
     # -- the commit --------------------------------------------------------------------------
 
-    def commit(self, branch: str, paths: Sequence[str], edit: Edit, *, operation: str) -> Handle:
+    def commit(
+        self,
+        branch: str,
+        paths: Sequence[str],
+        edit: Edit,
+        *,
+        operation: str,
+        since: str | None = None,
+    ) -> Handle:
         try:
             check_operation(operation)
         except MessageError as exc:
             raise Rejected(str(exc), provider=PROVIDER, code="invalid_operation") from exc
-        found = self.find_operation(branch, operation)
-        if found is not None:
-            return self._landed_handle(branch, found, recovered=True, attempts=0)
-        lost: list[str] = []
-        for attempt in range(1, self.policy.attempts + 1):
+        if since is not None and not _SHA.fullmatch(since):
+            raise Rejected(
+                f"since must be a 40-digit commit SHA, not {since!r}",
+                provider=PROVIDER,
+                code="invalid_since",
+            )
+        anchor = since
+        try:
             snapshot, ref = self._read(branch, paths)
+            anchor = since or snapshot.head
+            return self._commit(branch, paths, edit, operation, since, snapshot, ref)
+        except ProviderError as exc:
+            # The caller passes this back as ``since`` when it retries (see the module).
+            if anchor is not None:
+                exc.details.setdefault("since", anchor)
+            raise
+
+    def _commit(
+        self,
+        branch: str,
+        paths: Sequence[str],
+        edit: Edit,
+        operation: str,
+        since: str | None,
+        snapshot: Snapshot,
+        ref: GitRef,
+    ) -> Handle:
+        first_head = snapshot.head
+        anchor = since or first_head
+        lost: list[str] = []
+
+        def look() -> CommitRecord | None:
+            # Anything of this operation's that lands after the first lookup lands on top of
+            # the head read before it, so later lookups stop there.
+            return self._look(branch, operation, first_head, anchor, lost)
+
+        # After the first read: whatever that read saw, this lookup has seen too.
+        found = self._look(branch, operation, since, anchor, lost)
+        if found is not None:
+            return self._landed_handle(branch, found, anchor, recovered=True, attempts=0)
+        for attempt in range(1, self.policy.attempts + 1):
+            if attempt > 1:
+                snapshot, ref = self._read(branch, paths)
             change = edit(snapshot)
             if change is None or all(
                 snapshot.files.get(path) == text for path, text in change.files.items()
             ):
-                # After a lost response the entries found present may be this operation's own:
-                # a PATCH still in flight during the last lookup can have landed since.
-                # Looking again after the read (which saw them) finds such a commit.
-                found = self._find_after_loss(branch, operation, lost)
+                # The entries found present may be this operation's own: a PATCH of an earlier
+                # attempt or call, still in flight during the last lookup, can have landed
+                # since. Only a lookup made after this read can tell.
+                found = look() if attempt > 1 else None
                 if found is not None:
-                    return self._landed_handle(branch, found, recovered=True, attempts=attempt)
-                return self._noop_handle(snapshot, operation, attempts=attempt, lost=lost)
+                    return self._landed_handle(
+                        branch, found, anchor, recovered=True, attempts=attempt
+                    )
+                return self._noop_handle(snapshot, operation, anchor, attempts=attempt, lost=lost)
             if change.message.operation != operation:
                 raise ValueError(
                     f"the edit's message is for {change.message.operation!r}, not {operation!r}"
@@ -213,49 +293,66 @@ class GitHubRepository:
             try:
                 sha = self._write(snapshot, ref, change)
             except _NotFastForward:
-                # What moved the branch may be this operation's own earlier PATCH, whose
-                # response was lost and which landed after the last lookup.
-                found = self._find_after_loss(branch, operation, lost)
+                # What moved the branch may be this operation's own earlier PATCH (of this
+                # call or an earlier one) whose response was lost and which landed late.
+                found = look()
                 if found is not None:
-                    return self._landed_handle(branch, found, recovered=True, attempts=attempt)
+                    return self._landed_handle(
+                        branch, found, anchor, recovered=True, attempts=attempt
+                    )
                 logger.info("%s@%s moved under %s; re-applying", self.full_name, branch, operation)
                 continue
             except _OutcomeUnknown as exc:
                 lost.append(exc.operation)
                 logger.warning("%s: %s lost its response; looking for it", operation, exc)
-                found = self._find_after_loss(branch, operation, lost)
+                found = look()
                 if found is not None:
-                    return self._landed_handle(branch, found, recovered=True, attempts=attempt)
+                    return self._landed_handle(
+                        branch, found, anchor, recovered=True, attempts=attempt
+                    )
                 continue
             record = CommitRecord(sha, change.message.render(), (snapshot.head,))
             return self._landed_handle(
-                branch, record, recovered=False, attempts=attempt, files=sorted(change.files)
+                branch,
+                record,
+                anchor,
+                recovered=False,
+                attempts=attempt,
+                files=sorted(change.files),
             )
         if lost:
             raise Transient(
                 f"{operation}: no commit landed on {self.full_name}@{branch} in "
-                f"{self.policy.attempts} attempts (lost responses on {', '.join(lost)})",
+                f"{self.policy.attempts} attempts (lost responses on {', '.join(lost)}); "
+                f"a request may still be in flight: retry with since={anchor}",
                 provider=PROVIDER,
-                details={"branch": branch, "lost": lost},
+                details={"branch": branch, "lost": lost, "since": anchor},
             )
         raise Conflict(
             f"{NOT_FAST_FORWARD}: {self.full_name}@{branch} kept moving; "
             f"{self.policy.attempts} attempts to re-apply {operation} were not enough",
             provider=PROVIDER,
             code="422",
-            details={"branch": branch, "attempts": self.policy.attempts},
+            details={"branch": branch, "attempts": self.policy.attempts, "since": anchor},
         )
 
-    def _find_after_loss(self, branch: str, operation: str, lost: list[str]) -> CommitRecord | None:
-        """The operation's commit on ``branch`` if a response was lost earlier in this call
-        (None without a lost response: nothing of ours can have landed unseen). A failed
-        lookup then leaves the outcome unknown."""
-        if not lost:
-            return None
+    def _look(
+        self, branch: str, operation: str, bound: str | None, anchor: str, lost: list[str]
+    ) -> CommitRecord | None:
+        """The operation's commit above ``bound``, or None when the search reached ``bound``
+        (or, with no bound, searched :attr:`RetryPolicy.recovery_depth` commits). A search
+        cut short by the depth before reaching its bound raises Unknown; so does a failed
+        search once a response was lost in this call (without one, the lookup's own error is
+        raised: nothing of this call can have landed)."""
         try:
-            return self.find_operation(branch, operation)
+            found, complete = self._scan(branch, operation, bound)
         except ProviderError as lookup:
-            raise self._unknown(branch, operation, lost, lookup) from lookup
+            if not lost:
+                raise
+            raise self._unknown(branch, operation, anchor, lost, lookup) from lookup
+        if found is None and bound is not None and not complete:
+            raise self._incomplete(branch, operation, bound, lost, since=anchor)
+        return found
 
     def _read(self, branch: str, paths: Sequence[str]) -> tuple[Snapshot, GitRef]:
         repo = self._repository()
@@ -367,6 +464,7 @@ class GitHubRepository:
         self,
         branch: str,
         record: CommitRecord,
+        since: str,
         *,
         recovered: bool,
         attempts: int,
@@ -391,11 +489,12 @@ class GitHubRepository:
                 "subject": parsed.subject if parsed else record.message.split("\n", 1)[0],
                 "recovered": recovered,
                 "attempts": attempts,
+                "since": since,
             },
         )
 
     def _noop_handle(
-        self, snapshot: Snapshot, operation: str, *, attempts: int, lost: list[str]
+        self, snapshot: Snapshot, operation: str, since: str, *, attempts: int, lost: list[str]
     ) -> Handle:
         return handle(
             provider=PROVIDER,
@@ -414,18 +513,38 @@ class GitHubRepository:
                 "recovered": False,
                 "attempts": attempts,
                 "lost_responses": lost,
+                "since": since,
             },
         )
 
     def _unknown(
-        self, branch: str, operation: str, lost: list[str], cause: ProviderError
+        self, branch: str, operation: str, since: str, lost: list[str], cause: ProviderError
     ) -> Unknown:
         return Unknown(
             f"{operation}: the response to {lost[-1]} was lost and looking for the commit on "
             f"{self.full_name}@{branch} failed ({cause}); it may or may not have landed",
             provider=PROVIDER,
             code=cause.code,
-            details={"branch": branch, "lost": lost, "cause": cause.as_dict()},
+            details={"branch": branch, "lost": lost, "since": since, "cause": cause.as_dict()},
+        )
+
+    def _incomplete(
+        self, branch: str, operation: str, bound: str, lost: list[str], *, since: str
+    ) -> Unknown:
+        depth = self.policy.recovery_depth
+        return Unknown(
+            f"{operation}: the {depth} most recent commits of {self.full_name}@{branch} do not "
+            f"reach {bound[:12]}; a commit of the operation further back cannot be ruled out",
+            provider=PROVIDER,
+            code=None,
+            details={
+                "branch": branch,
+                "reason": "recovery_depth",
+                "bound": bound,
+                "depth": depth,
+                "lost": lost,
+                "since": since,
+            },
         )
 
     # -- calls ---------------------------------------------------------------------------------

@@ -11,11 +11,16 @@ What a backend (:class:`providers.gitops.github.GitHubRepository`) guarantees:
   bounded number of times. The edit therefore gets files, not a diff: it says what the files
   must become given what they are now, or that there is nothing to do (``None``).
 - **Found, not repeated.** Every commit carries the caller's operation identity
-  (:mod:`providers.gitops.messages`). Before the first attempt and after a lost response the
-  backend looks for that identity in the recent commits of the branch; a commit found there is
-  returned (``observations.recovered``) instead of making a second one. Once a response was
-  lost, it looks again before reporting ``noop`` or re-applying after the branch moved: the
-  lost request may have landed since.
+  (:mod:`providers.gitops.messages`). After its first read, before reporting ``noop`` from a
+  later read, after a lost response and after the branch moved under it, the backend looks for
+  that identity in the commits of the branch; a commit found there is returned
+  (``observations.recovered``) instead of making a second one. A request of an earlier attempt
+  or call may land late, so these lookups do not depend on what this call lost.
+- **Bounded by the first observed head.** ``since`` is the head the caller observed at the
+  operation's first attempt (``observations["since"]`` of the handle, ``details["since"]`` of a
+  ``Transient``/``Unknown``/``Conflict`` raised after the first read); a retry passes it back,
+  and the lookups search down to it. A search that cannot reach it within the backend's
+  recovery depth raises ``Unknown`` rather than concluding ``noop`` or committing again.
 - **Evidence as a handle.** The result is a :class:`~providers.handles.Handle` of kind
   ``commit``: ``id`` is the commit SHA (None for ``noop``), ``status`` is ``landed`` or
   ``noop``; ``observations`` has the repository, branch, parent, changed files, owned entries
@@ -77,13 +82,25 @@ class Repository(Protocol):
         """The branch head and the text of ``paths`` at that head."""
         ...
 
-    def commit(self, branch: str, paths: Sequence[str], edit: Edit, *, operation: str) -> Handle:
-        """Land ``edit`` on ``branch`` as one commit for ``operation`` (see the module)."""
+    def commit(
+        self,
+        branch: str,
+        paths: Sequence[str],
+        edit: Edit,
+        *,
+        operation: str,
+        since: str | None = None,
+    ) -> Handle:
+        """Land ``edit`` on ``branch`` as one commit for ``operation`` (see the module);
+        ``since`` is the head observed at the operation's first attempt, on a retry."""
         ...
 
-    def find_operation(self, branch: str, operation: str) -> CommitRecord | None:
-        """The most recent commit of ``branch`` made for ``operation``, if any within the
-        backend's recovery depth."""
+    def find_operation(
+        self, branch: str, operation: str, *, since: str | None = None
+    ) -> CommitRecord | None:
+        """The most recent commit of ``branch`` made for ``operation``: searched down to
+        ``since`` (Unknown if the backend's recovery depth does not reach it), or within the
+        recovery depth without ``since``."""
         ...
 
     def commit_message(self, sha: str) -> str:

@@ -25,6 +25,13 @@ Behaviour, as with ``syncPolicy.automated`` and a Git webhook (no polling delay)
   manual sync.
 - ``add_application(..., auto_sync=False)``: a moved head only makes it OutOfSync; ``POST
   /api/v1/applications/{name}/sync`` starts a sync, ``DELETE .../operation`` terminates it.
+  The request's ``infos`` (``[{"name", "value"}]``) become the operation's ``info``, in
+  ``operation.info`` and ``status.operationState.operation.info``, as ArgoCD's server copies
+  ``ApplicationSyncRequest.infos`` into the ``Operation`` it sets.
+- :meth:`ArgoCDStandIn.drift`: the live state drifts from the desired one (someone edited a
+  resource in the cluster): OutOfSync at the same revision, still Healthy, the last operation
+  unchanged. With auto-sync (``selfHeal``) a sync to the head starts; without, it stays
+  OutOfSync until a sync succeeds.
 
 Every operation ever started is kept for the tests (:meth:`ArgoCDStandIn.operations`), so a test
 can count syncs, whether or not they succeeded.
@@ -111,6 +118,7 @@ class _Operation:
     finished_at: float | None = None
     held_at: float | None = None  # the last time a never_converge fault held it open
     health_after: str = "Healthy"
+    info: list[dict[str, str]] = field(default_factory=list)  # the sync request's infos
 
 
 @dataclass
@@ -130,6 +138,7 @@ class _Application:
     operations: list[_Operation] = field(default_factory=list)  # every one started, in order
     history: list[dict[str, Any]] = field(default_factory=list)
     seen_head: str | None = None
+    drifted: bool = False  # the live state differs from the manifests of ``live``
     version: int = 1
 
 
@@ -204,6 +213,15 @@ class ArgoCDStandIn(StandIn):
             self._advance(app, now)
             return self._document(app, now)
 
+    def drift(self, name: str) -> None:
+        """The live state of ``name`` drifts from its manifests (a resource edited in the
+        cluster): OutOfSync until a sync succeeds (auto-sync's selfHeal starts one)."""
+        with self._lock:
+            app = self._apps[name]
+            self._advance(app, self.clock())
+            app.drifted = True
+            app.version = self._next_version()
+
     def remove_application(self, name: str) -> None:
         with self._lock:
             self._apps.pop(name, None)
@@ -214,7 +232,8 @@ class ArgoCDStandIn(StandIn):
 
     def operations(self, name: str) -> list[dict[str, Any]]:
         """Every operation started on ``name`` (the registration's included), oldest first:
-        revision, initiated_by (``automated`` or ``alfred``), phase, started_at, finished_at."""
+        revision, initiated_by (``automated`` or ``alfred``), phase, started_at, finished_at,
+        info (the sync request's ``infos``)."""
         with self._lock:
             app = self._apps.get(name)
             if app is None:
@@ -227,6 +246,7 @@ class ArgoCDStandIn(StandIn):
                     "phase": op.phase,
                     "started_at": op.started_at,
                     "finished_at": op.finished_at,
+                    "info": [dict(item) for item in op.info],
                 }
                 for op in app.operations
             ]
@@ -312,7 +332,14 @@ class ArgoCDStandIn(StandIn):
                     _INVALID_ARGUMENT,
                     f"Cannot sync to {asked}: auto-sync currently set to {app.branch}",
                 )
-            app.operation = _Operation(revision=revision, started_at=now, automated=False)
+            info = _infos(body.get("infos"))
+            if info is None:
+                return _error(
+                    400, _INVALID_ARGUMENT, "infos must be a list of {name, value} objects"
+                )
+            app.operation = _Operation(
+                revision=revision, started_at=now, automated=False, info=info
+            )
             app.operations.append(app.operation)
             app.version = self._next_version()
             document = self._document(app, now)
@@ -366,7 +393,8 @@ class ArgoCDStandIn(StandIn):
             failed_here = (
                 running is not None and running.phase in FAILED_PHASES and running.revision == head
             )
-            if not app.auto_sync or head is None or head == app.live or failed_here:
+            in_sync = head == app.live and not app.drifted
+            if not app.auto_sync or head is None or in_sync or failed_here:
                 return
             app.operation = _Operation(revision=head, started_at=now, automated=True)
             app.operations.append(app.operation)
@@ -391,6 +419,7 @@ class ArgoCDStandIn(StandIn):
         else:
             running.phase, running.message = "Succeeded", "successfully synced (all tasks run)"
             app.live = running.revision
+            app.drifted = False
             self._record(app, running)
         app.version = self._next_version()
         return True
@@ -457,7 +486,9 @@ class ArgoCDStandIn(StandIn):
         applying = running and op is not None and now < op.started_at + self.converge_delay / 2
         # What the cluster runs: the running sync's revision once its resources are applied.
         applied = op.revision if running and op is not None and not applying else app.live
-        synced = head is not None and applied == head
+        # A running sync whose resources are applied has put the drifted ones back.
+        drifted = app.drifted and not (running and not applying)
+        synced = head is not None and applied == head and not drifted
         if running:
             health = "Progressing"
         elif op is not None and op.phase in FAILED_PHASES and app.live != head:
@@ -562,11 +593,14 @@ class ArgoCDStandIn(StandIn):
 
     @staticmethod
     def _operation(op: _Operation) -> dict[str, Any]:
-        return {
+        operation: dict[str, Any] = {
             "sync": {"revision": op.revision, "syncStrategy": {"hook": {}}},
             "initiatedBy": _initiator(op),
             "retry": {},
         }
+        if op.info:  # Operation.Info is ``json:"info,omitempty"``
+            operation["info"] = [dict(item) for item in op.info]
+        return operation
 
     # -- requests, helpers -----------------------------------------------------------------
 
@@ -646,6 +680,24 @@ def _cookie(request: Request) -> str:
 
 def _time(at: float) -> str:
     return dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _infos(value: Any) -> list[dict[str, str]] | None:
+    """A sync request's ``infos`` (absent: none); None if it is not a list of objects with
+    string ``name`` and ``value``."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        return None
+    infos = []
+    for item in value:
+        if not isinstance(item, dict):
+            return None
+        name, val = item.get("name", ""), item.get("value", "")
+        if not isinstance(name, str) or not isinstance(val, str):
+            return None
+        infos.append({"name": name, "value": val})
+    return infos
 
 
 def _initiator(op: _Operation) -> dict[str, Any]:

@@ -46,6 +46,12 @@ Faults (``self.faults.arm(operation, kind, ...)``; ``operation`` is the AWS oper
 - ``server_error``: answer as a gateway in front of the service does, ``status`` (default 502)
   with an HTML body; with ``apply: true`` the operation is performed first (the backend
   applied it, the gateway lost the answer), otherwise not.
+- ``hold_request`` (``ChangeResourceRecordSets``): drop the connection without applying the
+  batch yet; it lands later — just before the ``after``-th (default the next)
+  ChangeResourceRecordSets request on the same zone — as a request still in flight while the
+  caller read the records would (see :meth:`providers.sandbox.route53.Route53.hold`). A copy
+  whose preconditions no longer hold is refused then, as Route53 refuses it;
+  ``self.route53.late_batches`` says what became of it.
 - ``fail_update`` (``UpdateFunctionCode``, ``UpdateFunctionConfiguration``,
   ``PublishVersion``): the update ends ``Failed`` instead of ``Successful``.
 - ``hold_update`` (the same operations; standing, arm with ``times: null``): an update such an
@@ -60,8 +66,9 @@ writer's batch — in place of ours (``drop_request``, ``throttle``, ``server_er
 recovery must not mistake for its own change.
 
 Introspection for tests: :attr:`AwsStandIn.calls` counts the operations that reached a
-backend (performed, successful or not), :attr:`AwsStandIn.route53` ``.change_batches`` lists
-the applied change batches.
+backend (performed, successful or not; not a held request, which ``route53.late_batches``
+records when it lands), :attr:`AwsStandIn.route53` ``.change_batches`` lists the applied
+change batches.
 """
 
 from __future__ import annotations
@@ -197,6 +204,12 @@ class AwsStandIn(StandIn):
             logger.info("aws: dropping the request %s", operation)
             self._interfere(request, operation, dropped)
             return LOST
+        if operation == "ChangeResourceRecordSets":
+            held = self.faults.take(operation, "hold_request")
+            if held:
+                logger.info("aws: holding the request %s; it lands later", operation)
+                self.route53.hold(request, after=int(held.params.get("after") or 1))
+                return LOST
         failing = self.faults.take(operation, "server_error")
         if failing and not failing.params.get("apply"):
             logger.info("aws: a gateway error instead of %s", operation)

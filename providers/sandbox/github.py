@@ -42,11 +42,15 @@ names are the right-hand column above, ``*`` for all):
   ``CONCURRENT.md``), so the caller's update is no longer a fast forward.
 - ``late_ref_update`` (a non-forced ``update_ref``): drop the connection without applying the
   PATCH yet; it lands (if still a fast forward) just before the next PATCH of that branch, as
-  a request still in flight while the caller looked for its outcome would.
+  a request still in flight while the caller looked for its outcome would. With
+  ``land_on="get_ref"`` it lands earlier, just before the next read of that branch's ref (the
+  caller's next read sees it, its last lookup did not); :meth:`GitHubStandIn.land_late` lands
+  it at once.
 
 In-process helpers for the sandbox and the tests: :meth:`GitHubStandIn.create_repo`,
 :meth:`~GitHubStandIn.commit_files`, :meth:`~GitHubStandIn.create_branch`,
-:meth:`~GitHubStandIn.reset_branch`, :meth:`~GitHubStandIn.head` (the ArgoCD stand-in
+:meth:`~GitHubStandIn.reset_branch`, :meth:`~GitHubStandIn.land_late`,
+:meth:`~GitHubStandIn.head` (the ArgoCD stand-in
 converges on it), :meth:`~GitHubStandIn.log`, :meth:`~GitHubStandIn.commit_count`,
 :meth:`~GitHubStandIn.read_file`, :meth:`~GitHubStandIn.ref_updates`,
 :meth:`~GitHubStandIn.created_commits` and :meth:`~GitHubStandIn.seed_demo`.
@@ -144,7 +148,8 @@ class GitHubStandIn(StandIn):
         self._ref_updates: list[Json] = []
         self._created: list[tuple[str, str]] = []  # (repository, sha) of POSTed commits
         self._concurrent = 0
-        self._late: list[tuple[str, str, str]] = []  # (repository, branch, sha) held back
+        # (repository, branch, sha, land_on) of PATCHes held back by late_ref_update
+        self._late: list[tuple[str, str, str, str]] = []
 
     # -- in-process helpers ------------------------------------------------------------------
 
@@ -221,6 +226,14 @@ class GitHubStandIn(StandIn):
         entry = self._repository(full_name)
         with entry.lock:
             self._move(entry, branch, self._head(entry, branch), sha, forced=True, source="helper")
+
+    def land_late(self, full_name: str, branch: str) -> str | None:
+        """Land the PATCHes ``late_ref_update`` holds for ``branch`` now (the requests in
+        flight arrive); the new head."""
+        entry = self._repository(full_name)
+        with entry.lock:
+            head = self._head(entry, branch)
+            return None if head is None else self._land_late(entry, branch, head)
 
     def head(self, full_name: str, branch: str) -> str | None:
         """The commit ``branch`` points at, or None (no such repository or branch)."""
@@ -405,6 +418,8 @@ class GitHubStandIn(StandIn):
             sha = self._ref_sha(entry, ref)
             if sha is None:
                 raise _not_found(docs)
+            if ref.startswith("heads/"):
+                sha = self._land_late(entry, ref.removeprefix("heads/"), sha, on="get_ref")
             return Response.json(200, self._ref_json(entry, ref, sha))
 
     def _create_ref(self, entry: _Repository, request: Request) -> Response:
@@ -437,9 +452,13 @@ class GitHubStandIn(StandIn):
             current = self._land_late(entry, branch, current)
             if not isinstance(sha, str) or self._maybe(entry.repo, sha, Commit) is None:
                 raise _Error(422, "Object does not exist", docs)
-            if not force and self.faults.take("update_ref", "late_ref_update") is not None:
+            late = None if force else self.faults.take("update_ref", "late_ref_update")
+            if late is not None:
+                land_on = str(late.params.get("land_on", "update_ref"))
+                if land_on not in ("update_ref", "get_ref"):
+                    raise ValueError(f"late_ref_update: land_on {land_on!r}")
                 with self._repos_lock:
-                    self._late.append((entry.full_name, branch, sha))
+                    self._late.append((entry.full_name, branch, sha, land_on))
                 return LOST
             fault = self.faults.take("update_ref", "concurrent_ref_update")
             if fault is not None:
@@ -714,11 +733,18 @@ class GitHubStandIn(StandIn):
         self._move(entry, branch, head, sha, forced=False, source="fault")
         return sha
 
-    def _land_late(self, entry: _Repository, branch: str, current: str) -> str:
-        """Land the PATCHes ``late_ref_update`` held back for ``branch``; the new head."""
+    def _land_late(
+        self, entry: _Repository, branch: str, current: str, *, on: str | None = None
+    ) -> str:
+        """Land the PATCHes ``late_ref_update`` held back for ``branch`` (only those to land
+        on request ``on``, or all); the new head."""
+
+        def due(update: tuple[str, str, str, str]) -> bool:
+            return update[:2] == (entry.full_name, branch) and on in (None, update[3])
+
         with self._repos_lock:
-            late = [sha for repo, b, sha in self._late if (repo, b) == (entry.full_name, branch)]
-            self._late = [u for u in self._late if u[:2] != (entry.full_name, branch)]
+            late = [update[2] for update in self._late if due(update)]
+            self._late = [update for update in self._late if not due(update)]
         for sha in late:
             if sha != current and self._descends(entry.repo, sha, current):
                 self._move(entry, branch, current, sha, forced=False, source="api")

@@ -41,6 +41,14 @@ NS/SOA records below the apex.
 
 :attr:`Route53.change_batches` lists every applied batch (id, zone, comment, changes) so a test
 can count them — e.g. to prove that recovering a lost response sent no second batch.
+
+**Requests in flight.** :meth:`Route53.hold` keeps a ChangeResourceRecordSets request
+unapplied (the AWS stand-in's ``hold_request`` fault drops its connection) and lands it later:
+just before the ``after``-th ChangeResourceRecordSets request on the same zone that reaches the
+stand-in afterwards (default the next one; :meth:`Route53.apply_foreign`, the faults' other
+writer, does not count), as a request delayed in the network would. It lands under the rules
+above, so a stale copy is refused; :attr:`Route53.late_batches` says what became of each.
+:meth:`Route53.discard_held` forgets those not landed yet.
 """
 
 from __future__ import annotations
@@ -251,6 +259,25 @@ class AppliedBatch:
     changes: tuple[tuple[str, RRSet], ...]  # (action, record set)
     submitted_at: dt.datetime
     foreign: bool = False  # applied by a fault that simulates another writer
+    late: bool = False  # a held request (``hold``) that landed later
+
+
+@dataclass(frozen=True)
+class LateBatch:
+    """What became of a held ChangeResourceRecordSets request when it landed."""
+
+    zone_id: str
+    comment: str | None
+    changes: tuple[tuple[str, RRSet], ...]
+    change_id: str | None  # applied
+    error: str | None  # refused: Route53's error code and message
+
+
+@dataclass
+class _Held:
+    zone_id: str
+    body: bytes
+    countdown: int  # ChangeResourceRecordSets requests on the zone before it lands
 
 
 # -- the service -------------------------------------------------------------------------------
@@ -266,6 +293,8 @@ class Route53:
         self._changes: dict[str, Change] = {}
         self._caller_references: dict[str, str] = {}  # reference -> zone id, kept forever
         self._batches: list[AppliedBatch] = []
+        self._held: list[_Held] = []
+        self._late: list[LateBatch] = []
 
     # -- introspection (tests, the ACM issuance check) --------------------------------------
 
@@ -273,6 +302,11 @@ class Route53:
     def change_batches(self) -> list[AppliedBatch]:
         with self._lock:
             return list(self._batches)
+
+    @property
+    def late_batches(self) -> list[LateBatch]:
+        with self._lock:
+            return list(self._late)
 
     def lookup(self, name: str, rtype: str) -> list[str]:
         """The values of the plain record set (no set identifier) ``name``/``rtype`` in the
@@ -318,9 +352,53 @@ class Route53:
         }
         try:
             with self._lock:
+                if name == "ChangeResourceRecordSets":
+                    self._land_held(params["id"])
                 return handlers[name](request, params)
         except Route53Error as exc:
             return error_response(exc.status, exc.code, exc.message)
+
+    def hold(self, request: Request, *, after: int = 1) -> None:
+        """Keep the ChangeResourceRecordSets ``request`` unapplied; it lands just before the
+        ``after``-th ChangeResourceRecordSets request on its zone from now on."""
+        routed = self.operation(request)
+        if routed is None or routed[0] != "ChangeResourceRecordSets":
+            raise ValueError("only a ChangeResourceRecordSets request can be held")
+        zone_id = routed[1]["id"].removeprefix("/hostedzone/")
+        with self._lock:
+            self._held.append(_Held(zone_id=zone_id, body=request.body, countdown=max(after, 1)))
+
+    def discard_held(self) -> int:
+        """Forget the held requests that have not landed; how many there were."""
+        with self._lock:
+            count = len(self._held)
+            self._held.clear()
+            return count
+
+    def _land_held(self, zone_id: str) -> None:
+        zone_id = zone_id.removeprefix("/hostedzone/")
+        due: list[_Held] = []
+        for held in self._held:
+            if held.zone_id == zone_id:
+                held.countdown -= 1
+                if held.countdown == 0:
+                    due.append(held)
+        self._held = [h for h in self._held if h.countdown > 0]
+        for held in due:
+            comment: str | None = None
+            changes: list[tuple[str, RRSet]] = []
+            try:
+                comment, changes = _batch(held.body)
+                zone = self._zone(zone_id)
+                for action, rrset in changes:
+                    _check_input(action, rrset)
+                change = self._apply(zone, changes, comment=comment, late=True)
+            except Route53Error as exc:
+                self._late.append(
+                    LateBatch(zone_id, comment, tuple(changes), None, f"{exc.code}: {exc.message}")
+                )
+            else:
+                self._late.append(LateBatch(zone_id, comment, tuple(changes), change.id, None))
 
     def apply_foreign(self, zone_id: str, changes: Iterable[Mapping[str, Any]]) -> str:
         """Apply a batch (boto3's ``Changes`` shape) as another writer would: the faults use
@@ -501,19 +579,10 @@ class Route53:
 
     def _change_resource_record_sets(self, request: Request, params: dict[str, str]) -> Response:
         zone = self._zone(params["id"])
-        body = _parse(request.body)
-        batch = body.find("ChangeBatch")
-        if batch is None:
-            raise Route53Error(400, "InvalidInput", "ChangeBatch is required")
-        changes = [
-            (_text(node, "Action") or "", _rrset_from_xml(node.find("ResourceRecordSet")))
-            for node in batch.iterfind("Changes/Change")
-        ]
-        if not changes:
-            raise Route53Error(400, "InvalidInput", "ChangeBatch.Changes must not be empty")
+        comment, changes = _batch(request.body)
         for action, rrset in changes:
             _check_input(action, rrset)
-        change = self._apply(zone, changes, comment=_text(batch, "Comment"))
+        change = self._apply(zone, changes, comment=comment)
         root = _root("ChangeResourceRecordSetsResponse")
         _change_xml(root, change)
         return _xml_response(200, root)
@@ -525,6 +594,7 @@ class Route53:
         *,
         comment: str | None,
         foreign: bool = False,
+        late: bool = False,
     ) -> Change:
         """Validate ``changes`` in order against a working copy of the zone; commit the copy
         only if all of them are valid (Route53 applies a batch whole or not at all)."""
@@ -561,6 +631,7 @@ class Route53:
                 changes=tuple(changes),
                 submitted_at=change.submitted_at,
                 foreign=foreign,
+                late=late,
             )
         )
         return change
@@ -656,6 +727,20 @@ def _parse(body: bytes) -> ET.Element:
         if isinstance(node.tag, str) and "}" in node.tag:
             node.tag = node.tag.split("}", 1)[1]
     return root
+
+
+def _batch(body: bytes) -> tuple[str | None, list[tuple[str, RRSet]]]:
+    """The Comment and the changes of a ChangeResourceRecordSets request body."""
+    batch = _parse(body).find("ChangeBatch")
+    if batch is None:
+        raise Route53Error(400, "InvalidInput", "ChangeBatch is required")
+    changes = [
+        (_text(node, "Action") or "", _rrset_from_xml(node.find("ResourceRecordSet")))
+        for node in batch.iterfind("Changes/Change")
+    ]
+    if not changes:
+        raise Route53Error(400, "InvalidInput", "ChangeBatch.Changes must not be empty")
+    return _text(batch, "Comment"), changes
 
 
 def _text(node: ET.Element | None, path: str) -> str | None:

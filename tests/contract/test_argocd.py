@@ -20,6 +20,7 @@ import pytest
 
 from providers.argocd import (
     OPERATION_FAILED,
+    OPERATION_INFO,
     OPERATION_RUNNING,
     OUT_OF_SYNC,
     REVISION_MISMATCH,
@@ -29,7 +30,7 @@ from providers.argocd import (
     Convergence,
     assess,
 )
-from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient
+from providers.errors import NotFound, Rejected, Throttled, Transient
 from providers.handles import StopUnsupported
 from providers.sandbox.argocd import NEVER_CONVERGE, SERVER_ERROR, THROTTLE, ArgoCDStandIn
 from tests.contract.fixtures.argocd import (
@@ -71,6 +72,17 @@ def syncs_by_alfred(standin: ArgoCDStandIn, name: str) -> list[tuple[str, str]]:
         for op in standin.operations(name)
         if op["initiated_by"] == "alfred"
     ]
+
+
+def syncs_of(standin: ArgoCDStandIn, name: str, operation: str) -> list[tuple[str, str]]:
+    """(revision, phase) of every sync started on ``name`` for ``operation`` (its ``infos``)."""
+    tag = {"name": OPERATION_INFO, "value": operation}
+    return [(op["revision"], op["phase"]) for op in standin.operations(name) if tag in op["info"]]
+
+
+def new_operation() -> str:
+    """An operation identity, as the engine gives a step (unique per step, stable on retry)."""
+    return f"add-domain:{secrets.token_hex(8)}"
 
 
 class TimePassesOnLoss(httpx.BaseTransport):
@@ -312,42 +324,39 @@ def test_a_convergence_handle_is_json_and_finishes_ok(
 
 @pytest.mark.standin
 def test_an_application_that_never_converges_keeps_waiting_with_its_reason(
-    argocd_client: ArgoCD,
-    argocd_app: ContractApp,
-    argocd_git: ContractGit,
-    argocd_standin: ArgoCDStandIn,
+    argocd_clocked: ClockedArgoCD,
 ) -> None:
     # Given a sync that will not finish
-    argocd_standin.faults.arm(f"application:{argocd_app.name}", NEVER_CONVERGE, times=None)
+    env = argocd_clocked
+    app = env.add()
+    env.standin.faults.arm(f"application:{app.name}", NEVER_CONVERGE, times=None)
 
     # When a commit lands and well past the usual convergence delay has gone by
-    x = argocd_git.push(argocd_app.repo or "")
-    argocd_client.converged(argocd_app.name, x)
-    time.sleep(3 * CONVERGE_DELAY)
-    held = argocd_client.inspect(argocd_client.watch(argocd_app.name, x))
+    x = env.git.push(app.repo or "")
+    with env.client() as client:
+        assert OPERATION_RUNNING in client.converged(app.name, x).codes
+        env.clock.advance(3 * env.delay)
+        held = client.inspect(client.watch(app.name, x))
 
-    # Then it is still waiting, because the operation still runs and the rollout progresses
-    assert (held["done"], held["ok"]) == (False, False)
-    codes = {reason["code"] for reason in held["observations"]["reasons"]}
-    assert {OPERATION_RUNNING, UNHEALTHY} <= codes
-    assert held["observations"]["status"]["health_status"] == "Progressing"
-    assert held["observations"]["status"]["operation_phase"] == "Running"
+        # Then it is still waiting, because the operation still runs and the rollout progresses
+        assert (held["done"], held["ok"]) == (False, False)
+        codes = {reason["code"] for reason in held["observations"]["reasons"]}
+        assert {OPERATION_RUNNING, UNHEALTHY} <= codes
+        assert held["observations"]["status"]["health_status"] == "Progressing"
+        assert held["observations"]["status"]["operation_phase"] == "Running"
 
-    # And once the cause is gone, it converges on X
-    argocd_standin.faults.clear()
-    wait_for(lambda: argocd_client.converged(argocd_app.name, x), lambda c: c.converged)
+        # And once the cause is gone, it converges on X (at the next reading: it was due)
+        env.standin.faults.clear()
+        assert client.converged(app.name, x).converged
 
 
 @pytest.mark.standin
-def test_a_failed_sync_is_done_and_not_ok(
-    argocd_client: ArgoCD,
-    argocd_app: ContractApp,
-    argocd_git: ContractGit,
-    argocd_standin: ArgoCDStandIn,
-) -> None:
+def test_a_failed_sync_is_done_and_not_ok(argocd_clocked: ClockedArgoCD) -> None:
     # Given syncs of this application fail
-    argocd_standin.faults.arm(
-        f"application:{argocd_app.name}",
+    env = argocd_clocked
+    app = env.add()
+    env.standin.faults.arm(
+        f"application:{app.name}",
         NEVER_CONVERGE,
         times=None,
         phase="Failed",
@@ -355,21 +364,24 @@ def test_a_failed_sync_is_done_and_not_ok(
     )
 
     # When a commit lands and its sync has run
-    x = argocd_git.push(argocd_app.repo or "")
-    final = wait_for(
-        lambda: argocd_client.inspect(argocd_client.watch(argocd_app.name, x)),
-        lambda h: h["done"],
-    )
+    x = env.git.push(app.repo or "")
+    with env.client() as client:
+        watched = client.watch(app.name, x)
+        env.clock.advance(env.delay)
+        final = client.inspect(watched)
 
-    # Then the wait is over and not ok, saying why; ArgoCD does not retry that commit
-    assert (final["ok"], final["status"]) == (False, "Failed")
-    reasons = {r["code"]: r["message"] for r in final["observations"]["reasons"]}
-    assert {OPERATION_FAILED, UNHEALTHY, OUT_OF_SYNC} <= reasons.keys()
-    assert "spec.replicas" in reasons[OPERATION_FAILED]
-    assert final["observations"]["status"]["health_status"] == "Degraded"
-    argocd_standin.faults.clear()
-    time.sleep(2 * CONVERGE_DELAY)
-    assert argocd_client.converged(argocd_app.name, x).failed
+        # Then the wait is over and not ok, saying why
+        assert (watched["done"], final["done"]) == (False, True)
+        assert (final["ok"], final["status"]) == (False, "Failed")
+        reasons = {r["code"]: r["message"] for r in final["observations"]["reasons"]}
+        assert {OPERATION_FAILED, UNHEALTHY, OUT_OF_SYNC} <= reasons.keys()
+        assert "spec.replicas" in reasons[OPERATION_FAILED]
+        assert final["observations"]["status"]["health_status"] == "Degraded"
+        # ...and ArgoCD does not retry that commit, however long one waits
+        env.standin.faults.clear()
+        env.clock.advance(10 * env.delay)
+        assert client.converged(app.name, x).failed
+    assert [op["revision"] for op in env.standin.operations(app.name)].count(x) == 1
 
 
 # -- errors on the wire (stand-in) ---------------------------------------------------------
@@ -487,16 +499,45 @@ def test_a_sync_of_a_manual_application_converges_on_the_commit(
     assert argocd_client.refresh(name).sync_revision == x  # ?refresh=normal reads the same
 
     # When Alfred syncs it to X
-    started = argocd_client.sync(name, x)
+    operation = new_operation()
+    started = argocd_client.sync(name, x, operation=operation)
     final = wait_for(lambda: argocd_client.inspect(started), lambda h: h["done"])
 
     # Then the sync ran to success and the application converged on X, with one deployment
     assert (started["kind"], started["id"], started["done"]) == ("sync", f"{name}@{x}", False)
+    assert (started["observations"]["operation"], started["observations"]["ours"]) == (
+        operation,
+        True,
+    )
     assert (final["ok"], final["status"]) == (True, "Succeeded")
     assert argocd_client.converged(name, x).converged
     history = (argocd_standin.application(name) or {})["status"]["history"]
     assert [entry["revision"] for entry in history][-1:] == [x]
     assert history[-1]["initiatedBy"] == {"username": "alfred"}
+    assert syncs_of(argocd_standin, name, operation) == [(x, "Succeeded")]
+
+
+@pytest.mark.standin
+def test_the_sync_request_carries_the_operation_identity_as_argocd_echoes_it(
+    argocd_clocked: ClockedArgoCD,
+) -> None:
+    # Given an application without auto-sync and a commit X
+    env = argocd_clocked
+    app = env.add(auto_sync=False)
+    x = env.git.push(app.repo or "")
+    operation = new_operation()
+
+    # When Alfred syncs it to X
+    with env.client() as client:
+        client.sync(app.name, x, operation=operation)
+        status = client.application(app.name)
+    document = env.standin.application(app.name) or {}
+
+    # Then the operation ArgoCD set, and its state, carry the identity in their info
+    tag = [{"name": OPERATION_INFO, "value": operation}]
+    assert document["operation"]["info"] == tag
+    assert document["status"]["operationState"]["operation"]["info"] == tag
+    assert status.operation_identity == operation
 
 
 @pytest.mark.standin
@@ -515,8 +556,9 @@ def test_a_sync_whose_response_was_lost_is_recovered_not_repeated(
     deployments = len((argocd_standin.application(name) or {})["status"]["history"])
 
     # When Alfred syncs, and (a retried step) syncs again
-    first = argocd_client.sync(name, x)
-    again = argocd_client.sync(name, x)
+    operation = new_operation()
+    first = argocd_client.sync(name, x, operation=operation)
+    again = argocd_client.sync(name, x, operation=operation)
 
     # Then both name the one sync at X that started, which converges as one deployment
     assert first["id"] == again["id"] == f"{name}@{x}"
@@ -530,6 +572,7 @@ def test_a_sync_whose_response_was_lost_is_recovered_not_repeated(
     history = (argocd_standin.application(name) or {})["status"]["history"]
     assert len(history) == deployments + 1
     assert syncs_by_alfred(argocd_standin, name) == [(x, "Succeeded")]
+    assert syncs_of(argocd_standin, name, operation) == [(x, "Succeeded")]
 
 
 @pytest.mark.standin
@@ -543,7 +586,7 @@ def test_stopping_a_sync_terminates_its_operation(
     name = argocd_manual_app.name
     argocd_standin.faults.arm(f"application:{name}", NEVER_CONVERGE, times=None)
     x = argocd_git.push(argocd_manual_app.repo or "")
-    started = argocd_client.sync(name, x)
+    started = argocd_client.sync(name, x, operation=new_operation())
 
     # When Alfred stops it (twice: a stop is safe to repeat)
     stopped = argocd_client.stop(started)
@@ -557,7 +600,7 @@ def test_stopping_a_sync_terminates_its_operation(
 
 
 @pytest.mark.standin
-def test_a_sync_while_another_operation_runs_is_a_conflict(
+def test_a_sync_while_another_operation_runs_is_refused_for_now(
     argocd_client: ArgoCD,
     argocd_app: ContractApp,
     argocd_git: ContractGit,
@@ -568,14 +611,53 @@ def test_a_sync_while_another_operation_runs_is_a_conflict(
     x = argocd_git.push(argocd_app.repo or "")
     assert argocd_client.application(argocd_app.name).operation_revision == x
 
-    # When Alfred asks for a sync to another commit
+    # When Alfred asks for a sync to another commit, or to X itself
     y = argocd_git.push(argocd_app.repo or "")
-    with pytest.raises(Conflict) as caught:
-        argocd_client.sync(argocd_app.name, y)
+    with pytest.raises(Transient) as to_y:
+        argocd_client.sync(argocd_app.name, y, operation=new_operation())
+    with pytest.raises(Transient) as to_x:
+        argocd_client.sync(argocd_app.name, x, operation=new_operation())
 
-    # Then Conflict, naming the running operation; a sync to X itself is that operation
-    assert x in caught.value.message
-    assert argocd_client.sync(argocd_app.name, x)["status"] == "Running"
+    # Then refused for now (it ends on its own), naming the running operation: the auto-sync
+    # to X is not Alfred's sync, even at the same commit, and it is neither adopted nor
+    # disturbed
+    assert x in to_y.value.message and x in to_x.value.message
+    assert to_x.value.code == "OperationInProgress"
+    status = argocd_client.application(argocd_app.name)
+    assert (status.operation_phase, status.operation_revision) == ("Running", x)
+    assert syncs_by_alfred(argocd_standin, argocd_app.name) == []
+
+
+@pytest.mark.standin
+def test_another_operations_running_sync_at_the_same_commit_is_not_adopted_or_stopped(
+    argocd_clocked: ClockedArgoCD,
+) -> None:
+    # Given Alfred's sync of X (operation A) succeeded; the application then drifted and
+    # another step (operation B) started a sync of X that is still running
+    env = argocd_clocked
+    app = env.add(auto_sync=False)
+    x = env.git.push(app.repo or "")
+    a, b, c = new_operation(), new_operation(), new_operation()
+    with env.client() as client:
+        ours = client.sync(app.name, x, operation=a)
+        env.clock.advance(env.delay)
+        env.standin.drift(app.name)
+        theirs = client.sync(app.name, x, operation=b)
+
+        # When operation C asks for a sync of X, and operation A stops "its" sync
+        with pytest.raises(Transient) as caught:
+            client.sync(app.name, x, operation=c)
+        stopped = client.stop(ours)
+
+        # Then C is refused (B's sync is not C's), and A's stop leaves B's sync running
+        assert b in caught.value.message
+        assert (stopped["status"], stopped["done"], stopped["ok"]) == ("Superseded", True, False)
+        assert client.inspect(theirs)["status"] == "Running"
+        env.clock.advance(env.delay)
+        assert client.inspect(theirs)["status"] == "Succeeded"
+    assert syncs_of(env.standin, app.name, a) == [(x, "Succeeded")]
+    assert syncs_of(env.standin, app.name, b) == [(x, "Succeeded")]
+    assert syncs_of(env.standin, app.name, c) == []
 
 
 @pytest.mark.standin
@@ -596,15 +678,17 @@ def test_a_sync_that_finished_before_its_lost_response_was_noticed_is_not_repeat
     transport = TimePassesOnLoss(lambda: env.clock.advance(env.delay))
 
     # When Alfred syncs, and (a retried step) syncs again
+    operation = new_operation()
     with env.client(transport=transport) as client:
-        first = client.sync(app.name, x)
-        again = client.sync(app.name, x)
+        first = client.sync(app.name, x, operation=operation)
+        again = client.sync(app.name, x, operation=operation)
         convergence = client.converged(app.name, x)
 
     # Then both are the one finished sync at X: ArgoCD ran exactly one
     assert first["id"] == again["id"] == f"{app.name}@{x}"
     assert (first["status"], first["done"], first["ok"]) == (outcome, True, outcome == "Succeeded")
     assert (again["status"], again["done"]) == (outcome, True)
+    assert syncs_of(env.standin, app.name, operation) == [(x, outcome)]
     assert syncs_by_alfred(env.standin, app.name) == [(x, outcome)]
     assert convergence.converged is (outcome == "Succeeded")
     assert convergence.failed is (outcome == "Failed")
@@ -616,12 +700,19 @@ def test_a_lost_sync_response_after_a_sync_that_succeeded_but_is_still_progressi
     # a sync ends when its resources are applied and hooks ran, not when they are healthy)
     x, older = "d" * 40, "a" * 40
     posts: list[httpx.Request] = []
-    state = {"sync": "OutOfSync", "health": "Healthy", "phase": "Succeeded", "at": older}
+    state: dict[str, Any] = {
+        "sync": "OutOfSync",
+        "health": "Healthy",
+        "phase": "Succeeded",
+        "at": older,
+        "info": [],
+    }
 
     def serve(request: httpx.Request) -> httpx.Response:
         if request.method == "POST":
             posts.append(request)
-            state.update(sync="Synced", health="Progressing", phase="Succeeded", at=x)
+            infos = json.loads(request.content)["infos"]
+            state.update(sync="Synced", health="Progressing", phase="Succeeded", at=x, info=infos)
             raise httpx.ReadError("connection reset by peer", request=request)
         return httpx.Response(
             200,
@@ -634,7 +725,7 @@ def test_a_lost_sync_response_after_a_sync_that_succeeded_but_is_still_progressi
                     "operationState": {
                         "phase": state["phase"],
                         "syncResult": {"revision": state["at"]},
-                        "operation": {"sync": {"revision": state["at"]}},
+                        "operation": {"sync": {"revision": state["at"]}, "info": state["info"]},
                     },
                 },
             },
@@ -643,23 +734,36 @@ def test_a_lost_sync_response_after_a_sync_that_succeeded_but_is_still_progressi
     client = ArgoCD("https://argocd.test", "t", transport=httpx.MockTransport(serve))
 
     # When Alfred syncs, and (a retried step) syncs again
+    operation = new_operation()
     with client:
-        first = client.sync("web", x)
-        again = client.sync("web", x)
+        first = client.sync("web", x, operation=operation)
+        again = client.sync("web", x, operation=operation)
         convergence = client.converged("web", x)
 
-    # Then one POST: the sync is done and ok, and the convergence waits for the rollout
+    # Then one POST, carrying the identity: the sync is done and ok, and the convergence
+    # waits for the rollout
     assert len(posts) == 1
+    assert json.loads(posts[0].content)["infos"] == [{"name": OPERATION_INFO, "value": operation}]
     assert (first["status"], first["done"], first["ok"]) == ("Succeeded", True, True)
     assert again["status"] == "Succeeded"
     assert convergence.codes == {UNHEALTHY}
     assert not convergence.failed
 
 
-def test_a_sync_refused_because_the_same_sync_landed_meanwhile_returns_that_sync() -> None:
-    # Given an earlier sync request of ours to X that lands late: between the adapter's read and
-    # its POST (here a scripted transport), so ArgoCD refuses the POST as a second operation
+@pytest.mark.parametrize("landed", ["ours", "another operation's", "an untagged one"])
+def test_a_sync_refused_because_a_sync_landed_meanwhile_returns_it_only_if_it_is_ours(
+    landed: str,
+) -> None:
+    # Given a sync request to X that lands between the adapter's read and its POST (here a
+    # scripted transport), so ArgoCD refuses the POST as a second operation: an earlier
+    # request of this operation that landed late, another operation's, or one without infos
     x = "e" * 40
+    operation = new_operation()
+    info = {
+        "ours": [{"name": OPERATION_INFO, "value": operation}],
+        "another operation's": [{"name": OPERATION_INFO, "value": new_operation()}],
+        "an untagged one": [],
+    }[landed]
     posts: list[httpx.Request] = []
 
     def serve(request: httpx.Request) -> httpx.Response:
@@ -673,7 +777,11 @@ def test_a_sync_refused_because_the_same_sync_landed_meanwhile_returns_that_sync
             "health": {"status": "Progressing" if running else "Healthy"},
         }
         if running:
-            status["operationState"] = {"phase": "Running", "operation": {"sync": {"revision": x}}}
+            status["operationState"] = {
+                "phase": "Running",
+                "startedAt": "2026-01-01T00:00:00Z",
+                "operation": {"sync": {"revision": x}, "info": info},
+            }
         return httpx.Response(
             200,
             json={"metadata": {"name": "web"}, "spec": {"project": "default"}, "status": status},
@@ -681,7 +789,13 @@ def test_a_sync_refused_because_the_same_sync_landed_meanwhile_returns_that_sync
 
     # When Alfred syncs
     with ArgoCD("https://argocd.test", "t", transport=httpx.MockTransport(serve)) as client:
-        handle = client.sync("web", x)
+        if landed != "ours":
+            # Then the refusal is read back: another's sync is not adopted
+            with pytest.raises(Transient):
+                client.sync("web", x, operation=operation)
+            assert len(posts) == 1
+            return
+        handle = client.sync("web", x, operation=operation)
 
     # Then the refusal is read back: the running operation is the sync to X it asked for
     assert len(posts) == 1
@@ -699,15 +813,17 @@ def test_a_502_to_a_sync_that_took_effect_is_recovered_not_repeated(
     env.standin.faults.arm(f"sync:{app.name}", SERVER_ERROR, applied=True)
 
     # When Alfred syncs, and (a retried step) syncs again
+    operation = new_operation()
     with env.client() as client:
-        first = client.sync(app.name, x)
-        again = client.sync(app.name, x)
+        first = client.sync(app.name, x, operation=operation)
+        again = client.sync(app.name, x, operation=operation)
         env.clock.advance(env.delay)
         final = client.inspect(first)
 
     # Then the 502 was read as ambiguous and resolved: one sync, running, then succeeded
     assert first["status"] == again["status"] == "Running"
     assert (final["status"], final["done"], final["ok"]) == ("Succeeded", True, True)
+    assert syncs_of(env.standin, app.name, operation) == [(x, "Succeeded")]
     assert syncs_by_alfred(env.standin, app.name) == [(x, "Succeeded")]
 
 
@@ -722,17 +838,322 @@ def test_a_502_to_a_sync_that_did_not_take_effect_is_transient_and_a_retry_syncs
     env.standin.faults.arm(f"sync:{app.name}", SERVER_ERROR)
 
     # When Alfred syncs
+    operation = new_operation()
     with env.client() as client:
         with pytest.raises(Transient) as caught:
-            client.sync(app.name, x)
+            client.sync(app.name, x, operation=operation)
         # Then Transient (read back: nothing started), so the step may be retried...
         assert caught.value.retryable
         assert caught.value.details["http_status"] == 502
         assert syncs_by_alfred(env.standin, app.name) == []
         # ...and the retry starts the one sync
-        retried = client.sync(app.name, x)
+        retried = client.sync(app.name, x, operation=operation)
     assert retried["status"] == "Running"
+    assert syncs_of(env.standin, app.name, operation) == [(x, "Running")]
+
+
+# -- which sync is Alfred's: the operation identity ---------------------------------------
+
+
+@pytest.mark.standin
+def test_a_drifted_application_with_an_old_succeeded_sync_at_the_commit_is_synced_again(
+    argocd_clocked: ClockedArgoCD,
+) -> None:
+    # Given a manual application running X (its last operation: a sync of X that Succeeded)
+    # whose live state then drifted: OutOfSync at X
+    env = argocd_clocked
+    app = env.add(auto_sync=False)
+    x = env.git.head(app.repo or "", "main") or ""
+    env.standin.drift(app.name)
+    operation = new_operation()
+    with env.client() as client:
+        drifted = client.application(app.name)
+        assert (drifted.sync_status, drifted.operation_phase) == ("OutOfSync", "Succeeded")
+        assert drifted.operation_at(x)
+        assert OUT_OF_SYNC in client.converged(app.name, x).codes
+
+        # When a step syncs X, and (retried) syncs again
+        started = client.sync(app.name, x, operation=operation)
+        again = client.sync(app.name, x, operation=operation)
+        env.clock.advance(env.delay)
+        final = client.inspect(started)
+        converged = client.converged(app.name, x)
+
+    # Then the old sync is not taken for this one: exactly one new sync started, and ran
+    assert (started["status"], started["done"]) == ("Running", False)
+    started_at = started["observations"]["status"]["operation_started_at"]
+    assert again["observations"]["status"]["operation_started_at"] == started_at
+    assert (final["status"], final["done"], final["ok"]) == ("Succeeded", True, True)
+    assert syncs_of(env.standin, app.name, operation) == [(x, "Succeeded")]
+    assert converged.converged
+
+
+@pytest.mark.standin
+def test_a_reset_to_a_commit_whose_sync_failed_long_ago_is_synced_again(
+    argocd_clocked: ClockedArgoCD,
+) -> None:
+    # Given a manual application whose sync of X (operation A) failed; the branch moved on to
+    # Y, and days later was reset back to X
+    env = argocd_clocked
+    app = env.add(auto_sync=False)
+    repo = app.repo or ""
+    x = env.git.push(repo)
+    a, b = new_operation(), new_operation()
+    env.standin.faults.arm(f"application:{app.name}", NEVER_CONVERGE, times=None, phase="Failed")
+    with env.client() as client:
+        a_first_attempt = env.now()
+        client.sync(app.name, x, operation=a, not_before=a_first_attempt)
+        env.clock.advance(env.delay)
+        assert client.converged(app.name, x).failed  # read while the fault holds: it failed
+        env.standin.faults.clear()
+        env.git.push(repo)
+        env.clock.advance(3 * 24 * 3600)
+        env.git.reset(repo, to=x)
+        assert client.converged(app.name, x).failed  # the last operation is X's old failure
+
+        # When operation A's step is retried, and a new step (operation B) syncs X
+        retried = client.sync(app.name, x, operation=a, not_before=a_first_attempt)
+        started = client.sync(app.name, x, operation=b, not_before=env.now())
+        env.clock.advance(env.delay)
+        final = client.inspect(started)
+
+    # Then A's sync stays failed (not repeated), and B's is a new sync, which succeeds
+    assert (retried["status"], retried["done"], retried["ok"]) == ("Failed", True, False)
+    assert (started["status"], started["done"]) == ("Running", False)
+    assert started["observations"]["not_before"] is not None
+    assert (final["status"], final["done"], final["ok"]) == ("Succeeded", True, True)
+    assert syncs_of(env.standin, app.name, a) == [(x, "Failed")]
+    assert syncs_of(env.standin, app.name, b) == [(x, "Succeeded")]
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("fault", ["lose_response", SERVER_ERROR])
+def test_after_an_ambiguous_answer_the_sync_is_found_by_its_identity_not_an_older_one(
+    argocd_clocked: ClockedArgoCD, fault: str
+) -> None:
+    # Given a drifted manual application whose last operation is an old Succeeded sync at X,
+    # and a sync request whose answer is lost (or a 502 after ArgoCD accepted it)
+    env = argocd_clocked
+    app = env.add(auto_sync=False)
+    x = env.git.head(app.repo or "", "main") or ""
+    env.standin.drift(app.name)
+    env.standin.faults.arm(f"sync:{app.name}", fault, applied=True)
+    operation = new_operation()
+
+    # When a step syncs X, and (retried) syncs again
+    with env.client() as client:
+        first = client.sync(app.name, x, operation=operation)
+        again = client.sync(app.name, x, operation=operation)
+
+    # Then the read-back found this operation's sync, running: exactly one started
+    assert first["status"] == again["status"] == "Running"
+    assert first["observations"]["ours"] is True
+    assert syncs_of(env.standin, app.name, operation) == [(x, "Running")]
     assert syncs_by_alfred(env.standin, app.name) == [(x, "Running")]
+
+
+@pytest.mark.standin
+def test_a_502_that_did_not_take_effect_beside_an_older_sync_at_the_commit_is_transient(
+    argocd_clocked: ClockedArgoCD,
+) -> None:
+    # Given a drifted application whose last operation is an old Succeeded sync at X, and a
+    # proxy that answers 502 without passing the sync on
+    env = argocd_clocked
+    app = env.add(auto_sync=False)
+    x = env.git.head(app.repo or "", "main") or ""
+    env.standin.drift(app.name)
+    env.standin.faults.arm(f"sync:{app.name}", SERVER_ERROR)
+    operation = new_operation()
+
+    with env.client() as client:
+        # When a step syncs X
+        with pytest.raises(Transient) as caught:
+            client.sync(app.name, x, operation=operation)
+        # Then the old sync is no proof that this one started: Transient, nothing started...
+        assert caught.value.details["operation"] == operation
+        assert syncs_by_alfred(env.standin, app.name) == []
+        # ...and the retry starts the one sync
+        assert client.sync(app.name, x, operation=operation)["status"] == "Running"
+    assert syncs_of(env.standin, app.name, operation) == [(x, "Running")]
+
+
+def scripted_argocd(
+    x: str, *, started_at: str, echo_infos: bool, info: list[dict[str, str]] | None = None
+) -> tuple[Callable[[httpx.Request], httpx.Response], list[httpx.Request]]:
+    """A server (for httpx.MockTransport) on which a sync of X (with ``info``) succeeded at
+    ``started_at`` and the application then drifted; a POST starts a sync whose answer is
+    lost, at 2026-01-02T00:00:00Z. With ``echo_infos=False`` it drops the request's infos, as
+    a server that does not echo them would."""
+    posts: list[httpx.Request] = []
+    state: dict[str, Any] = {"phase": "Succeeded", "startedAt": started_at, "info": info or []}
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posts.append(request)
+            infos = json.loads(request.content).get("infos") if echo_infos else []
+            state.update(phase="Running", startedAt="2026-01-02T00:00:00Z", info=infos)
+            raise httpx.ReadError("connection reset by peer", request=request)
+        operation = {"sync": {"revision": x}, "info": state["info"]}
+        document: dict[str, Any] = {
+            "metadata": {"name": "web"},
+            "spec": {"project": "default", "source": {"repoURL": "r", "path": "p"}},
+            "status": {
+                "sync": {"status": "OutOfSync", "revision": x},
+                "health": {"status": "Healthy"},
+                "operationState": {
+                    "phase": state["phase"],
+                    "startedAt": state["startedAt"],
+                    "syncResult": {"revision": x},
+                    "operation": operation,
+                },
+            },
+        }
+        if state["phase"] == "Running":
+            document["operation"] = operation
+        return httpx.Response(200, json=document)
+
+    return serve, posts
+
+
+def test_without_echoed_infos_a_sync_started_since_not_before_is_taken_as_ours() -> None:
+    # Given a server that drops the sync request's infos, an old sync of X (before the step's
+    # first attempt), and a sync request whose answer is lost
+    x = "f" * 40
+    serve, posts = scripted_argocd(x, started_at="2025-12-01T00:00:00Z", echo_infos=False)
+    operation = new_operation()
+
+    # When the step (first attempt 2026-01-01T23:59:59.500Z) syncs X, and syncs again
+    with ArgoCD("https://argocd.test", "t", transport=httpx.MockTransport(serve)) as client:
+        first = client.sync(
+            "web", x, operation=operation, not_before="2026-01-01T23:59:59.500+00:00"
+        )
+        again = client.sync(
+            "web", x, operation=operation, not_before="2026-01-01T23:59:59.500+00:00"
+        )
+
+    # Then the old sync was not taken for this one (a POST), and the untagged sync that started
+    # since (ArgoCD's startedAt is to the second) is: one POST
+    assert len(posts) == 1
+    assert (first["status"], again["status"]) == ("Running", "Running")
+    assert first["observations"]["ours"] is True
+
+
+def test_without_echoed_infos_or_not_before_an_untagged_sync_is_not_taken_as_ours() -> None:
+    # Given a server that drops infos and a lost answer to the sync request
+    x = "f" * 40
+    serve, posts = scripted_argocd(x, started_at="2025-12-01T00:00:00Z", echo_infos=False)
+
+    # When the step syncs X without not_before
+    with (
+        ArgoCD("https://argocd.test", "t", transport=httpx.MockTransport(serve)) as client,
+        pytest.raises(Transient) as caught,
+    ):
+        client.sync("web", x, operation=new_operation())
+
+    # Then nothing proves the running sync is this one: Transient (a retry then finds another
+    # operation running: Transient again, not a second sync)
+    assert len(posts) == 1
+    assert "no sync of operation" in caught.value.message
+
+
+@pytest.mark.parametrize("tagged", [False, True], ids=["untagged", "another-operation"])
+def test_an_operation_of_another_identity_is_never_ours_whatever_its_time(tagged: bool) -> None:
+    # Given a sync of X that finished after the step's first attempt (not_before): untagged
+    # (an auto-sync, a sync from the UI) or tagged with another operation's identity
+    x = "f" * 40
+    other = [{"name": OPERATION_INFO, "value": new_operation()}] if tagged else []
+    serve, posts = scripted_argocd(
+        x, started_at="2026-01-01T12:00:00Z", echo_infos=True, info=other
+    )
+    operation = new_operation()
+
+    # When the step syncs X
+    with ArgoCD("https://argocd.test", "t", transport=httpx.MockTransport(serve)) as client:
+        handle = client.sync("web", x, operation=operation, not_before="2026-01-01T00:00:00Z")
+
+    # Then the untagged one is taken as the step's (the fallback: a sync of X started since
+    # the first attempt), the other operation's never is: a sync is started, and found again
+    # after its lost answer by its identity
+    assert len(posts) == (1 if tagged else 0)
+    assert handle["status"] == ("Running" if tagged else "Succeeded")
+    assert handle["observations"]["ours"] is True
+
+
+@pytest.mark.parametrize("operation", ["", "  padded ", "two\nlines", "x" * 201, None])
+def test_a_sync_without_a_valid_operation_identity_is_rejected(operation: Any) -> None:
+    # Given a client (nothing is read or sent: the check comes first)
+    requests: list[httpx.Request] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(500)
+
+    # When a sync names no usable operation identity, then Rejected, saying what it needs
+    with (
+        ArgoCD("https://argocd.test", "t", transport=httpx.MockTransport(serve)) as client,
+        pytest.raises(Rejected) as caught,
+    ):
+        client.sync("web", "c" * 40, operation=operation)
+    assert caught.value.code == "invalid_operation"
+    assert "operation identity" in caught.value.message
+    assert requests == []
+
+
+@pytest.mark.parametrize("not_before", ["2026-01-01T00:00:00", "yesterday", 1_767_225_600])
+def test_a_sync_with_a_not_before_that_is_not_an_aware_iso_time_is_rejected(
+    not_before: Any,
+) -> None:
+    # When a sync's not_before is naive, unreadable or not a time, then Rejected, unsent
+    transport = httpx.MockTransport(lambda request: httpx.Response(500))
+    with (
+        ArgoCD("https://argocd.test", "t", transport=transport) as client,
+        pytest.raises(Rejected) as caught,
+    ):
+        client.sync("web", "c" * 40, operation=new_operation(), not_before=not_before)
+    assert caught.value.code == "invalid_not_before"
+
+
+def test_the_operation_identity_is_read_from_a_requested_or_a_recorded_operation() -> None:
+    # Given ArgoCD documents: a sync requested (``operation`` set) that the controller has not
+    # picked up yet (operationState is still the previous operation's), and one that ran
+    x, older = "c" * 40, "b" * 40
+    tag = [{"name": "other", "value": "v"}, {"name": OPERATION_INFO, "value": "step:1"}]
+    requested = ApplicationStatus.from_application(
+        {
+            "operation": {"sync": {"revision": x}, "info": tag},
+            "status": {
+                "operationState": {
+                    "phase": "Succeeded",
+                    "startedAt": "2025-12-01T00:00:00Z",
+                    "finishedAt": "2025-12-01T00:01:00Z",
+                    "operation": {"sync": {"revision": older}},
+                    "syncResult": {"revision": older},
+                }
+            },
+        }
+    )
+    recorded = ApplicationStatus.from_application(
+        {
+            "status": {
+                "operationState": {
+                    "phase": "Failed",
+                    "startedAt": "2026-01-01T00:00:00Z",
+                    "operation": {"sync": {"revision": x}, "info": tag},
+                    "syncResult": {"revision": x},
+                }
+            }
+        }
+    )
+
+    # Then the requested one is running at X with its identity, and none of the previous
+    # operation's phase or times; the recorded one carries its identity too
+    assert requested.operation_running and requested.operation_at(x)
+    assert requested.operation_identity == "step:1"
+    assert (requested.operation_phase, requested.operation_started_at) == (None, None)
+    assert requested.operation_finished_at is None
+    assert recorded.operation_identity == "step:1"
+    assert recorded.as_dict()["operation_info"] == tag
+    assert ApplicationStatus.from_application({}).operation_identity is None
 
 
 # -- commits that do not change what an application renders (stand-in) ---------------------
@@ -785,7 +1206,7 @@ def test_a_sync_to_a_commit_that_renders_the_same_starts_nothing(
     x = argocd_git.push(argocd_manual_app.repo or "", changes=["charts/someone-else"])
 
     # When Alfred syncs it to X
-    handle = argocd_client.sync(name, x)
+    handle = argocd_client.sync(name, x, operation=new_operation())
 
     # Then there is nothing to sync: done and ok, and ArgoCD started no operation
     assert (handle["status"], handle["done"], handle["ok"]) == ("Synced", True, True)
@@ -833,6 +1254,14 @@ def test_after_a_failed_sync_a_commit_back_to_what_runs_converges(
         {"provider": "argocd", "kind": "sync", "id": "@" + "c" * 40},
         {"provider": "argocd", "kind": "sync", "id": None},
         {"provider": "argocd", "kind": "sync"},
+        # a sync handle without the operation whose sync it is
+        {"provider": "argocd", "kind": "sync", "id": "app@" + "c" * 40, "observations": {}},
+        {
+            "provider": "argocd",
+            "kind": "sync",
+            "id": "app@" + "c" * 40,
+            "observations": {"operation": "op", "not_before": "yesterday"},
+        },
         {"provider": "argocd", "kind": "commit", "id": "app@" + "c" * 40},
         {"provider": "github", "kind": "sync", "id": "app@" + "c" * 40},
         {},

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from providers.errors import Conflict, NotFound, Rejected, Throttled, Unknown
+from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient, Unknown
 from providers.gitops import (
     KIRBY_ROUTING,
     NGINX_BOOKING,
@@ -196,6 +196,7 @@ def test_entries_already_present_are_a_noop_without_a_commit(
     assert result["status"] == "noop"
     assert result["id"] is None
     assert result["observations"]["head"] == gitops_branch.base
+    assert result["observations"]["since"] == gitops_branch.base
     assert git_observer.commits_since(gitops_branch.name, gitops_branch.base) == []
 
 
@@ -592,6 +593,46 @@ def commits_of(observer: GitObserver, branch: GitOpsBranch, op: str) -> list[dic
     ]
 
 
+class Numbered:
+    """An edit whose every commit is a distinct object. Git would make a re-application the
+    very same commit object within the same second (same tree, parent, message and time); a
+    distinct one is what these tests are about."""
+
+    def __init__(self, edit: Callable[[Snapshot], Change | None]) -> None:
+        self.edit = edit
+        self.calls = 0
+
+    def __call__(self, snapshot: Snapshot) -> Change | None:
+        self.calls += 1
+        change = self.edit(snapshot)
+        if change is None:
+            return None
+        summary = f"Attempt {self.calls}."
+        return replace(change, message=replace(change.message, summary=summary))
+
+
+def fail_with_the_ref_update_in_flight(
+    standin: GitHubStandIn, client: GitHubRepository, branch: GitOpsBranch, edit: Numbered, op: str
+) -> Transient:
+    """Run a call whose first ref update is held in flight (its response lost) and whose
+    re-applications all fail at create_commit (502, not performed): it ends Transient and the
+    held PATCH is still to land."""
+    standin.faults.arm("update_ref", "late_ref_update")
+
+    def edit_then_fail_reapplying(snapshot: Snapshot) -> Change | None:
+        if edit.calls == 1:  # re-applying, after the first ref update was held
+            standin.faults.arm("create_commit", "server_error", times=None)
+        return edit(snapshot)
+
+    with pytest.raises(Transient) as raised:
+        client.commit(branch.name, NGINX_BOOKING.paths, edit_then_fail_reapplying, operation=op)
+    standin.faults.clear()
+    lost = ["update_ref"] + ["create_commit"] * (client.policy.attempts - 1)
+    assert raised.value.details["lost"] == lost
+    assert standin.head(branch.repo, branch.name) == branch.base  # nothing landed yet
+    return raised.value
+
+
 @pytest.mark.standin
 def test_a_lost_ref_update_that_lands_late_is_found_after_the_retry_is_refused(
     github_client: Client,
@@ -605,18 +646,7 @@ def test_a_lost_ref_update_that_lands_late_is_found_after_the_retry_is_refused(
     posted = len(github_standin.created_commits(gitops_branch.repo))
     client = github_client()
     op = operation()
-    add = NGINX_BOOKING.add_edit("example.com", operation=op)
-    attempts = 0
-
-    def add_numbered(snapshot: Snapshot) -> Change | None:
-        # Git would make the retry the very same commit object within the same second
-        # (same tree, parent, message and time); a distinct one is what is under test
-        nonlocal attempts
-        attempts += 1
-        change = add(snapshot)
-        if change is None:
-            return None
-        return replace(change, message=replace(change.message, summary=f"Attempt {attempts}."))
+    add_numbered = Numbered(NGINX_BOOKING.add_edit("example.com", operation=op))
 
     # when
     landed = client.commit(gitops_branch.name, NGINX_BOOKING.paths, add_numbered, operation=op)
@@ -626,7 +656,7 @@ def test_a_lost_ref_update_that_lands_late_is_found_after_the_retry_is_refused(
     assert landed["status"] == "landed"
     assert landed["id"] == first != retry
     assert landed["observations"]["recovered"] is True
-    assert landed["observations"]["attempts"] == attempts == 2
+    assert landed["observations"]["attempts"] == add_numbered.calls == 2
     assert landed["observations"]["entries"] == BOOKING_EXAMPLE_ENTRIES
     # and exactly one commit of the operation is on the branch
     assert [c["sha"] for c in commits_of(git_observer, gitops_branch, op)] == [first]
@@ -639,46 +669,22 @@ def test_a_lost_ref_update_that_lands_late_is_found_after_the_retry_is_refused(
 
 
 @pytest.mark.standin
-def test_a_lost_ref_update_that_lands_after_the_lookup_is_not_reported_as_a_noop(
+def test_a_lost_ref_update_that_lands_before_the_next_read_is_not_reported_as_a_noop(
     github_client: Client,
     gitops_branch: GitOpsBranch,
     git_observer: GitObserver,
     github_standin: GitHubStandIn,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # given the ref update's response is lost, and the PATCH lands just after the backend's
-    # lookup found nothing, so the next read sees the entries already present
-    github_standin.faults.arm("update_ref", "late_ref_update")
+    # given the ref update's response is lost, and the PATCH, still in flight while the
+    # backend looks for it, lands just before the backend reads the branch again: that read
+    # finds the entries already present
+    github_standin.faults.arm("update_ref", "late_ref_update", land_on="get_ref")
     posted = len(github_standin.created_commits(gitops_branch.repo))
-    client = github_client()
     op = operation()
-    ref_url = (
-        f"{github_standin.url}/api/v3/repos/{gitops_branch.repo}"
-        f"/git/refs/heads/{gitops_branch.name}"
-    )
-    find_operation = client.find_operation
-    lookups = 0
-
-    def lookup_then_land(branch: str, identity: str) -> Any:
-        nonlocal lookups
-        lookups += 1
-        found = find_operation(branch, identity)
-        if lookups == 2:  # the lookup after the lost response; the held PATCH lands just
-            # before the next PATCH of the branch, this one
-            poke = requests.patch(
-                ref_url,
-                headers={"Authorization": f"token {TOKEN}"},
-                json={"sha": gitops_branch.base, "force": False},
-                timeout=30,
-            )
-            assert poke.status_code == 422  # the base is behind the landed commit
-        return found
-
-    monkeypatch.setattr(client, "find_operation", lookup_then_land)
 
     # when
     landed = add_domain(
-        client, NGINX_BOOKING, "example.com", branch=gitops_branch.name, operation=op
+        github_client(), NGINX_BOOKING, "example.com", branch=gitops_branch.name, operation=op
     )
 
     # then the commit is returned with its SHA and entries, and no second one was made
@@ -689,6 +695,106 @@ def test_a_lost_ref_update_that_lands_after_the_lookup_is_not_reported_as_a_noop
     ours = commits_of(git_observer, gitops_branch, op)
     assert [c["sha"] for c in ours] == [landed["id"]]
     assert ours[0]["parents"] == [gitops_branch.base]
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("pass_since", [True, False], ids=["since", "without-since"])
+def test_a_retry_finds_the_earlier_calls_commit_that_lands_just_before_its_own(
+    pass_since: bool,
+    github_client: Client,
+    gitops_branch: GitOpsBranch,
+    git_observer: GitObserver,
+    github_standin: GitHubStandIn,
+) -> None:
+    # given a call that ended Transient with its first ref update still in flight
+    posted = len(github_standin.created_commits(gitops_branch.repo))
+    op = operation()
+    add_numbered = Numbered(NGINX_BOOKING.add_edit("example.com", operation=op))
+    failed = fail_with_the_ref_update_in_flight(
+        github_standin, github_client(), gitops_branch, add_numbered, op
+    )
+    assert failed.details["since"] == gitops_branch.base
+
+    # when the caller retries in a new call, which does not find the commit at first and
+    # writes its own; the held PATCH lands just before the retry's, which is refused
+    landed = github_client().commit(
+        gitops_branch.name,
+        NGINX_BOOKING.paths,
+        add_numbered,
+        operation=op,
+        since=failed.details["since"] if pass_since else None,
+    )
+
+    # then the first call's commit is returned with its SHA and the entries it owns
+    first, retry = github_standin.created_commits(gitops_branch.repo)[posted:]
+    assert landed["status"] == "landed"
+    assert landed["id"] == first != retry
+    assert landed["observations"]["recovered"] is True
+    assert landed["observations"]["entries"] == BOOKING_EXAMPLE_ENTRIES
+    assert landed["observations"]["since"] == gitops_branch.base
+    # and exactly one commit of the operation is on the branch
+    assert [c["sha"] for c in commits_of(git_observer, gitops_branch, op)] == [first]
+    updates = github_standin.ref_updates(gitops_branch.repo, gitops_branch.name)
+    assert [u["new"] for u in updates if u["source"] == "api"] == [first]
+    # and compensation removes what it added
+    remove_owned(github_client(), NGINX_BOOKING, landed, operation=f"{op}:rollback")
+    for path in (CALIPSO_CORS_PATH, DEIMOS_SERVER_NAMES_PATH):
+        assert git_observer.file(gitops_branch.name, path) == SEED_FILES[path]
+
+
+@pytest.mark.standin
+def test_a_retry_searches_back_to_since_and_past_the_depth_reports_unknown_not_noop(
+    github_client: Client,
+    gitops_branch: GitOpsBranch,
+    git_observer: GitObserver,
+    github_standin: GitHubStandIn,
+) -> None:
+    # given a call that ended Transient with its ref update in flight, which then landed,
+    # followed by more unrelated commits than the recovery depth
+    posted = len(github_standin.created_commits(gitops_branch.repo))
+    op = operation()
+    add_numbered = Numbered(NGINX_BOOKING.add_edit("example.com", operation=op))
+    failed = fail_with_the_ref_update_in_flight(
+        github_standin, github_client(), gitops_branch, add_numbered, op
+    )
+    since = failed.details["since"]
+    first = github_standin.land_late(gitops_branch.repo, gitops_branch.name)
+    depth = SANDBOX_POLICY.recovery_depth
+    for number in range(depth + 5):
+        github_standin.commit_files(
+            gitops_branch.repo, gitops_branch.name, {"NOTES.md": f"{number}\n"}, "docs: notes\n"
+        )
+    head = git_observer.head(gitops_branch.name)
+
+    # when the operation is retried with since, searching the default depth and deeper
+    with pytest.raises(Unknown) as shallow:
+        add_domain(
+            github_client(),
+            NGINX_BOOKING,
+            "example.com",
+            branch=gitops_branch.name,
+            operation=op,
+            since=since,
+        )
+    deep = add_domain(
+        github_client(retry=replace(SANDBOX_POLICY, recovery_depth=2 * depth)),
+        NGINX_BOOKING,
+        "example.com",
+        branch=gitops_branch.name,
+        operation=op,
+        since=since,
+    )
+
+    # then a search that cannot reach since is Unknown, not a noop; one that can finds the
+    # first call's commit; and neither retry committed
+    assert shallow.value.details["reason"] == "recovery_depth"
+    assert shallow.value.details["since"] == since == gitops_branch.base
+    assert deep["id"] == first
+    assert deep["observations"]["recovered"] is True
+    assert deep["observations"]["entries"] == BOOKING_EXAMPLE_ENTRIES
+    assert git_observer.head(gitops_branch.name) == head
+    assert github_standin.created_commits(gitops_branch.repo)[posted:] == [first]
+    assert [c["sha"] for c in commits_of(git_observer, gitops_branch, op)] == [first]
 
 
 @pytest.mark.standin
@@ -879,6 +985,7 @@ def test_when_the_lookup_after_a_lost_response_fails_the_outcome_is_unknown(
 
     # then the caller is told it may have landed — and it did
     assert raised.value.details["lost"] == ["update_ref"]
+    assert raised.value.details["since"] == gitops_branch.base
     assert len(git_observer.commits_since(gitops_branch.name, gitops_branch.base)) == 1
 
 

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError, ConnectionClosedError
 
 from providers.aws.clients import AwsClients, translate
 from providers.aws.lambda_ import Lambda
@@ -83,10 +84,35 @@ def test_update_alias_moves_the_version(
     assert moved["observations"]["from_version"] == "2"
     assert moved["observations"]["to_version"] == "3"
     assert moved["observations"]["revision_id"] == now["revision_id"]
+    assert moved["observations"]["ownership"] == "proven"
     settled = eventually(
         lambda: aws_lambda.inspect(moved), lambda h: h["done"], timeout=aws_patience
     )
     assert (settled["status"], settled["ok"]) == ("Successful", True)
+
+
+@pytest.mark.standin
+def test_rerun_after_the_update_landed_is_recovered_not_a_conflict(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_standin: AwsStandIn
+) -> None:
+    # given: the update landed, and the worker died before it stored the handle
+    function = aws_fleet.functions[0]
+    planned = aws_lambda.alias(function, "production")
+    before = aws_standin.calls["UpdateAlias"]
+    aws_lambda.update_alias(planned, version="3")
+
+    # when: the step runs again with its stored plan (whose RevisionId the update consumed)
+    again = aws_lambda.update_alias(planned, version="3")
+
+    # then: the alias is read first and found at the version; nothing sent again
+    assert aws_standin.calls["UpdateAlias"] - before == 1
+    assert again["observations"]["recovered"] is True
+    assert again["observations"]["already_applied"] is True
+    assert again["observations"]["ownership"] == "unproven"
+    assert (
+        again["observations"]["revision_id"]
+        == aws_lambda.alias(function, "production")["revision_id"]
+    )
 
 
 def test_revision_id_conflict(aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto) -> None:
@@ -119,6 +145,7 @@ def test_lost_alias_update_response_recovered(
 
     # then: recovered by reading the alias; exactly one UpdateAlias performed
     assert moved["observations"]["recovered"] is True
+    assert moved["observations"]["ownership"] == "unproven"
     assert moved["observations"]["alias_version"] == "3"
     assert aws_standin.calls["UpdateAlias"] - before == 1
     assert aws_lambda.alias(function, "production")["version"] == "3"
@@ -285,18 +312,20 @@ def test_gateway_error_after_alias_update_recovered(
     assert aws_lambda.alias(function, "production")["version"] == "3"
 
 
-class _FirstAttemptLandsLate:
-    """The mutation client, as seen when our first UpdateAlias was delayed in the network: it
-    lands just before the adapter's re-send (which then meets the RevisionId it consumed)."""
+class _EarlierAttemptLandsLate:
+    """The mutation client, as seen when an earlier UpdateAlias of ours was delayed in the
+    network: it lands just before the adapter's ``on``-th send (which then meets the RevisionId
+    it consumed)."""
 
-    def __init__(self, client: Any, late: Any) -> None:
+    def __init__(self, client: Any, late: Any, *, on: int = 2) -> None:
         self._client = client
         self._late = late
+        self._on = on
         self.sent = 0
 
     def update_alias(self, **kwargs: Any) -> Any:
         self.sent += 1
-        if self.sent == 2:
+        if self.sent == self._on:
             self._late.update_alias(**kwargs)
         return self._client.update_alias(**kwargs)
 
@@ -307,7 +336,7 @@ def test_resend_refused_because_the_first_landed_is_recovered(
 ) -> None:
     # given: the first UpdateAlias gets a 502 without being applied yet, and lands late
     function = aws_fleet.functions[0]
-    mutation = _FirstAttemptLandsLate(
+    mutation = _EarlierAttemptLandsLate(
         aws_clients.client("lambda", max_attempts=1), aws_boto.lambda_
     )
     lambda_ = Lambda(client=aws_boto.lambda_, mutation_client=mutation)
@@ -321,6 +350,90 @@ def test_resend_refused_because_the_first_landed_is_recovered(
     assert mutation.sent == 2
     assert moved["observations"]["recovered"] is True
     assert "PreconditionFailedException" in moved["observations"]["cause"]
+    assert lambda_.alias(function, "production")["version"] == "3"
+
+
+@pytest.mark.standin
+def test_precondition_failed_because_an_earlier_attempt_landed_is_recovered(
+    aws_clients: AwsClients, aws_boto: Boto, aws_fleet: Fleet
+) -> None:
+    # given: an earlier attempt of this update (a previous run of the step) was in flight when
+    # the alias was read, and lands just before this attempt's UpdateAlias
+    function = aws_fleet.functions[0]
+    mutation = _EarlierAttemptLandsLate(
+        aws_clients.client("lambda", max_attempts=1), aws_boto.lambda_, on=1
+    )
+    lambda_ = Lambda(client=aws_boto.lambda_, mutation_client=mutation)
+    planned = lambda_.alias(function, "production")
+
+    # when: this attempt is refused on the RevisionId the earlier one consumed
+    moved = lambda_.update_alias(planned, version="3")
+
+    # then: read back and recovered, not a Conflict
+    assert mutation.sent == 1
+    assert moved["observations"]["recovered"] is True
+    assert moved["observations"]["ownership"] == "unproven"
+    assert "PreconditionFailedException" in moved["observations"]["cause"]
+    assert lambda_.alias(function, "production")["version"] == "3"
+
+
+class _LostThenBusy:
+    """The mutation client: the first UpdateAlias is lost in the network (not applied yet),
+    the adapter's re-send is refused because "an update is in progress"."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.sent = 0
+
+    def update_alias(self, **kwargs: Any) -> Any:
+        self.sent += 1
+        if self.sent == 1:
+            raise ConnectionClosedError(endpoint_url="http://lambda.invalid/")
+        if self.sent == 2:
+            raise ClientError(
+                {
+                    "Error": {
+                        "Code": "ResourceConflictException",
+                        "Message": "The operation cannot be performed at this time. An update "
+                        f"is in progress for resource: {kwargs['FunctionName']}",
+                    },
+                    "ResponseMetadata": {"HTTPStatusCode": 409},
+                },
+                "UpdateAlias",
+            )
+        return self._client.update_alias(**kwargs)
+
+
+@pytest.mark.standin
+def test_busy_resend_is_transient_and_the_retry_finds_the_late_first_attempt(
+    aws_boto: Boto, aws_fleet: Fleet, aws_standin: AwsStandIn
+) -> None:
+    # given: the first UpdateAlias is lost on the way and still in flight; the re-send is
+    # refused as "update in progress"
+    function = aws_fleet.functions[0]
+    mutation = _LostThenBusy(aws_boto.lambda_)
+    lambda_ = Lambda(client=aws_boto.lambda_, mutation_client=mutation)
+    planned = lambda_.alias(function, "production")
+    before = aws_standin.calls["UpdateAlias"]
+    with pytest.raises(Transient):
+        lambda_.update_alias(planned, version="3")
+
+    # when: the first attempt lands, then the engine retries the step with its plan
+    aws_boto.lambda_.update_alias(
+        FunctionName=function,
+        Name="production",
+        FunctionVersion="3",
+        RevisionId=planned["revision_id"],
+    )
+    again = lambda_.update_alias(planned, version="3")
+
+    # then: found by reading first, not a Conflict on the consumed RevisionId; one update
+    assert mutation.sent == 2
+    assert aws_standin.calls["UpdateAlias"] - before == 1
+    assert (again["observations"]["recovered"], again["observations"]["ownership"]) == (
+        True,
+        "unproven",
+    )
     assert lambda_.alias(function, "production")["version"] == "3"
 
 
@@ -381,6 +494,31 @@ def test_restore_refused_when_the_alias_moved_elsewhere(
         aws_lambda.restore(moved)
     assert caught.value.code == "AliasMoved"
     assert aws_lambda.alias(function, "production")["version"] == "1"
+
+
+def test_restore_refused_when_someone_set_the_same_version_since(
+    aws_lambda: Lambda, aws_fleet: Fleet, aws_boto: Boto
+) -> None:
+    # given: after Alfred moved production to 3, someone moved it to 1 and back to 3 (A→B→A)
+    function = aws_fleet.functions[0]
+    moved = aws_lambda.update_alias(aws_lambda.alias(function, "production"), version="3")
+    for version in ("1", "3"):
+        aws_boto.lambda_.update_alias(
+            FunctionName=function, Name="production", FunctionVersion=version
+        )
+    theirs = aws_lambda.alias(function, "production")
+
+    # when: the handle is inspected (it keeps the RevisionId our update produced) and restored
+    inspected = aws_lambda.inspect(moved)
+    with pytest.raises(Conflict) as caught:
+        aws_lambda.restore(inspected)
+
+    # then: their change is not undone
+    assert inspected["observations"]["revision_id"] == moved["observations"]["revision_id"]
+    assert inspected["observations"]["alias_revision_id"] == theirs["revision_id"]
+    assert caught.value.code == "AliasMoved"
+    assert caught.value.details["expected_revision_id"] == moved["observations"]["revision_id"]
+    assert aws_lambda.alias(function, "production") == theirs
 
 
 def test_inspect_reports_an_alias_moved_away_as_drifted(

@@ -11,8 +11,19 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from botocore.exceptions import (
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ParamValidationError,
+    ProxyConnectionError,
+    ReadTimeoutError,
+    SSLError,
+)
 
 from providers.aws import AwsClients
+from providers.aws.clients import is_ambiguous
 from providers.aws.route53 import Change, Record, Route53, Zone, record, to_wire
 from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient, Unknown
 from providers.handles import Handle, StopUnsupported
@@ -59,6 +70,11 @@ def alias_to(name: str, zone: Zone, target: str, *, health: bool = False) -> Rec
 def batches(standin: AwsStandIn, operation: str) -> int:
     """How many batches carrying ``operation`` the stand-in applied."""
     return sum(1 for b in standin.route53.change_batches if b.comment == f"alfred {operation}")
+
+
+def replace(old: Record, new: Record) -> list[Change]:
+    """An UPSERT of ``new`` over ``old`` as the adapter sends it: Route53's replace idiom."""
+    return [Change(action="DELETE", record=old), Change(action="CREATE", record=new)]
 
 
 # -- zones -------------------------------------------------------------------------------------
@@ -345,6 +361,8 @@ def test_pending_observed_before_insync(
     assert submitted["status"] == "PENDING"
     assert (submitted["done"], submitted["ok"]) == (False, False)
     assert submitted["observations"]["comment"] == f"alfred {operation}"
+    assert submitted["observations"]["sent"] == create(a(name, "192.0.2.1"))
+    assert submitted["observations"]["ownership"] == "proven"
     assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.1")]
     synced = eventually(
         lambda: aws_route53.inspect(submitted), lambda h: h["done"], timeout=aws_patience
@@ -517,6 +535,79 @@ def test_cname_replaced_by_alias_in_one_batch(
 
     # then
     assert aws_route53.records(aws_zone["id"], name) == [alias]
+
+
+def test_upsert_sent_as_a_compare_and_swap_on_the_set_read(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: a record at one name, nothing at another
+    name, fresh = aws_dns_names(), aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+
+    # when: both are UPSERTed in one batch
+    submitted = aws_route53.change(
+        aws_zone["id"],
+        upsert(a(name, "192.0.2.2"), a(fresh, "192.0.2.3")),
+        operation=unique("op-"),
+    )
+
+    # then: sent as DELETE of the set read + CREATE, and CREATE where nothing was; ours
+    assert submitted["observations"]["sent"] == [
+        *replace(a(name, "192.0.2.1"), a(name, "192.0.2.2")),
+        *create(a(fresh, "192.0.2.3")),
+    ]
+    assert submitted["observations"]["ownership"] == "proven"
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.2")]
+    assert aws_route53.records(aws_zone["id"], fresh) == [a(fresh, "192.0.2.3")]
+
+
+def test_result_another_writer_made_is_applied_but_unproven(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: the plan read 192.0.2.1 at the name; another writer has since set 192.0.2.2, the
+    # very value the batch sets
+    name = aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+    aws_route53.change(aws_zone["id"], upsert(a(name, "192.0.2.2")), operation=unique("them-"))
+
+    # when: the batch's own precondition (DELETE of 192.0.2.1) no longer holds
+    result = aws_route53.change(
+        aws_zone["id"],
+        replace(a(name, "192.0.2.1"), a(name, "192.0.2.2")),
+        operation=unique("op-"),
+    )
+
+    # then: the names hold its result, so nothing is sent, but it is not ours to reverse
+    assert (result["id"], result["status"]) == (None, "APPLIED")
+    assert result["observations"]["already_applied"] is True
+    assert result["observations"]["sent"] is None
+    assert result["observations"]["ownership"] == "unproven"
+
+
+def test_alias_given_a_ttl_or_values_is_refused(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: an alias target in the zone
+    name, target = aws_dns_names(), aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(target, "192.0.2.1")), operation=unique("op-"))
+    to_target = {"hosted_zone_id": aws_zone["id"], "dns_name": target}
+
+    # when / then: Route53 keeps no TTL or values for an alias, so none may be given
+    with pytest.raises(ValueError, match="alias"):
+        record(name, "A", ttl=300, alias=to_target)
+    with pytest.raises(ValueError, match="alias"):
+        record(name, "A", values=["192.0.2.9"], alias=to_target)
+    malformed: Any = {**alias_to(name, aws_zone, target), "ttl": 300}
+    with pytest.raises(Rejected):
+        aws_route53.change(aws_zone["id"], upsert(malformed), operation=unique("op-"))
+    assert aws_route53.records(aws_zone["id"], name) == []
+
+    # and the alias without them applies on the first call, read back as given
+    applied = aws_route53.change(
+        aws_zone["id"], upsert(alias_to(name, aws_zone, target)), operation=unique("op-")
+    )
+    assert applied["id"] is not None
+    assert aws_route53.records(aws_zone["id"], name) == [alias_to(name, aws_zone, target)]
 
 
 def test_duplicate_values_rejected(
@@ -699,6 +790,9 @@ def test_lost_change_response_recovered_without_second_batch(
     assert recovered["observations"]["recovered"] is True
     assert recovered["observations"]["already_applied"] is False
     assert recovered["observations"]["records"] == [a(name, "192.0.2.1")]
+    assert recovered["observations"]["sent"] == create(a(name, "192.0.2.1"))
+    # (the batch was ours, but nothing Route53 answers can prove it)
+    assert recovered["observations"]["ownership"] == "unproven"
     assert batches(aws_standin, operation) == 1
 
     # and inspect() holds it APPLIED until the settle time has passed since the recovery
@@ -734,6 +828,10 @@ def test_retry_after_lost_response_sends_nothing(
     # then: the records already hold its post-state; nothing sent
     assert (again["id"], again["status"], again["done"]) == (None, "APPLIED", False)
     assert again["observations"]["already_applied"] is True
+    assert (again["observations"]["sent"], again["observations"]["ownership"]) == (
+        None,
+        "unproven",
+    )
     assert again["observations"]["records"] == [a(name, "192.0.2.1")]
     assert batches(aws_standin, operation) == 1
 
@@ -797,17 +895,19 @@ def test_dropped_change_is_transient_and_a_retry_applies_it_once(
     with pytest.raises(Transient) as caught:
         aws_route53.change(aws_zone["id"], batch, operation=operation)
 
-    # then: not re-sent (it might have been in flight still); nothing applied
+    # then: not re-sent by the adapter; nothing applied; the UPSERT went as a CREATE (nothing
+    # was at the name), which Route53 refuses should the request still land after a retry
     assert caught.value.code == "NotApplied"
     assert caught.value.details["observed"] == []
-    # and: the caller is told to wait out the window in which the request could still land
-    assert caught.value.details["retry_after_seconds"] >= 5
+    assert caught.value.details["sent"] == create(a(name, "192.0.2.1"))
+    assert "retry_after_seconds" not in caught.value.details
     assert batches(aws_standin, operation) == 0
     assert aws_route53.records(aws_zone["id"], name) == []
 
-    # and the caller's retry applies it, once
+    # and the caller's retry, at once, applies it once
     submitted = aws_route53.change(aws_zone["id"], batch, operation=operation)
     assert (submitted["id"] is not None, submitted["status"]) == (True, "PENDING")
+    assert submitted["observations"]["ownership"] == "proven"
     assert batches(aws_standin, operation) == 1
     assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.1")]
 
@@ -844,8 +944,9 @@ def test_gateway_error_on_change_resolved_by_reading(
 def test_batch_landed_meanwhile_is_recovered_not_a_conflict(
     aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
 ) -> None:
-    # given: an earlier attempt of this very batch, still in flight when change() read the
-    # records, lands while this attempt is throttled; the retried CREATE then finds the set
+    # given: the very batch lands while this attempt is throttled — an earlier attempt of it,
+    # still in flight when change() read the records, or (here) another writer's identical
+    # batch: nothing Route53 answers tells the two apart. The retried CREATE finds the set.
     name = aws_dns_names()
     operation = unique("op-")
     batch = create(a(name, "192.0.2.1"))
@@ -859,6 +960,93 @@ def test_batch_landed_meanwhile_is_recovered_not_a_conflict(
     assert "InvalidChangeBatch" in recovered["observations"]["cause"]
     assert recovered["observations"]["records"] == [a(name, "192.0.2.1")]
     assert batches(aws_standin, operation) == 0
+    # and: applied, but not provably by us: compensation must not simply reverse it
+    assert recovered["observations"]["ownership"] == "unproven"
+    assert recovered["observations"]["sent"] == batch
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("lands", ["before-the-retry", "after-the-retry"])
+def test_held_upsert_retried_at_once_applies_once(
+    lands: str,
+    aws_route53: Route53,
+    aws_zone: Zone,
+    aws_dns_names: DnsNames,
+    aws_standin: AwsStandIn,
+) -> None:
+    # given: our UPSERT over 192.0.2.1 is held in the network (its connection drops, nothing
+    # applied yet) and lands later: just before the retry's batch, or after it (just before
+    # the next change in the zone)
+    name, other = aws_dns_names(), aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+    operation = unique("op-")
+    batch = upsert(a(name, "192.0.2.2"))
+    sent = replace(a(name, "192.0.2.1"), a(name, "192.0.2.2"))
+    after = 1 if lands == "before-the-retry" else 2
+    aws_standin.faults.arm("ChangeResourceRecordSets", "hold_request", after=after)
+    with pytest.raises(Transient) as caught:
+        aws_route53.change(aws_zone["id"], batch, operation=operation)
+    assert (caught.value.code, caught.value.details["sent"]) == ("NotApplied", sent)
+
+    # when: the engine retries at once (and, in the second case, someone changes the zone)
+    retried = aws_route53.change(aws_zone["id"], batch, operation=operation)
+    if lands == "after-the-retry":
+        aws_route53.change(aws_zone["id"], create(a(other, "192.0.2.9")), operation=unique("x"))
+
+    # then: exactly one batch of ours applied; Route53 refused the other copy
+    assert batches(aws_standin, operation) == 1
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.2")]
+    [late] = [b for b in aws_standin.route53.late_batches if b.comment == f"alfred {operation}"]
+    assert retried["observations"]["sent"] == sent
+    if lands == "before-the-retry":
+        # the held copy applied; the retry's copy was refused and resolved by reading
+        assert late.change_id is not None
+        assert (retried["id"], retried["status"]) == (None, "APPLIED")
+        assert "InvalidChangeBatch" in retried["observations"]["cause"]
+        assert retried["observations"]["ownership"] == "unproven"
+    else:
+        # the retry's copy applied; the held one came too late: its DELETE is stale
+        assert late.change_id is None
+        assert late.error is not None and "do not match the current values" in late.error
+        assert (retried["status"], retried["observations"]["ownership"]) == ("PENDING", "proven")
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("retried", [True, False], ids=["retried", "not-retried"])
+def test_held_upsert_landing_after_a_foreign_write_is_refused(
+    retried: bool,
+    aws_route53: Route53,
+    aws_zone: Zone,
+    aws_dns_names: DnsNames,
+    aws_standin: AwsStandIn,
+    aws_boto: Boto,
+) -> None:
+    # given: our UPSERT over 192.0.2.1 is held in the network (NotApplied); the engine's retry
+    # applies it, or not yet; then another writer sets 198.51.100.7
+    name, other = aws_dns_names(), aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+    operation = unique("op-")
+    batch = upsert(a(name, "192.0.2.2"))
+    # it lands just before the change in the zone that follows the other writer's
+    after = 3 if retried else 2
+    aws_standin.faults.arm("ChangeResourceRecordSets", "hold_request", after=after)
+    with pytest.raises(Transient):
+        aws_route53.change(aws_zone["id"], batch, operation=operation)
+    if retried:
+        aws_route53.change(aws_zone["id"], batch, operation=operation)
+    aws_boto.route53.change_resource_record_sets(
+        HostedZoneId=aws_zone["id"], ChangeBatch={"Changes": wire(upsert(a(name, "198.51.100.7")))}
+    )
+
+    # when: the held copy lands
+    aws_route53.change(aws_zone["id"], create(a(other, "192.0.2.9")), operation=unique("x"))
+
+    # then: refused (its DELETE names 192.0.2.1); the other writer's value survives
+    [late] = [b for b in aws_standin.route53.late_batches if b.comment == f"alfred {operation}"]
+    assert late.change_id is None
+    assert late.error is not None and "do not match the current values" in late.error
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "198.51.100.7")]
+    assert batches(aws_standin, operation) == (1 if retried else 0)
 
 
 @pytest.mark.standin
@@ -879,6 +1067,27 @@ def test_lost_change_with_foreign_write_is_unknown(
     assert batches(aws_standin, operation) == 0
     assert caught.value.details["observed"] == [a(name, "198.51.100.1")]
     assert aws_route53.batch_state(aws_zone["id"], create(a(name, "192.0.2.1"))) == "neither"
+
+
+def test_only_a_failure_that_proves_nothing_was_sent_is_unambiguous() -> None:
+    url = "https://route53.amazonaws.com/2013-04-01/hostedzone/Z1/rrset/"
+
+    # a connection that could not be opened, or not in time; errors raised before sending
+    for unsent in (
+        EndpointConnectionError(endpoint_url=url),
+        ConnectTimeoutError(endpoint_url=url),
+        ParamValidationError(report="missing HostedZoneId"),
+        NoCredentialsError(),
+    ):
+        assert is_ambiguous(unsent) is False, unsent
+    # anything that can break an exchange once the request may have gone out
+    for mid_exchange in (
+        ConnectionClosedError(endpoint_url=url),
+        ReadTimeoutError(endpoint_url=url),
+        SSLError(endpoint_url=url, error="EOF occurred in violation of protocol"),
+        ProxyConnectionError(proxy_url="http://proxy:3128", error="tunnel closed"),
+    ):
+        assert is_ambiguous(mid_exchange) is True, mid_exchange
 
 
 @pytest.mark.standin

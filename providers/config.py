@@ -87,7 +87,8 @@ class ProviderConfig:
             argocd=ArgoCDConfig(
                 url=(env.get("ALFRED_ARGOCD_URL") or "").rstrip("/") or None,
                 token=env.get("ALFRED_ARGOCD_TOKEN") or None,
-                verify_tls=get("ALFRED_ARGOCD_VERIFY_TLS", "1") not in {"0", "false", "no"},
+                verify_tls=get("ALFRED_ARGOCD_VERIFY_TLS", "1").lower()
+                not in {"0", "false", "no", "off"},
                 project=env.get("ALFRED_ARGOCD_PROJECT") or None,
                 nginx_apps=names("ALFRED_ARGOCD_NGINX_APPS", "nginx-ingress"),
                 kirby_apps=names("ALFRED_ARGOCD_KIRBY_APPS", "mystique"),

@@ -117,7 +117,7 @@ class Flaky(TestWorkflow):
     name = "test-flaky"
     stages = ("plan",)
     input_schema: ClassVar[dict[str, Any]] = _schema(
-        failures={"type": "integer"}, fatal={"type": "boolean"}
+        failures={"type": "integer"}, fatal={"type": "boolean"}, retry_after={"type": "number"}
     )
 
     def stage_plan(self, ctx: Any) -> Any:
@@ -131,7 +131,7 @@ class Flaky(TestWorkflow):
             if ctx.input.get("fatal"):
                 raise FatalError("refused for good", code="refused")
             if calls <= ctx.input.get("failures", 0):
-                raise RetryableError(f"not yet ({calls})")
+                raise RetryableError(f"not yet ({calls})", retry_after=ctx.input.get("retry_after"))
             return calls
 
         return {"attempts": ctx.step("flaky", attempt, retry=RetryPolicy(base=0.2, cap=0.5))}

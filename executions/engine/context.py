@@ -128,7 +128,8 @@ class Context:
                     code="retries_exhausted",
                     last_error=exc.projection(),
                 ) from exc
-            due = timezone.now() + timedelta(seconds=retry.delay(attempt))
+            wait = max(retry.delay(attempt), exc.retry_after or 0.0)
+            due = timezone.now() + timedelta(seconds=wait)
             self._record(
                 key,
                 "step",

@@ -64,7 +64,24 @@ class FatalError(EngineError):
 
 
 class RetryableError(EngineError):
+    """Try the step again later. ``retry_after``: the least the retry must wait, in seconds,
+    when the failing party says so (a provider's Retry-After; a request that may still be in
+    flight until a client timeout has passed). The step's backoff applies when it is longer."""
+
     code = "retryable"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        retry_after: float | None = None,
+        **details: Any,
+    ) -> None:
+        if retry_after is not None:
+            details["retry_after"] = retry_after
+        super().__init__(message, code=code, **details)
+        self.retry_after = retry_after
 
 
 class ReadinessFailure(EngineError):

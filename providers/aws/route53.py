@@ -1,16 +1,23 @@
 """Route53: hosted zones, the records at a name, and ONE atomic change batch per request.
 
-Records are normalized so a plan can be hashed and compared: the name in lower case without the
-trailing dot (Route53's ``\\052`` escape decoded to ``*``), the type, the TTL (None for an
-alias), the values sorted, the alias target (``hosted_zone_id``, ``dns_name`` normalized like a
-name, ``evaluate_target_health``), the set identifier and any routing fields (``Weight``,
-``Region``, ``Failover``, ``GeoLocation``, ``MultiValueAnswer``, ``HealthCheckId``), so a
-record read here can be DELETEd exactly: Route53 refuses a DELETE that does not name the
-record set's current values.
+Records are normalized so a plan can be hashed and compared: the name (:func:`normalize_name`:
+ASCII lower case without the trailing dot, Route53's ``\\052`` read as ``*``, an escaped dot
+inside a label kept escaped), the type, the TTL (None for an alias), the values sorted, the
+alias target (``hosted_zone_id``, ``dns_name`` normalized like a name,
+``evaluate_target_health``), the set identifier, and in ``routing`` every other member of
+Route53's ``ResourceRecordSet`` exactly as boto3 reads it (``Weight``, ``Region``,
+``GeoLocation``, ``Failover``, ``MultiValueAnswer``, ``HealthCheckId``, ``CidrRoutingConfig``,
+``GeoProximityLocation``, ``AZAffinity``, ``TrafficPolicyInstanceId``, and any member a later
+API version adds), so a record read here can be DELETEd exactly: Route53 refuses a DELETE that
+does not name the record set's current values, routing included.
 
 An alias record has no TTL and no values: :func:`record` refuses them beside an alias
 (``ValueError``; :meth:`Route53.change` reports a malformed change as
 :class:`~providers.errors.Rejected`), since Route53 would never read them back.
+
+A record set that carries ``TrafficPolicyInstanceId`` was made by a traffic policy instance and
+belongs to it: a batch that touches one (as read, or as given) is
+:class:`~providers.errors.Rejected` (``TrafficPolicyRecord``) before anything is sent.
 
 **Every batch sent is a compare-and-swap against the records read first.**
 
@@ -38,9 +45,16 @@ An alias record has no TTL and no values: :func:`record` refuses them beside an 
    - the post-state: the batch was applied; a *recovered* handle;
    - the pre-state read in step 1 at every record set the batch changes: not applied *so
      far*. It is not re-sent here: :class:`~providers.errors.Transient` (``NotApplied``, the
-     records as evidence). The caller may retry at once: step 1 decides again, and whichever
-     of the copies in flight lands first, Route53 refuses the others (step 2); a retry whose
-     batch is refused because the first copy landed meanwhile ends recovered (below);
+     records as evidence) with ``details["retry_after_seconds"]``
+     (:attr:`Route53.in_flight_window`: the change client's connect timeout + read timeout +
+     a margin). **The caller MUST NOT retry sooner.** The copy may still be in flight, and
+     step 2 protects against it only while the sets differ from the state it was based on: a
+     retry inside the window whose batch applies makes that copy stale (refused if it lands
+     now), but compensating the retry (``sent`` reversed) puts the sets back exactly as read
+     — DNS values repeat — and the copy, should it land then, matches again and applies,
+     undoing the compensation. Nothing in Route53 tells the two attempts apart; only waiting
+     until the copy has landed or died does. After the wait step 1 decides again: the
+     post-state (the copy landed: recovered, unproven) or the pre-state (it died: sent anew);
    - anything else (another writer changed the names; the read failed):
      :class:`~providers.errors.Unknown` with what was observed. Never re-sent.
 
@@ -54,7 +68,8 @@ changes, so the change id is unknowable), ``status`` ``APPLIED`` and the observe
 **Ownership.** ``observations["ownership"]`` is ``"proven"`` only when Route53 answered our
 batch with its change id: that batch, exactly as ``sent``, is what changed the names, and
 reversing ``sent`` (in reverse order, DELETE what it created and CREATE what it deleted)
-undoes exactly it — itself a compare-and-swap, refused if anyone changed the sets since. Every
+undoes exactly it — itself a compare-and-swap, refused if anyone changed the sets since (and
+safe against an earlier attempt's copy only once the ``NotApplied`` wait was honoured). Every
 recovered handle (``already_applied``, after an ambiguous failure, after a re-checked
 InvalidChangeBatch) is ``"unproven"``: the names hold the batch's result, but another writer
 may have put it there — a foreign batch with the same result, or one that made the result
@@ -100,7 +115,12 @@ from providers.errors import Conflict, NotFound, ProviderError, Rejected, Transi
 from providers.handles import Handle, StopUnsupported, handle
 
 PROVIDER = "aws.route53"
-ROUTING_FIELDS = ("Weight", "Region", "Failover", "MultiValueAnswer", "HealthCheckId")
+# The members of a ResourceRecordSet that Record keeps apart; every other one is routing.
+CORE_MEMBERS = frozenset({"Name", "Type", "TTL", "ResourceRecords", "AliasTarget", "SetIdentifier"})
+TRAFFIC_POLICY = "TrafficPolicyInstanceId"
+# botocore's own default for either timeout, when a change client does not say its own.
+DEFAULT_TIMEOUT = 60.0
+IN_FLIGHT_MARGIN = 5.0
 ACTIONS = ("CREATE", "DELETE", "UPSERT")
 COMMENT_LIMIT = 256
 
@@ -142,10 +162,49 @@ class Zone(TypedDict):
 # -- normalization -----------------------------------------------------------------------------
 
 
+_ESCAPE = re.compile(r"\\([0-7]{3})")
+_WIRE_UNESCAPED = re.compile(r"[^a-z0-9_.*\\-]")
+
+
 def normalize_name(name: str) -> str:
-    """Lower case, Route53's octal escapes decoded, no trailing dot."""
-    decoded = re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), name.strip())
-    return decoded.lower().rstrip(".")
+    """A name in a form that compares as Route53 compares names, without the trailing dot.
+
+    An octal escape (``\\ooo``, as Route53 returns every character but a-z, 0-9, ``-``,
+    ``_`` and ``.``) is decoded when it stands for printable ASCII other than ``.`` and
+    ``\\`` (``\\052`` is ``*``); an escaped dot or backslash, a space, a control or
+    non-ASCII character (UTF-8 bytes) is kept as ``\\ooo``. So ``a\\056b.z`` (one label
+    holding a dot) and ``a.b.z`` (two labels) stay two names, while ``*.z`` and ``\\052.z``
+    are one. Only ASCII letters are lower-cased, as DNS does."""
+    out: list[str] = []
+    text = name.strip()
+    i = 0
+    while i < len(text):
+        char = text[i]
+        escape = _ESCAPE.match(text, i) if char == "\\" else None
+        if escape is not None:
+            codes = [int(escape.group(1), 8)]
+            i += 4
+        elif char == ".":
+            out.append(".")  # a label separator
+            i += 1
+            continue
+        else:
+            codes = list(char.encode("utf-8"))
+            i += 1
+        for code in codes:
+            decoded = chr(code)
+            if 0x21 <= code <= 0x7E and decoded not in ".\\":
+                out.append(decoded.lower() if "A" <= decoded <= "Z" else decoded)
+            else:
+                out.append(f"\\{code:03o}")
+    return "".join(out).rstrip(".")
+
+
+def wire_name(name: str) -> str:
+    """A normalized name as Route53 takes it, with the trailing dot: every character but
+    a-z, 0-9, ``-``, ``_``, ``.`` and ``*`` as an octal escape (the escapes of
+    :func:`normalize_name` stay as they are; ``*`` goes as given, as a wildcard is written)."""
+    return _WIRE_UNESCAPED.sub(lambda m: f"\\{ord(m.group()):03o}", name) + "."
 
 
 def record(
@@ -207,25 +266,29 @@ def normalize(raw: Mapping[str, Any]) -> Record:
             "evaluate_target_health": target.get("EvaluateTargetHealth", False),
         },
         set_identifier=raw.get("SetIdentifier"),
-        routing={name: raw[name] for name in (*ROUTING_FIELDS, "GeoLocation") if name in raw},
+        # Everything else, whatever the routing policy (or a member a later API version adds):
+        # a DELETE must name it all.
+        routing={name: value for name, value in raw.items() if name not in CORE_MEMBERS},
     )
 
 
 def to_wire(rec: Record) -> dict[str, Any]:
     """Route53's ``ResourceRecordSet`` shape of a record."""
-    wire: dict[str, Any] = {"Name": rec["name"] + ".", "Type": rec["type"]}
+    wire: dict[str, Any] = {"Name": wire_name(rec["name"]), "Type": rec["type"]}
     if rec["set_identifier"] is not None:
         wire["SetIdentifier"] = rec["set_identifier"]
     wire.update(rec["routing"])
     if rec["alias"] is not None:
         wire["AliasTarget"] = {
             "HostedZoneId": rec["alias"]["hosted_zone_id"],
-            "DNSName": rec["alias"]["dns_name"] + ".",
+            "DNSName": wire_name(rec["alias"]["dns_name"]),
             "EvaluateTargetHealth": rec["alias"]["evaluate_target_health"],
         }
-    else:
-        wire["TTL"] = rec["ttl"]
-        wire["ResourceRecords"] = [{"Value": v} for v in rec["values"]]
+    else:  # (neither: a set a traffic policy made, which has only its instance id)
+        if rec["ttl"] is not None:
+            wire["TTL"] = rec["ttl"]
+        if rec["values"]:
+            wire["ResourceRecords"] = [{"Value": v} for v in rec["values"]]
     return wire
 
 
@@ -310,6 +373,19 @@ class Route53:
         self.settle_seconds = settle_seconds
         self._sleep = sleep
 
+    @property
+    def in_flight_window(self) -> float:
+        """How long a change batch whose request failed ambiguously may still land, in seconds:
+        the change client's connect timeout + read timeout (``meta.config``; botocore's 60 s
+        each where it says none) + :data:`IN_FLIGHT_MARGIN`. By then a request still in
+        flight has landed or died. ``NotApplied`` carries it as ``retry_after_seconds``."""
+        config = getattr(getattr(self._change_client, "meta", None), "config", None)
+        return (
+            _timeout(getattr(config, "connect_timeout", None))
+            + _timeout(getattr(config, "read_timeout", None))
+            + IN_FLIGHT_MARGIN
+        )
+
     # -- reads -------------------------------------------------------------------------------
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
@@ -339,7 +415,7 @@ class Route53:
 
     def _zones_named(self, name: str) -> list[dict[str, Any]]:
         """Every hosted zone (public or private) named exactly ``name``."""
-        kwargs: dict[str, Any] = {"DNSName": name + ".", "MaxItems": "100"}
+        kwargs: dict[str, Any] = {"DNSName": wire_name(name), "MaxItems": "100"}
         zones: list[dict[str, Any]] = []
         while True:
             response = self._call("ListHostedZonesByName", **kwargs)
@@ -360,7 +436,7 @@ class Route53:
         name = normalize_name(name)
         kwargs: dict[str, Any] = {
             "HostedZoneId": zone_id,
-            "StartRecordName": name + ".",
+            "StartRecordName": wire_name(name),
             "MaxItems": "300",
         }
         found: list[Record] = []
@@ -422,12 +498,15 @@ class Route53:
         Raises Conflict (InvalidChangeBatch against the current records: a stale DELETE, a
         CNAME conflict, a CREATE of an existing set, a set changed by another writer between
         the read and the write), Rejected (a batch Route53 can never accept, a malformed
-        change), Throttled, NotFound (no such zone), Transient (``NotApplied``: an ambiguous
-        failure after which the records still hold the pre-state; retrying is safe at once)
-        or Unknown."""
+        change, a set a traffic policy made: ``TrafficPolicyRecord``), Throttled, NotFound (no
+        such zone), Transient (``NotApplied``: an ambiguous failure after which the records
+        still hold the pre-state; the caller MUST NOT retry before
+        ``details["retry_after_seconds"]`` have passed — see the module docstring) or
+        Unknown."""
         changes = _normalize_changes(changes)
         comment = f"alfred {operation}"[:COMMENT_LIMIT]
         before = self._observe(zone_id, changes)
+        _refuse_traffic_policy_sets(_at(before, changes).values())
         _, post = expected_states(changes)
         if _holds(before, post):
             return self._recovered_handle(
@@ -489,12 +568,12 @@ class Route53:
         # Records at the names that the batch does not change (another type beside ours) do
         # not tell whether it applied.
         if _at(observed, changes) == _at(before, changes):
+            wait = self.in_flight_window
             raise Transient(
                 f"the change batch failed ambiguously ({describe(cause)}) and the record sets "
-                "it changes still hold the state read before sending: not applied so far. "
-                "Retrying is safe at once: every change of the batch was sent as a "
-                "compare-and-swap against that state, so of this copy (if still in flight) "
-                "and the retry's, Route53 applies at most one",
+                "it changes still hold the state read before sending: not applied so far. It "
+                f"may still be in flight: do not retry before {wait:g} s have passed (a copy "
+                "landing after a retry and that retry's compensation would apply again)",
                 provider=PROVIDER,
                 code="NotApplied",
                 details={
@@ -503,6 +582,7 @@ class Route53:
                     "sent": sent,
                     "cause": describe(cause),
                     "observed": list(observed.values()),
+                    "retry_after_seconds": wait,
                 },
             ) from cause
         raise _unknown(zone_id, changes, sent, cause, before=before, observed=observed) from cause
@@ -856,6 +936,33 @@ def _unknown(
     )
 
 
+def _timeout(value: object) -> float:
+    """A client timeout in seconds; botocore's default where there is none to read."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return DEFAULT_TIMEOUT
+
+
+def _refuse_traffic_policy_sets(records: Iterable[Record | None]) -> None:
+    """Rejected if any of ``records`` was made by a traffic policy instance: it belongs to
+    the instance (DeleteTrafficPolicyInstance removes it; a ChangeResourceRecordSets edit
+    leaves the instance in place and out of step with it); Alfred does not edit it."""
+    managed = [r for r in records if r is not None and TRAFFIC_POLICY in r["routing"]]
+    if managed:
+        raise Rejected(
+            "the batch touches record sets a traffic policy instance manages: "
+            + ", ".join(
+                f"{r['type']} {r['name']}"
+                + (f" ({r['set_identifier']})" if r["set_identifier"] else "")
+                + f" of {r['routing'][TRAFFIC_POLICY]}"
+                for r in managed
+            ),
+            provider=PROVIDER,
+            code="TrafficPolicyRecord",
+            details={"records": managed},
+        )
+
+
 def _normalize_changes(changes: Sequence[Mapping[str, Any]]) -> list[Change]:
     if not changes:
         raise Rejected("a change batch needs at least one change", provider=PROVIDER)
@@ -871,6 +978,7 @@ def _normalize_changes(changes: Sequence[Mapping[str, Any]]) -> list[Change]:
         if action not in ACTIONS:
             raise Rejected(f"unknown change action {action!r}", provider=PROVIDER)
         normalized.append(Change(action=action, record=rec))  # type: ignore[typeddict-item]
+    _refuse_traffic_policy_sets(c["record"] for c in normalized)
     return normalized
 
 

@@ -11,9 +11,16 @@ module implements the subset of the Route53 REST-XML API Alfred uses, with AWS's
   errors of a batch are reported together, as AWS does: ``InvalidChangeBatch`` (400) whose
   message is the bracketed, comma-separated list of AWS's texts.
 - **Exact DELETE.** A DELETE names the record set's current TTL, values (in any order) or alias
-  target (``EvaluateTargetHealth`` included) and routing fields; anything else is "...but the
-  values provided do not match the current values"; an absent set is "...but it was not
-  found".
+  target (``EvaluateTargetHealth`` included) and every other member it has — its routing,
+  whatever the policy (``Weight``, ``Region``, ``GeoLocation``, ``Failover``,
+  ``MultiValueAnswer``, ``HealthCheckId``, ``CidrRoutingConfig``, ``GeoProximityLocation``,
+  ``AZAffinity``, ``TrafficPolicyInstanceId``; members are kept generically, so one a later
+  API adds is kept too); anything else is "...but the values provided do not match the current
+  values"; an absent set is "...but it was not found".
+- **Names as Route53 keeps them.** A name is stored and returned escaped: every character but
+  a-z, 0-9, ``-`` and ``_`` in a label as ``\\ooo`` (``*`` as ``\\052``); an escape in a
+  request is read as the character it stands for, so ``*`` and ``\\052`` are one name while
+  ``a\\056b`` (a dot inside a label) and ``a.b`` are two.
 - **One change per record set.** Two changes to one record set (name, type, set identifier)
   in a batch are refused with "The request contains an invalid set of changes for a resource
   record set '<type> <name>'" — except a DELETE followed by a CREATE, the replace idiom.
@@ -35,9 +42,13 @@ module implements the subset of the Route53 REST-XML API Alfred uses, with AWS's
   only when nothing but the apex NS/SOA is left (``HostedZoneNotEmpty``).
 
 Not modelled (documented gaps): alias targets are not resolved or checked for existence,
-traffic policies, health checks, DNSSEC, private-zone VPC associations (a ``VPC`` in the
-request only marks the zone private), value syntax beyond A/AAAA addresses and duplicates, and
-NS/SOA records below the apex.
+traffic policies (a set carrying ``TrafficPolicyInstanceId`` is accepted as the third kind of
+set beside plain and alias ones, as an instance makes it; tests put one in place with
+:meth:`Route53.apply_foreign`), health checks, CIDR collections (a ``CidrRoutingConfig`` is not
+checked against one), the rules of the routing policies (which members go together, a
+``SetIdentifier`` for each), DNSSEC, private-zone VPC associations (a ``VPC`` in the request
+only marks the zone private), value syntax beyond A/AAAA addresses and duplicates, and NS/SOA
+records below the apex.
 
 :attr:`Route53.change_batches` lists every applied batch (id, zone, comment, changes) so a test
 can count them — e.g. to prove that recovering a lost response sent no second batch.
@@ -76,8 +87,18 @@ RECORD_TYPES = frozenset(
     | {"SRV", "SSHFP", "SVCB", "TLSA", "TXT"}
 )
 ALIAS_TYPES = frozenset({"A", "AAAA", "CNAME", "MX", "NAPTR", "PTR", "SPF", "SRV", "TXT"})
-ROUTING_FIELDS = ("Weight", "Region", "Failover", "MultiValueAnswer", "HealthCheckId")
-GEO_FIELDS = ("ContinentCode", "CountryCode", "SubdivisionCode")
+# The members of a ResourceRecordSet RRSet keeps apart; every other one is its routing.
+CORE_MEMBERS = frozenset({"Name", "Type", "TTL", "ResourceRecords", "AliasTarget", "SetIdentifier"})
+# Where Route53 lists the routing members around TTL/ResourceRecords/AliasTarget.
+ROUTING_BEFORE = ("Weight", "Region", "GeoLocation", "Failover", "MultiValueAnswer")
+ROUTING_AFTER = (
+    "HealthCheckId",
+    "TrafficPolicyInstanceId",
+    "CidrRoutingConfig",
+    "GeoProximityLocation",
+    "AZAffinity",
+)
+TRAFFIC_POLICY = "TrafficPolicyInstanceId"
 ACTIONS = frozenset({"CREATE", "DELETE", "UPSERT"})
 _ID_ALPHABET = string.ascii_uppercase + string.digits
 
@@ -104,16 +125,41 @@ class Route53Error(Exception):
 # -- names -------------------------------------------------------------------------------------
 
 
+_ESCAPE = re.compile(r"\\([0-7]{3})")
+_PLAIN = frozenset(string.ascii_lowercase + string.digits + "-_")
+
+
 def fqdn(name: str) -> str:
-    """Route53's form of a name: lower case, escapes decoded, with the trailing dot."""
-    name = re.sub(r"\\(\d{3})", lambda m: chr(int(m.group(1), 8)), name.strip()).lower()
-    return name if name.endswith(".") else name + "."
+    """Route53's form of a name, as it stores and returns it: ASCII lower case, with the
+    trailing dot, every character of a label but a-z, 0-9, '-' and '_' as \\ooo (non-ASCII
+    as its UTF-8 bytes). An escape given is read as the character it stands for (``\\052``
+    is ``*``, ``\\141`` is ``a``); an unescaped '.' separates labels."""
+    out: list[str] = []
+    text = name.strip()
+    i = 0
+    while i < len(text):
+        char = text[i]
+        escape = _ESCAPE.match(text, i) if char == "\\" else None
+        if escape is not None:
+            codes = [int(escape.group(1), 8)]
+            i += 4
+        elif char == ".":
+            out.append(".")
+            i += 1
+            continue
+        else:
+            codes = list(char.encode("utf-8"))
+            i += 1
+        for code in codes:
+            decoded = chr(code).lower() if "A" <= chr(code) <= "Z" else chr(code)
+            out.append(decoded if decoded in _PLAIN else f"\\{code:03o}")
+    result = "".join(out)
+    return result if result.endswith(".") else result + "."
 
 
 def escaped(name: str) -> str:
-    """As Route53 returns names: characters other than a-z, 0-9, '-', '_' and '.' as \\ooo."""
-    allowed = set(string.ascii_lowercase + string.digits + "-_.")
-    return "".join(c if c in allowed else f"\\{ord(c):03o}" for c in name)
+    """As Route53 returns a name (the form :func:`fqdn` makes)."""
+    return fqdn(name)
 
 
 def _sort_name(name: str) -> str:
@@ -143,7 +189,8 @@ class RRSet:
     ttl: int | None = None
     values: tuple[str, ...] = ()
     alias: Alias | None = None
-    routing: tuple[tuple[str, str], ...] = ()  # Weight, Region, GeoLocation.*, ... as text
+    # Every other member, nested ones flattened ("GeoLocation.CountryCode"), as text.
+    routing: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str | None]:
@@ -170,9 +217,10 @@ class RRSet:
     def from_wire(cls, rrs: Mapping[str, Any]) -> RRSet:
         """From boto3's ``ResourceRecordSet`` shape (which the XML parser also produces)."""
         alias = rrs.get("AliasTarget")
-        routing = {name: str(rrs[name]) for name in ROUTING_FIELDS if rrs.get(name) is not None}
-        for geo_field, value in (rrs.get("GeoLocation") or {}).items():
-            routing[f"GeoLocation.{geo_field}"] = str(value)
+        routing: dict[str, str] = {}
+        for name, value in rrs.items():
+            if name not in CORE_MEMBERS:
+                _flatten(name, value, routing)
         ttl = rrs.get("TTL")
         return cls(
             name=fqdn(str(rrs["Name"])),
@@ -196,19 +244,10 @@ class RRSet:
         _sub(node, "Type", self.type)
         if self.set_identifier is not None:
             _sub(node, "SetIdentifier", self.set_identifier)
-        routing = dict(self.routing)
-        for name in ("Weight", "Region"):
+        routing = _unflatten(self.routing)
+        for name in ROUTING_BEFORE:
             if name in routing:
-                _sub(node, name, routing[name])
-        geo = {k.split(".", 1)[1]: v for k, v in routing.items() if k.startswith("GeoLocation.")}
-        if geo:
-            geo_node = _sub(node, "GeoLocation")
-            for name in GEO_FIELDS:
-                if name in geo:
-                    _sub(geo_node, name, geo[name])
-        for name in ("Failover", "MultiValueAnswer"):
-            if name in routing:
-                _sub(node, name, routing[name])
+                _member_xml(node, name, routing.pop(name))
         if self.ttl is not None:
             _sub(node, "TTL", str(self.ttl))
         if self.values:
@@ -220,8 +259,38 @@ class RRSet:
             _sub(target, "HostedZoneId", self.alias.hosted_zone_id)
             _sub(target, "DNSName", escaped(self.alias.dns_name))
             _sub(target, "EvaluateTargetHealth", _xml_bool(self.alias.evaluate_target_health))
-        if "HealthCheckId" in routing:
-            _sub(node, "HealthCheckId", routing["HealthCheckId"])
+        later = [n for n in ROUTING_AFTER if n in routing]
+        for name in later + sorted(set(routing) - set(later)):
+            _member_xml(node, name, routing[name])
+
+
+def _flatten(name: str, value: Any, into: dict[str, str]) -> None:
+    """``value`` (a boto3 member: a scalar, or a structure as a mapping) as dotted text keys."""
+    if isinstance(value, Mapping):
+        for inner, item in value.items():
+            _flatten(f"{name}.{inner}", item, into)
+    elif value is not None:
+        into[name] = _xml_bool(value) if isinstance(value, bool) else str(value)
+
+
+def _unflatten(routing: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for key, value in routing:
+        *path, last = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return nested
+
+
+def _member_xml(parent: ET.Element, name: str, value: Any) -> None:
+    if isinstance(value, dict):
+        node = _sub(parent, name)
+        for inner, item in value.items():
+            _member_xml(node, inner, item)
+    else:
+        _sub(parent, name, value)
 
 
 @dataclass
@@ -442,7 +511,7 @@ class Route53:
                 "A hosted zone has already been created with the specified caller reference.",
             )
         zone_name = fqdn(name)
-        if not re.fullmatch(r"([a-z0-9_-]+\.)+", zone_name.replace("*", "")):
+        if not re.fullmatch(r"([a-z0-9_-]+\.)+", zone_name.replace("\\052", "")):
             raise Route53Error(400, "InvalidDomainName", f"{name} is not a valid domain name.")
         config = body.find("HostedZoneConfig")
         zone_id = "Z" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(20))
@@ -758,31 +827,31 @@ def _rrset_from_xml(node: ET.Element | None) -> RRSet:
     if node is None:
         raise Route53Error(400, "InvalidInput", "Change.ResourceRecordSet is required")
     wire: dict[str, Any] = {}
-    for name in ("Name", "Type", "SetIdentifier", "TTL", *ROUTING_FIELDS):
-        value = _text(node, name)
-        if value is not None:
-            wire[name] = value
+    for child in node:
+        if child.tag == "ResourceRecords":
+            wire["ResourceRecords"] = [
+                {"Value": _text(r, "Value") or ""} for r in child.iterfind("ResourceRecord")
+            ]
+        elif child.tag == "AliasTarget":
+            wire["AliasTarget"] = {
+                "HostedZoneId": _text(child, "HostedZoneId") or "",
+                "DNSName": _text(child, "DNSName") or "",
+                "EvaluateTargetHealth": _text(child, "EvaluateTargetHealth") or "false",
+            }
+        else:  # Name, Type, TTL, SetIdentifier and every routing member, nested or not
+            wire[child.tag] = _xml_member(child)
     if "Name" not in wire or "Type" not in wire:
         raise Route53Error(400, "InvalidInput", "ResourceRecordSet requires Name and Type")
-    records = node.find("ResourceRecords")
-    if records is not None:
-        wire["ResourceRecords"] = [
-            {"Value": _text(r, "Value") or ""} for r in records.iterfind("ResourceRecord")
-        ]
-    geo = node.find("GeoLocation")
-    if geo is not None:
-        wire["GeoLocation"] = {n: _text(geo, n) for n in GEO_FIELDS if _text(geo, n) is not None}
-    alias = node.find("AliasTarget")
-    if alias is not None:
-        wire["AliasTarget"] = {
-            "HostedZoneId": _text(alias, "HostedZoneId") or "",
-            "DNSName": _text(alias, "DNSName") or "",
-            "EvaluateTargetHealth": _text(alias, "EvaluateTargetHealth") or "false",
-        }
     try:
         return RRSet.from_wire(wire)
     except ValueError as exc:
         raise Route53Error(400, "InvalidInput", f"Invalid ResourceRecordSet: {exc}") from exc
+
+
+def _xml_member(node: ET.Element) -> Any:
+    if len(node):
+        return {child.tag: _xml_member(child) for child in node}
+    return (node.text or "").strip()
 
 
 def _check_input(action: str, rrset: RRSet) -> None:
@@ -797,8 +866,10 @@ def _check_input(action: str, rrset: RRSet) -> None:
         raise Route53Error(400, "InvalidInput", f"Invalid type {rrset.type!r} in {where}")
     has_alias = rrset.alias is not None
     has_plain = rrset.ttl is not None or bool(rrset.values)
-    if has_alias == has_plain or (has_plain and (rrset.ttl is None or not rrset.values)):
-        found = "more than one" if has_alias else "none"
+    has_policy = TRAFFIC_POLICY in dict(rrset.routing)
+    kinds = int(has_alias) + int(has_plain) + int(has_policy)
+    if kinds != 1 or (has_plain and (rrset.ttl is None or not rrset.values)):
+        found = "more than one" if kinds > 1 else "none"
         raise Route53Error(
             400,
             "InvalidInput",

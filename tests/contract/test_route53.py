@@ -8,8 +8,10 @@ injection or the stand-in's view of the change batches it applied.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import (
     ConnectionClosedError,
@@ -24,11 +26,21 @@ from botocore.exceptions import (
 
 from providers.aws import AwsClients
 from providers.aws.clients import is_ambiguous
-from providers.aws.route53 import Change, Record, Route53, Zone, record, to_wire
+from providers.aws.route53 import (
+    DEFAULT_TIMEOUT,
+    IN_FLIGHT_MARGIN,
+    TRAFFIC_POLICY,
+    Change,
+    Record,
+    Route53,
+    Zone,
+    record,
+    to_wire,
+)
 from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient, Unknown
 from providers.handles import Handle, StopUnsupported
 from providers.sandbox.aws import AwsStandIn
-from tests.contract.fixtures.aws import Boto, DnsNames, eventually, unique
+from tests.contract.fixtures.aws import REAL, Boto, DnsNames, eventually, unique
 
 CLOUDFRONT = {"hosted_zone_id": "Z2FDTNDATAQYW2", "dns_name": "d111111abcdef8.cloudfront.net"}
 
@@ -883,7 +895,11 @@ def test_lost_upsert_then_foreign_write_is_unknown_not_overwritten(
 
 @pytest.mark.standin
 def test_dropped_change_is_transient_and_a_retry_applies_it_once(
-    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+    aws_route53: Route53,
+    aws_clients: AwsClients,
+    aws_zone: Zone,
+    aws_dns_names: DnsNames,
+    aws_standin: AwsStandIn,
 ) -> None:
     # given: the batch is lost on the way in
     name = aws_dns_names()
@@ -900,11 +916,15 @@ def test_dropped_change_is_transient_and_a_retry_applies_it_once(
     assert caught.value.code == "NotApplied"
     assert caught.value.details["observed"] == []
     assert caught.value.details["sent"] == create(a(name, "192.0.2.1"))
-    assert "retry_after_seconds" not in caught.value.details
     assert batches(aws_standin, operation) == 0
     assert aws_route53.records(aws_zone["id"], name) == []
+    # and: the caller must wait out the change client's timeouts before retrying
+    assert caught.value.details["retry_after_seconds"] == (
+        aws_clients.connect_timeout + aws_clients.read_timeout + IN_FLIGHT_MARGIN
+    )
 
-    # and the caller's retry, at once, applies it once
+    # and the caller's retry applies it once (made at once here, which only a test may do:
+    # the stand-in dropped this request for good, so no copy of it is in flight)
     submitted = aws_route53.change(aws_zone["id"], batch, operation=operation)
     assert (submitted["id"] is not None, submitted["status"]) == (True, "PENDING")
     assert submitted["observations"]["ownership"] == "proven"
@@ -976,7 +996,8 @@ def test_held_upsert_retried_at_once_applies_once(
 ) -> None:
     # given: our UPSERT over 192.0.2.1 is held in the network (its connection drops, nothing
     # applied yet) and lands later: just before the retry's batch, or after it (just before
-    # the next change in the zone)
+    # the next change in the zone). The retry comes at once — sooner than NotApplied's
+    # retry_after_seconds allows — to show what Route53 itself does inside that window.
     name, other = aws_dns_names(), aws_dns_names()
     aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
     operation = unique("op-")
@@ -1047,6 +1068,138 @@ def test_held_upsert_landing_after_a_foreign_write_is_refused(
     assert late.error is not None and "do not match the current values" in late.error
     assert aws_route53.records(aws_zone["id"], name) == [a(name, "198.51.100.7")]
     assert batches(aws_standin, operation) == (1 if retried else 0)
+
+
+@pytest.mark.standin
+def test_not_applied_asks_to_wait_out_the_change_clients_timeouts(
+    aws_standin: AwsStandIn, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: a change client with timeouts of its own, and a batch held in the network (its
+    # connection drops; the request may still land)
+    session = boto3.session.Session(
+        aws_access_key_id="contract", aws_secret_access_key="contract", region_name="us-east-1"
+    )
+    clients = AwsClients(
+        session=session, endpoint_url=aws_standin.url, connect_timeout=3, read_timeout=7
+    )
+    route53 = Route53(clients=clients, throttle_backoff=0.05)
+    name = aws_dns_names()
+    aws_standin.faults.arm("ChangeResourceRecordSets", "hold_request")
+
+    # when
+    with pytest.raises(Transient) as caught:
+        route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+
+    # then: the retry must wait for the change client's connect and read timeouts (and a
+    # margin), the time after which a copy still in flight has landed or died
+    assert caught.value.code == "NotApplied"
+    wait = caught.value.details["retry_after_seconds"]
+    assert wait == route53.in_flight_window == 3 + 7 + IN_FLIGHT_MARGIN
+    assert wait >= clients.connect_timeout + clients.read_timeout
+    assert f"do not retry before {wait:g} s" in caught.value.message
+
+
+def test_in_flight_window_defaults_to_botocores_timeouts() -> None:
+    # given: a change client that does not say its timeouts (no botocore meta.config)
+    route53 = Route53(client=object(), change_client=object())
+
+    # then: botocore's defaults (60 s each) are assumed, not zero
+    assert route53.in_flight_window == 2 * DEFAULT_TIMEOUT + IN_FLIGHT_MARGIN
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("lands", ["before-the-compensation", "after-the-compensation"])
+def test_copy_landing_inside_the_retry_window(
+    lands: str,
+    aws_route53: Route53,
+    aws_zone: Zone,
+    aws_dns_names: DnsNames,
+    aws_standin: AwsStandIn,
+) -> None:
+    """What the compare-and-swap does, and does not do, against a copy still in flight when
+    the caller retries too soon. This test does NOT show that retry_after_seconds is long
+    enough (that rests on the client's timeouts bounding how long a request can stay in
+    flight); it shows why the wait is needed: the one landing Route53 cannot refuse."""
+    # given: our UPSERT over 192.0.2.1 is held in the network (NotApplied); the caller
+    # retries at once, against retry_after_seconds, and the retry applies (proven)
+    name, other = aws_dns_names(), aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+    operation = unique("op-")
+    batch = upsert(a(name, "192.0.2.2"))
+    # it lands just before the compensation (2nd change from now) or after it (3rd)
+    after = 2 if lands == "before-the-compensation" else 3
+    aws_standin.faults.arm("ChangeResourceRecordSets", "hold_request", after=after)
+    with pytest.raises(Transient) as caught:
+        aws_route53.change(aws_zone["id"], batch, operation=operation)
+    assert caught.value.details["retry_after_seconds"] > 0
+    retried = aws_route53.change(aws_zone["id"], batch, operation=operation)
+    assert retried["observations"]["ownership"] == "proven"
+
+    # when: the retry is compensated (its sent batch reversed), then the zone changes again
+    reverse = [
+        Change(action="CREATE" if c["action"] == "DELETE" else "DELETE", record=c["record"])
+        for c in reversed(retried["observations"]["sent"])
+    ]
+    aws_route53.change(aws_zone["id"], reverse, operation=f"{operation}-undo")
+    aws_route53.change(aws_zone["id"], create(a(other, "192.0.2.9")), operation=unique("x"))
+
+    # then
+    [late] = [b for b in aws_standin.route53.late_batches if b.comment == f"alfred {operation}"]
+    if lands == "before-the-compensation":
+        # the retry had changed the set: the copy's DELETE of 192.0.2.1 is stale, refused;
+        # the compensation then restores 192.0.2.1, and it stays
+        assert late.change_id is None
+        assert late.error is not None and "do not match the current values" in late.error
+        assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.1")]
+    else:
+        # the remaining exposure: the compensation put back exactly the state the copy was
+        # based on, so the copy applies and undoes it. Route53 cannot refuse it and the
+        # adapter cannot tell it from the retry; only a caller that waits retry_after_seconds
+        # (by when the copy has landed or died) never gets here.
+        assert late.change_id is not None
+        assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.2")]
+
+
+@pytest.mark.standin
+@pytest.mark.parametrize("copy", ["landed", "died"])
+def test_retry_after_the_wait_sees_what_became_of_the_copy(
+    copy: str,
+    aws_route53: Route53,
+    aws_zone: Zone,
+    aws_dns_names: DnsNames,
+    aws_standin: AwsStandIn,
+    aws_boto: Boto,
+) -> None:
+    # given: our UPSERT over 192.0.2.1 is held in the network (NotApplied); during the wait
+    # it lands (just before someone's unrelated change in the zone) or dies
+    name, other = aws_dns_names(), aws_dns_names()
+    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+    operation = unique("op-")
+    batch = upsert(a(name, "192.0.2.2"))
+    aws_standin.faults.arm("ChangeResourceRecordSets", "hold_request")
+    with pytest.raises(Transient):
+        aws_route53.change(aws_zone["id"], batch, operation=operation)
+    if copy == "landed":
+        aws_boto.route53.change_resource_record_sets(
+            HostedZoneId=aws_zone["id"],
+            ChangeBatch={"Changes": wire(create(a(other, "192.0.2.9")))},
+        )
+    else:
+        assert aws_standin.route53.discard_held() == 1
+
+    # when: the retry, once the window has passed (nothing of ours is in flight any more)
+    retried = aws_route53.change(aws_zone["id"], batch, operation=operation)
+
+    # then: the landed copy is found (nothing sent; not provably ours, so compensation asks
+    # an operator), or the retry sends and owns the change
+    assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.2")]
+    assert batches(aws_standin, operation) == 1
+    if copy == "landed":
+        assert (retried["id"], retried["observations"]["already_applied"]) == (None, True)
+        assert retried["observations"]["ownership"] == "unproven"
+    else:
+        assert retried["id"] is not None
+        assert retried["observations"]["ownership"] == "proven"
 
 
 @pytest.mark.standin
@@ -1140,3 +1293,177 @@ def test_throttling_that_persists_is_throttled(
     assert caught.value.code == "Throttling"
     aws_standin.faults.clear()
     assert aws_route53.records(aws_zone["id"], name) == []
+
+
+# -- routing policies, traffic policies, escaped names -----------------------------------------
+
+CIDR_COLLECTION = str(uuid.UUID(int=0x5EED))
+ROUTED: dict[str, dict[str, Any]] = {
+    "weighted": {"Weight": 10},
+    "geoproximity": {"GeoProximityLocation": {"AWSRegion": "us-east-1", "Bias": 0}},
+    # a real account needs a CIDR collection, which the fixtures do not create
+    "cidr": {"CidrRoutingConfig": {"CollectionId": CIDR_COLLECTION, "LocationName": "office"}},
+}
+
+
+def routed(name: str, policy: str, *values: str) -> Record:
+    return record(name, "A", ttl=60, values=values, set_identifier=policy, routing=ROUTED[policy])
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        "weighted",
+        "geoproximity",
+        pytest.param("cidr", marks=pytest.mark.skipif(REAL, reason="needs a CIDR collection")),
+    ],
+)
+def test_upsert_of_a_routed_set_deletes_it_exactly_as_read(
+    policy: str, aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: a record set with a routing policy, read back with all of its routing
+    name = aws_dns_names()
+    aws_route53.change(
+        aws_zone["id"], create(routed(name, policy, "192.0.2.1")), operation=unique("op-")
+    )
+    assert aws_route53.records(aws_zone["id"], name) == [routed(name, policy, "192.0.2.1")]
+
+    # when
+    submitted = aws_route53.change(
+        aws_zone["id"], upsert(routed(name, policy, "192.0.2.2")), operation=unique("op-")
+    )
+
+    # then: the DELETE half named the set exactly as read (routing included), so Route53
+    # applied the batch
+    assert submitted["id"] is not None
+    assert submitted["observations"]["sent"] == replace(
+        routed(name, policy, "192.0.2.1"), routed(name, policy, "192.0.2.2")
+    )
+    assert aws_route53.records(aws_zone["id"], name) == [routed(name, policy, "192.0.2.2")]
+
+
+@pytest.mark.standin
+def test_stand_in_refuses_a_delete_without_the_routing(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames
+) -> None:
+    # given: a CIDR-routed set
+    name = aws_dns_names()
+    aws_route53.change(
+        aws_zone["id"], create(routed(name, "cidr", "192.0.2.1")), operation=unique("op-")
+    )
+    bare = record(name, "A", ttl=60, values=["192.0.2.1"], set_identifier="cidr")
+
+    # when / then: a DELETE that leaves out its CidrRoutingConfig does not match it
+    with pytest.raises(Conflict) as caught:
+        aws_route53.change(aws_zone["id"], delete(bare), operation=unique("op-"))
+    assert caught.value.details["messages"] == [
+        f"Tried to delete resource record set [name='{name}.', type='A', set-identifier='cidr'] "
+        "but the values provided do not match the current values"
+    ]
+
+
+@pytest.mark.standin
+def test_lost_response_on_a_routed_upsert_recovered(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given: a CIDR-routed set; the UPSERT over it is applied, its response lost
+    name = aws_dns_names()
+    aws_route53.change(
+        aws_zone["id"], create(routed(name, "cidr", "192.0.2.1")), operation=unique("op-")
+    )
+    operation = unique("op-")
+    aws_standin.faults.arm("ChangeResourceRecordSets", "lose_response")
+
+    # when
+    recovered = aws_route53.change(
+        aws_zone["id"], upsert(routed(name, "cidr", "192.0.2.2")), operation=operation
+    )
+
+    # then: the read-back matches the post-state, routing included: recovered, not Unknown
+    assert (recovered["id"], recovered["status"]) == (None, "APPLIED")
+    assert recovered["observations"]["records"] == [routed(name, "cidr", "192.0.2.2")]
+    assert batches(aws_standin, operation) == 1
+
+
+@pytest.mark.standin
+def test_traffic_policy_sets_are_refused(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_standin: AwsStandIn
+) -> None:
+    # given: an A set a traffic policy instance made (the stand-in models no instances: it is
+    # put in place directly)
+    name = aws_dns_names()
+    instance = str(uuid.uuid4())
+    aws_standin.route53.apply_foreign(
+        aws_zone["id"],
+        [
+            {
+                "Action": "CREATE",
+                "ResourceRecordSet": {
+                    "Name": name,
+                    "Type": "A",
+                    "TrafficPolicyInstanceId": instance,
+                },
+            }
+        ],
+    )
+    [managed] = aws_route53.records(aws_zone["id"], name)
+    assert managed["routing"] == {TRAFFIC_POLICY: instance}
+
+    # when / then: an UPSERT over it, its DELETE as read, a record naming an instance: all
+    # refused before anything is sent
+    for batch in (
+        upsert(a(name, "192.0.2.1")),
+        delete(managed),
+        create(record(f"other.{name}", "A", routing={TRAFFIC_POLICY: instance})),
+    ):
+        operation = unique("op-")
+        with pytest.raises(Rejected) as caught:
+            aws_route53.change(aws_zone["id"], batch, operation=operation)
+        assert caught.value.code == "TrafficPolicyRecord"
+        assert batches(aws_standin, operation) == 0
+    assert aws_route53.records(aws_zone["id"], name) == [managed]
+
+    # and a set of another type at the name is not the policy's
+    txt = record(name, "TXT", ttl=60, values=['"v"'])
+    aws_route53.change(aws_zone["id"], create(txt), operation=unique("op-"))
+    assert txt in aws_route53.records(aws_zone["id"], name)
+
+
+def test_escaped_dot_and_wildcard_names(
+    aws_route53: Route53, aws_zone: Zone, aws_dns_names: DnsNames, aws_boto: Boto
+) -> None:
+    # given: one label holding a dot (x\056y), the two labels x.y, and a wildcard
+    base = aws_dns_names()
+    dotted, escaped, wildcard = f"x.y.{base}", f"x\\056y.{base}", f"*.{base}"
+    aws_dns_names.names += [dotted, escaped, wildcard]
+
+    # when: all three are created in one batch (one key each)
+    aws_route53.change(
+        aws_zone["id"],
+        create(a(dotted, "192.0.2.1"), a(escaped, "192.0.2.2"), a(wildcard, "192.0.2.3")),
+        operation=unique("op-"),
+    )
+
+    # then: Route53 keeps three names, escaped as it returns them
+    listed = aws_boto.route53.list_resource_record_sets(
+        HostedZoneId=aws_zone["id"], StartRecordName=f"\\052.{base}."
+    )["ResourceRecordSets"]
+    assert {(r["Name"], r["Type"]) for r in listed} >= {
+        (f"\\052.{base}.", "A"),
+        (f"x\\056y.{base}.", "A"),
+        (f"x.y.{base}.", "A"),
+    }
+    # and each reads back under its own name; the wildcard as '*' either way it is asked for
+    assert aws_route53.records(aws_zone["id"], dotted) == [a(dotted, "192.0.2.1")]
+    assert aws_route53.records(aws_zone["id"], escaped) == [a(escaped, "192.0.2.2")]
+    assert aws_route53.records(aws_zone["id"], f"\\052.{base}") == [a(wildcard, "192.0.2.3")]
+    assert aws_route53.records(aws_zone["id"], wildcard)[0]["name"] == wildcard
+
+    # and an UPSERT of one leaves the other alone
+    submitted = aws_route53.change(
+        aws_zone["id"], upsert(a(escaped, "192.0.2.4")), operation=unique("op-")
+    )
+    assert submitted["observations"]["sent"] == replace(
+        a(escaped, "192.0.2.2"), a(escaped, "192.0.2.4")
+    )
+    assert aws_route53.records(aws_zone["id"], dotted) == [a(dotted, "192.0.2.1")]

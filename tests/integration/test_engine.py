@@ -8,7 +8,7 @@ import pytest
 
 from executions.models import Execution, OutboxEvent, Stage, StepReceipt
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import effects
+from tests.engine_workflows import counters, effects
 from tests.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -83,6 +83,21 @@ def test_a_retryable_step_backs_off_durably_then_succeeds(api, worker):
     assert receipt.attempts == 3
     # between attempts the stage waited on a timer: no worker was held
     assert event_types(body["id"]).count("stage.waiting") == 2
+
+
+def test_a_retry_waits_at_least_what_the_failure_asked_for(api, worker):
+    # given: a step whose failure says "not before 1.5 s" (its backoff alone would be < 0.5 s)
+    body = submit(api, "test-flaky", {"label": "after", "failures": 1, "retry_after": 1.5}).json()
+
+    # when
+    execution = finished(body["id"], worker)
+
+    # then: the second attempt came no sooner, and the receipt kept the reason
+    assert execution.status == "succeeded"
+    first, second = (float(t) for t in counters().lrange("alfred-test:times:after", 0, -1))
+    assert second - first >= 1.5
+    receipt = StepReceipt.objects.get(run_id=execution.current_run_id, step_key="flaky")
+    assert receipt.error["retry_after"] == 1.5
 
 
 def test_a_fatal_error_stops_at_once(api, worker):

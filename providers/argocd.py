@@ -360,6 +360,18 @@ class SyncOwner:
         return {"operation": self.operation, "not_before": not_before}
 
 
+def _nothing_to_sync(current: Convergence) -> bool:
+    """The live state already is the revision's manifests (Synced at it) and nothing runs: a
+    sync would apply nothing. This also keeps a retried step from syncing again when its own
+    sync ran but is no longer the last operation (ArgoCD keeps no ``info`` in its history)."""
+    status = current.status
+    return current.converged or (
+        status.sync_status == "Synced"
+        and status.at_revision(current.revision)
+        and not status.operation_running
+    )
+
+
 def assess(status: ApplicationStatus, revision: str) -> Convergence:
     """Judge ``status`` against "converged on ``revision``" (see the module docstring)."""
     reasons: list[Reason] = []
@@ -492,11 +504,12 @@ class ArgoCD:
         At most one sync per operation: when the current or last operation is this one's
         (its identity, at ``revision``) — running or finished, whatever its outcome — it is
         returned instead of being started again, so a retried step never syncs twice and a
-        sync of it that failed stays failed. An application already converged on ``revision``
-        needs no sync (a commit that renders the same). Any other operation at ``revision`` —
-        an older sync that succeeded before the application drifted, one that failed long
-        before a branch was reset to ``revision``, an auto-sync — is not this one's: when it
-        has finished, a sync is started; while it (or any other operation) runs,
+        sync of it that failed stays failed. An application already Synced at ``revision`` with
+        nothing running needs no sync (a commit that renders the same; a sync of it that ran,
+        perhaps this one's, superseded since as the last operation). Any other operation at
+        ``revision`` — an older sync that succeeded before the application drifted, one that
+        failed long before a branch was reset to ``revision``, an auto-sync — is not this
+        one's: when it has finished, a sync is started; while it (or any other operation) runs,
         :class:`Transient` (``OperationInProgress``: it ends on its own; try again later).
 
         A lost response or a 5xx to the ``POST`` (a proxy may answer 502 after ArgoCD accepted
@@ -508,7 +521,7 @@ class ArgoCD:
         owner = SyncOwner.of(operation, not_before)
         current = assess(self.application(name), revision)
         status = current.status
-        if owner.owns(status, revision) or current.converged:
+        if owner.owns(status, revision) or _nothing_to_sync(current):
             return self._sync_handle(current, owner)
         if status.operation_running:
             # Another actor's operation ends on its own (or at the workflow's deadline): a
@@ -721,7 +734,7 @@ class ArgoCD:
                 code=code,
                 details=details,
             ) from exc
-        if owner.owns(current.status, revision) or current.converged:
+        if owner.owns(current.status, revision) or _nothing_to_sync(current):
             return self._sync_handle(current, owner)
         raise Transient(
             f"syncing {name} to {revision}: {exc}; read back, no sync of operation "
@@ -758,8 +771,11 @@ class ArgoCD:
             # convergence's question (the observations carry it), not the sync's.
             status = state.operation_phase or "Unknown"
             done, ok = True, status == "Succeeded"
-        elif current.converged:
-            status, done, ok = "Synced", True, True  # nothing to sync: it renders the same
+        elif _nothing_to_sync(current):
+            # Applied at the revision already (it renders the same, or a sync of it — perhaps
+            # this one, superseded as the last operation — ran): whether it is healthy is the
+            # convergence's question.
+            status, done, ok = "Synced", True, True
         else:
             # The current or last operation is another one (ArgoCD runs one at a time): this
             # sync is over and a later operation replaced it, or what it found is not its own.

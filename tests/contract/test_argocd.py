@@ -1276,3 +1276,45 @@ def test_a_malformed_handle_is_rejected(argocd_client: ArgoCD, malformed: Any) -
         argocd_client.stop(malformed)
     assert inspected.value.code == stopped.value.code == "InvalidHandle"
     assert not inspected.value.retryable
+
+
+def test_an_application_synced_at_the_revision_is_not_synced_again_while_still_progressing() -> (
+    None
+):
+    # Given Alfred's sync of X ran, then another actor's (untagged) sync of X replaced it as
+    # the last operation; the application is Synced at X but still rolling out (Progressing)
+    x = "e" * 40
+    posts: list[httpx.Request] = []
+
+    def serve(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            posts.append(request)
+            return httpx.Response(200, json={})
+        operation = {"sync": {"revision": x}, "info": []}
+        return httpx.Response(
+            200,
+            json={
+                "metadata": {"name": "web"},
+                "spec": {"project": "default", "source": {"repoURL": "r", "path": "p"}},
+                "status": {
+                    "sync": {"status": "Synced", "revision": x},
+                    "health": {"status": "Progressing"},
+                    "operationState": {
+                        "phase": "Succeeded",
+                        "startedAt": "2026-01-01T00:00:00Z",
+                        "syncResult": {"revision": x},
+                        "operation": operation,
+                    },
+                },
+            },
+        )
+
+    # When the step's retry syncs X again (its own receipt was lost)
+    with ArgoCD("https://argocd.test", "t", transport=httpx.MockTransport(serve)) as client:
+        handle = client.sync("web", x, operation=new_operation())
+        waiting = client.watch("web", x)
+
+    # Then nothing is sent: X is applied; the rollout is the convergence's to wait for
+    assert posts == []
+    assert (handle["status"], handle["done"], handle["ok"]) == ("Synced", True, True)
+    assert (waiting["done"], waiting["ok"]) == (False, False)

@@ -139,6 +139,8 @@ def test_a_child_ended_mid_stage_by_its_parent_stays_ended(api, worker):
 
     # when: the parent is canceled while the child's worker is inside a step
     api.post(f"/api/v1/executions/{parent['id']}/cancel")
+    # (the cancel has committed: steps done by now ran before it, whatever the machine's load)
+    done_at_cancel = sum(effects("pk-child", f"slow-{i}") for i in range(20))
 
     # then: the child's worker is fenced out at its next write; the child stays canceled
     child.refresh_from_db()
@@ -148,8 +150,9 @@ def test_a_child_ended_mid_stage_by_its_parent_stays_ended(api, worker):
     assert child.status == "canceled"
     last = OutboxEvent.objects.filter(execution_id=child.id).order_by("-sequence").first()
     assert last is not None and last.type == "execution.canceled"
+    # and: at most the step in flight when the cancel committed finished after it
     done = sum(effects("pk-child", f"slow-{i}") for i in range(20))
-    assert done <= 3
+    assert done <= done_at_cancel + 1
 
 
 def test_a_canceled_operator_hook_waits_again_after_a_retry(api, worker):

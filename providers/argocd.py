@@ -581,21 +581,22 @@ class ArgoCD:
             raise StopUnsupported(f"argocd: a {handle['kind']} handle names nothing to stop")
         owner = self._handle_owner(handle)
         status = self.application(name)
-        if status.operation_running and owner.owns(status, revision):
-            path = f"/api/v1/applications/{quote(name, safe='')}/operation"
-            params = {"project": self.project} if self.project else None
-            try:
-                response = self._client.delete(path, params=params)
-            except (httpx.TimeoutException, httpx.TransportError) as exc:
-                raise Transient(
-                    f"terminating the operation of {name}: {exc}",
-                    provider=PROVIDER,
-                    code=type(exc).__name__,
-                    details={"application": name},
-                ) from exc
-            # 400 "No operation is in progress": it finished between our read and the DELETE.
-            if response.status_code >= 400 and not _no_operation(response):
-                raise self._error(response, name, action="terminate the operation of")
+        if not (status.operation_running and owner.owns(status, revision)):
+            return self._sync_handle(assess(status, revision), owner)  # nothing of ours runs
+        path = f"/api/v1/applications/{quote(name, safe='')}/operation"
+        params = {"project": self.project} if self.project else None
+        try:
+            response = self._client.delete(path, params=params)
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            raise Transient(
+                f"terminating the operation of {name}: {exc}",
+                provider=PROVIDER,
+                code=type(exc).__name__,
+                details={"application": name},
+            ) from exc
+        # 400 "No operation is in progress": it finished between our read and the DELETE.
+        if response.status_code >= 400 and not _no_operation(response):
+            raise self._error(response, name, action="terminate the operation of")
         return self._sync_handle(self.converged(name, revision), owner)
 
     # -- internals -------------------------------------------------------------------------

@@ -138,12 +138,13 @@ class Flaky(TestWorkflow):
 
 
 class Slow(TestWorkflow):
-    """Steps of ``step_seconds`` each: a run that is running when canceled."""
+    """Steps of ``step_seconds`` each: a run that is running when canceled. ``pause_seconds``:
+    stage code (outside any step) that takes that long between two steps."""
 
     name = "test-slow"
     stages = ("plan",)
     input_schema: ClassVar[dict[str, Any]] = _schema(
-        steps={"type": "integer"}, step_seconds={"type": "number"}
+        steps={"type": "integer"}, step_seconds={"type": "number"}, pause_seconds={"type": "number"}
     )
 
     def stage_plan(self, ctx: Any) -> Any:
@@ -153,7 +154,12 @@ class Slow(TestWorkflow):
             time.sleep(ctx.input.get("step_seconds", 0.5))
             return effect(label, f"slow-{i}")
 
-        return [ctx.step(f"slow-{i}", slow, i) for i in range(ctx.input.get("steps", 10))]
+        done = []
+        for i in range(ctx.input.get("steps", 10)):
+            if i:
+                time.sleep(ctx.input.get("pause_seconds", 0))
+            done.append(ctx.step(f"slow-{i}", slow, i))
+        return done
 
 
 class Parent(TestWorkflow):

@@ -187,7 +187,10 @@ class Lambda:
         recovered handle, nothing sent. Conflict if it moved; Unknown if a lost response cannot
         be resolved (see the module docstring). Safe to call again with the same plan."""
         version = str(version)
-        observed = self.alias(current["function"], current["alias"])
+        return self._move(current, self.alias(current["function"], current["alias"]), version)
+
+    def _move(self, current: AliasState, observed: AliasState, version: str) -> Handle:
+        """Update from ``current`` (the plan) given the alias as just ``observed``."""
         if observed["version"] == version:
             return self._alias_handle(
                 current,
@@ -388,7 +391,7 @@ class Lambda:
                     "restore_to": back_to,
                 },
             )
-        result = self.update_alias(current, version=back_to)
+        result = self._move(current, current, back_to)  # just read: no second GetAlias
         result["kind"] = "alias_restore"
         result["observations"]["already_restored"] = False
         return result

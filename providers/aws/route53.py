@@ -753,23 +753,16 @@ class Route53:
     def delete_zone(self, zone_id: str) -> Handle:
         """Delete an empty hosted zone (compensation of :meth:`create_zone`). A zone already gone
         counts as deleted; one that still holds records is a Conflict (HostedZoneNotEmpty)."""
+        change_id: str | None = None
         try:
-            response = self._client.delete_hosted_zone(Id=zone_id)
+            change_id = _change_id(
+                str(self._client.delete_hosted_zone(Id=zone_id)["ChangeInfo"]["Id"])
+            )
         except ClientError as exc:
             if error_code(exc) != "NoSuchHostedZone":
                 raise translate(exc, provider=PROVIDER, operation="DeleteHostedZone") from exc
-            return handle(
-                provider=PROVIDER,
-                kind="hosted_zone_deletion",
-                id=zone_id,
-                status="DELETED",
-                done=True,
-                ok=True,
-                observations={"already_absent": True, "change_id": None},
-            )
         except BotoCoreError as exc:
             raise translate(exc, provider=PROVIDER, operation="DeleteHostedZone") from exc
-        info = response["ChangeInfo"]
         return handle(
             provider=PROVIDER,
             kind="hosted_zone_deletion",
@@ -777,7 +770,7 @@ class Route53:
             status="DELETED",
             done=True,
             ok=True,
-            observations={"already_absent": False, "change_id": _change_id(str(info["Id"]))},
+            observations={"already_absent": change_id is None, "change_id": change_id},
         )
 
     # -- handles -----------------------------------------------------------------------------

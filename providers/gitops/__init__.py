@@ -13,7 +13,6 @@
 """
 
 from providers.gitops.concerns import (
-    CONCERNS,
     KIRBY_ROUTING,
     NGINX_BOOKING,
     NGINX_HOSTS,
@@ -27,7 +26,6 @@ from providers.gitops.messages import CommitMessage, OwnedEntry, parse_message
 from providers.gitops.repository import Change, CommitRecord, Edit, Repository, Snapshot
 
 __all__ = [
-    "CONCERNS",
     "KIRBY_ROUTING",
     "NGINX_BOOKING",
     "NGINX_HOSTS",

@@ -21,8 +21,8 @@ observed at the operation's first attempt (``observations["since"]`` of a handle
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from providers.errors import Rejected
@@ -46,12 +46,6 @@ class Concern:
     @property
     def paths(self) -> list[str]:
         return [path for path, _ in self.files]
-
-    def at(self, paths: Mapping[str, str]) -> Concern:
-        """This concern with files moved (``{default path: path in this repository}``)."""
-        return replace(
-            self, files=tuple((paths.get(path, path), editor) for path, editor in self.files)
-        )
 
     def entries_for(self, domain: str) -> list[OwnedEntry]:
         return [
@@ -152,7 +146,6 @@ NGINX_BOOKING = Concern(
         (DEIMOS_SERVER_NAMES_PATH, editors.DEIMOS_SERVER_NAMES),
     ),
 )
-CONCERNS = {c.scope: c for c in (NGINX_HOSTS, KIRBY_ROUTING, NGINX_BOOKING)}
 
 
 def plan_domain(

@@ -157,8 +157,6 @@ BOOKING_FILES: dict[str, str] = {
     DEIMOS_SERVER_NAMES_PATH: DEIMOS_SERVER_NAMES,
 }
 
-DEMO_REPOS: dict[str, dict[str, str]] = {HELM_REPO: HELM_FILES, BOOKING_REPO: BOOKING_FILES}
-
 
 def demo_history() -> dict[str, list[tuple[str, dict[str, str]]]]:
     """Per repository, its commits oldest first: (message, files after the commit).

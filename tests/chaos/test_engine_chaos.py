@@ -174,7 +174,8 @@ def test_a_wake_whose_message_was_lost_is_recovered(api):
     assert effects("lostwake", "after") == 1
 
 
-def test_a_step_longer_than_the_lease_is_not_taken_over():
+@pytest.mark.parametrize("where", ["inside-a-step", "between-steps"])
+def test_work_longer_than_the_lease_is_not_taken_over(where):
     from django.conf import settings as django_settings
     from rest_framework.test import APIClient
 
@@ -185,16 +186,23 @@ def test_a_step_longer_than_the_lease_is_not_taken_over():
     client.credentials(
         HTTP_AUTHORIZATION=f"Bearer {token_create(name='hb', role='integration')[1]}"
     )
+    # given: a step, or stage code between two steps, longer than the lease
     seconds = django_settings.ALFRED_LEASE_SECONDS * 1.75
+    slow = (
+        {"steps": 1, "step_seconds": seconds}
+        if where == "inside-a-step"
+        else {"steps": 2, "step_seconds": 0.1, "pause_seconds": seconds}
+    )
+    label = f"long-{where}"
     worker = WorkerProcess("heartbeat").start(concurrency=2)  # a second process is free
     try:
-        body = submit(
-            client, "test-slow", {"label": "long", "steps": 1, "step_seconds": seconds}
-        ).json()
+        # when
+        body = submit(client, "test-slow", {"label": label, **slow}).json()
         execution = finished(body["id"], worker, timeout=60)
     finally:
         worker.stop()
 
+    # then: the heartbeat kept the lease: no takeover, every step ran once
     assert execution.status == "succeeded"
-    assert effects("long", "slow-0") == 1
+    assert all(effects(label, f"slow-{i}") == 1 for i in range(slow["steps"]))
     assert Run.objects.get(pk=execution.current_run_id).fence == 2  # one claim + the end

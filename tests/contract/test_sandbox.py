@@ -22,6 +22,7 @@ from providers.factory import Providers
 from providers.gitops.concerns import NGINX_HOSTS, add_domain
 from providers.handles import Handle
 from providers.sandbox.argocd import APP_MYSTIQUE, APP_NGINX_INGRESS
+from providers.sandbox.aws import seed_aws
 from providers.sandbox.stack import Sandbox
 
 pytestmark = pytest.mark.standin
@@ -137,3 +138,20 @@ def test_a_fault_armed_over_http_reaches_the_adapter(providers, sandbox):
     assert httpx.get(f"{sandbox.aws.url}/_sandbox/faults").json() == {"faults": []}
     [created] = route53.records(zone["id"], "fault.example.com")
     assert created["values"] == ["192.0.2.77"]
+
+
+def test_seeding_aws_again_changes_nothing(providers, sandbox):
+    # given: the seeded sandbox, its zones' records and the fleets as they are
+    route53, lambda_ = providers.route53(), providers.lambda_()
+    zone = route53.zone("example.com")
+    records = route53.records(zone["id"], "api.example.com")
+    fleet = lambda_.fleet("checkout-api")
+
+    # when: the seed runs again (as documented: safe on a seeded stand-in)
+    summary = seed_aws(sandbox.aws.url)
+
+    # then: the same zones and fleets, no second zone of a name, records unchanged
+    assert summary["zones"]["example.com"] == zone["id"]
+    assert route53.zone("example.com")["id"] == zone["id"]
+    assert route53.records(zone["id"], "api.example.com") == records
+    assert lambda_.fleet("checkout-api") == fleet

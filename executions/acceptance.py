@@ -21,10 +21,11 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from alfred.ids import new_id
-from executions.engine.dispatch import run_dispatch_on_commit
+from executions.engine.dispatch import Dispatch, run_dispatch_on_commit
 from executions.engine.records import execution_insert, run_again
 from executions.events.outbox import event_emit, event_key
 from executions.identity import NotCanonicalizable, fingerprint, logical_identity
+from executions.lane_holding import execution_lane_claim
 from executions.models import (
     AcceptanceOutcome,
     DeliveryKey,
@@ -62,6 +63,7 @@ class Acceptance:
     replayed: bool
     idempotency_key: str
     lane: LaneClaimResult | None = None
+    dispatch: Dispatch | None = None
 
 
 @dataclass(frozen=True)
@@ -105,12 +107,17 @@ def execution_accept(
     )
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
-            return _accept_once(request)
+            acceptance = _accept_once(request)
         except IntegrityError as exc:
             constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
             if constraint not in _RACE_CONSTRAINTS or attempt == MAX_ATTEMPTS:
                 raise
             log.info("acceptance lost a race on %s; retrying (attempt %d)", constraint, attempt)
+            continue
+        if acceptance.dispatch is not None and acceptance.dispatch.failed:
+            # the publish after commit failed and recorded start_failed: answer what is stored
+            acceptance.execution.refresh_from_db(fields=["start_state", "start_error"])
+        return acceptance
     raise AssertionError("unreachable")
 
 
@@ -148,12 +155,13 @@ def _accept_once(req: _Request) -> Acceptance:
             execution=execution,
             outcome=outcome,
         )
+        dispatch = None
         if outcome != AcceptanceOutcome.REUSED and (lane is None or lane.may_start):
             fresh = outcome == AcceptanceOutcome.CREATED
-            run_dispatch_on_commit(
+            dispatch = run_dispatch_on_commit(
                 str(execution.current_run_id), stages=req.workflow.stages if fresh else None
             )
-        return Acceptance(execution, outcome, False, req.key, lane)
+        return Acceptance(execution, outcome, False, req.key, lane, dispatch)
 
 
 def _should_continue(workflow: Workflow, latest: Execution) -> bool:
@@ -197,7 +205,6 @@ def _create(
         canonical=req.canonical,
         identity=req.identity,
         principal=req.principal,
-        deadline_seconds=req.workflow.deadline_seconds,
         lane_key=req.claim.key if req.claim else None,
         lane_token=req.claim.token if req.claim else None,
         predecessor=predecessor,
@@ -218,10 +225,9 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
         execution,
         kind=RunKind.CONTINUATION,
         stages=req.workflow.stages,
-        deadline_seconds=req.workflow.deadline_seconds,
         done=done,
     )
-    lane = _claim(req, execution.id, urgent=True)
+    lane = execution_lane_claim(execution, req.claim, urgent=True)
     _lane_event(execution, lane)
     event_emit(
         execution_id=execution.id,

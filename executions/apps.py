@@ -7,9 +7,11 @@ class ExecutionsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from executions.engine.registry import Definition, register
+        from executions.engine.registry import Definition, claim_guard_register, register
+        from executions.lane_holding import execution_lane_refusal
         from executions.workflows.registry import all_workflows, register_extra
 
+        claim_guard_register(execution_lane_refusal)
         for module in settings.ALFRED_EXTRA_WORKFLOWS:
             register_extra(module)
         for workflow in all_workflows():

@@ -8,24 +8,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.utils import timezone
 
 from executions.engine.dispatch import run_dispatch_on_commit
 from executions.engine.records import run_again
-from executions.engine.terminal import execution_finish
+from executions.engine.terminal import execution_stop
 from executions.events.outbox import event_emit, event_key
+from executions.lane_holding import execution_lane_claim
 from executions.models import (
     TERMINAL_STATUSES,
     AuditEntry,
     Execution,
     ExecutionStatus,
-    Run,
     RunKind,
-    RunStatus,
 )
 from executions.workflows.base import InvalidInput
 from executions.workflows.registry import get_workflow
-from lanes.services import lane_claim
+from lanes.services import LaneConflict, lane_leave
 
 
 class InvalidState(Exception):
@@ -52,25 +50,11 @@ def execution_cancel(*, execution_id: str, actor: str, reason: str = "") -> Canc
         execution = Execution.objects.select_for_update().get(pk=execution_id)
         if execution.status in TERMINAL_STATUSES:
             raise InvalidState(execution, "cancel")
-        run = Run.objects.select_for_update().get(pk=execution.current_run_id)
         _audit(actor, "execution.cancel", execution.id, reason)
-        if run.status == RunStatus.RUNNING and run.lease_owner:
-            if run.cancel_requested_at is None:
-                run.cancel_requested_at = timezone.now()
-                run.save(update_fields=["cancel_requested_at"])
-                event_emit(
-                    execution_id=execution.id,
-                    type="execution.cancel_requested",
-                    key=event_key(execution.id, f"{run.id}:cancel_requested"),
-                    payload={"run": run.id, "by": actor, "reason": reason},
-                )
-            return CancelResult(execution, immediate=False)
-        execution_finish(
-            execution,
-            ExecutionStatus.CANCELED,
-            error={"code": "canceled", "message": reason or f"canceled by {actor}"},
-        )
-        return CancelResult(execution, immediate=True)
+        # A queued execution leaves its lane's queue with the cancel, not at the next handover.
+        lane_leave(execution_id=execution.id)
+        immediate = execution_stop(execution, actor=actor, reason=reason)
+        return CancelResult(execution, immediate=immediate)
 
 
 def execution_retry(*, execution_id: str, actor: str) -> Execution:
@@ -90,14 +74,9 @@ def execution_retry(*, execution_id: str, actor: str) -> Execution:
             execution,
             kind=RunKind.RETRY,
             stages=workflow.stages,
-            deadline_seconds=workflow.deadline_seconds,
         )
-        lane = None
-        claim = workflow.lane(execution.input)
-        if claim is not None and execution.parent_id is None:
-            lane = lane_claim(
-                key=claim.key, execution_id=execution.id, token=claim.token, urgent=True
-            )
+        # LaneConflict: 409, nothing changed (the transaction rolls back)
+        lane = execution_lane_claim(execution, workflow.lane(execution.input), urgent=True)
         event_emit(
             execution_id=execution.id,
             type="execution.retried",
@@ -125,4 +104,11 @@ def _audit(actor: str, action: str, execution_id: str, reason: str) -> None:
     )
 
 
-__all__ = ["InvalidInput", "InvalidState", "NotRetryable", "execution_cancel", "execution_retry"]
+__all__ = [
+    "InvalidInput",
+    "InvalidState",
+    "LaneConflict",
+    "NotRetryable",
+    "execution_cancel",
+    "execution_retry",
+]

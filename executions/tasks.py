@@ -10,14 +10,13 @@ wait inside a task: waits are durable timers.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from celery import shared_task
 from django.conf import settings
 
 from executions.engine import scans
-from executions.engine.runner import Outcome, stage_execute
+from executions.engine.runner import Outcome, stage_execute, worker_identity
 
 
 @shared_task(
@@ -28,7 +27,7 @@ from executions.engine.runner import Outcome, stage_execute
     ignore_result=True,
 )
 def run_stage(self: Any, run_id: str, stage: str) -> str:
-    worker = f"{self.request.hostname or 'worker'}:{os.getpid()}"
+    worker = worker_identity(self.request.hostname or "worker")
     outcome = stage_execute(run_id, stage, worker)
     if outcome is Outcome.STOP:
         self.request.chain = None  # suspended, finished or refused: the rest of the chain waits

@@ -32,7 +32,7 @@ from executions.models import (
     StageStatus,
 )
 from lanes.models import Lane, LaneState, LaneWaiter
-from lanes.services import lane_hand_over, lane_mark_recovery_required
+from lanes.services import lane_hand_over, lane_lock, lane_mark_recovery_required
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,12 @@ class Decision:
 _LIVE_RUN = {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING}
 
 
-def lane_decide(owner: Execution | None, run: Run | None, stages: list[Stage]) -> Decision:
-    """The rule, on what was observed (pure: no reads, no writes)."""
+def lane_decide(
+    owner: Execution | None, run: Run | None, stages: list[Stage], *, ever_started: bool = True
+) -> Decision:
+    """The rule, on what was observed (pure: no reads, no writes). ``ever_started``: some
+    stage of some run of the owner has started; one that never did changed nothing, so its
+    end — failed or canceled — lets the lane go."""
     if owner is None:
         return Decision(Action.RECOVERY_REQUIRED, "the owner execution is missing")
     if run is None:
@@ -72,6 +76,8 @@ def lane_decide(owner: Execution | None, run: Run | None, stages: list[Stage]) -
         return Decision(
             Action.RECOVERY_REQUIRED, f"{owner.id} {owner.status} but its run is {run.status}"
         )
+    if not ever_started:
+        return Decision(Action.RELEASE, f"{owner.id} was {owner.status} before any stage started")
     if owner.status == ExecutionStatus.FAILED:
         return _readiness(owner, stages)
     return Decision(Action.RECOVERY_REQUIRED, f"{owner.id} was {owner.status}")
@@ -97,10 +103,11 @@ def _readiness(owner: Execution, stages: list[Stage]) -> Decision:
 
 def lane_reconcile(key: str, *, wait: bool = True) -> Decision | None:
     """Reconcile one lane; None when there was nothing to decide (free, nobody waiting).
-    ``wait=False`` (the beat tick) skips a lane another writer holds right now."""
+    ``wait=False`` (the beat tick) skips a lane another writer holds right now. The owner's
+    execution row is locked before the lane (``lane_lock``): its terminal transition cannot
+    land between what is observed and what is written."""
     with transaction.atomic(durable=True):
-        lanes = Lane.objects.select_for_update(skip_locked=not wait).filter(key=key)
-        lane = lanes.first()
+        lane = lane_lock(key, wait=wait)
         if lane is None:
             return None  # unknown, or (not waiting) another writer holds it right now
         if lane.state == LaneState.FREE:
@@ -111,6 +118,9 @@ def lane_reconcile(key: str, *, wait: bool = True) -> Decision | None:
         if lane.state == LaneState.RECOVERY_REQUIRED:
             return Decision(Action.RECOVERY_REQUIRED, lane.reason)
         decision = _observe(lane)
+        if decision.action is Action.RECOVERY_REQUIRED:
+            # A contradiction may be a transition seen half-way: look once more first.
+            decision = _observe(lane)
         if decision.action is Action.RELEASE:
             lane_hand_over(lane, reason=decision.reason)
         elif decision.action is Action.RECOVERY_REQUIRED:
@@ -119,31 +129,49 @@ def lane_reconcile(key: str, *, wait: bool = True) -> Decision | None:
 
 
 def _observe(lane: Lane) -> Decision:
-    owner = Execution.objects.filter(pk=lane.owner_id).first()
-    run = None
-    stages: list[Stage] = []
-    if owner is not None and owner.current_run_id:
-        run = Run.objects.filter(pk=owner.current_run_id).first()
-        stages = list(Stage.objects.filter(run_id=owner.current_run_id).order_by("position"))
-    return lane_decide(owner, run, stages)
-
-
-def lanes_reconcile(batch: int = BATCH) -> int:
-    """The beat tick: every held lane, and every free lane someone waits on. Costs what is
-    busy: the lanes scanned are found through partial indexes on non-free state."""
-    busy = Lane.objects.exclude(state=LaneState.FREE).values_list("key", flat=True)
-    stranded = (
-        LaneWaiter.objects.filter(lane__state=LaneState.FREE)
-        .values_list("lane_id", flat=True)
-        .distinct()
+    """The owner and its bound run in ONE statement (one snapshot: an execution and its run
+    read apart could show a terminal commit half-way), then its stages."""
+    owner = (
+        Execution.objects.select_related("current_run").filter(pk=lane.owner_id).first()
+        if lane.owner_id
+        else None
     )
-    keys = sorted({*busy[:batch], *stranded[:batch]})
+    run = owner.current_run if owner is not None else None
+    stages: list[Stage] = []
+    ever_started = True
+    if owner is not None and run is not None:
+        stages = list(Stage.objects.filter(run_id=run.id).order_by("position"))
+        if owner.status not in ACTIVE_STATUSES:
+            ever_started = Stage.objects.filter(
+                run__execution_id=owner.id, started_at__isnull=False
+            ).exists()
+    return lane_decide(owner, run, stages, ever_started=ever_started)
+
+
+def lanes_reconcile(batch: int = BATCH, *, after: str = "") -> tuple[int, str | None]:
+    """The beat tick, one page: held lanes, and free lanes someone waits on, in key order
+    after ``after``. Returns how many were visited and, when the page was full, the key to
+    go on from (the task goes on at once in a new task), so every busy lane is reached each
+    tick however many there are. A lane blocked for an operator has nothing to decide and
+    is not visited. Costs what is busy: the lanes are found through partial indexes."""
+    held = (
+        Lane.objects.filter(state=LaneState.HELD, key__gt=after)
+        .order_by("key")
+        .values_list("key", flat=True)[:batch]
+    )
+    stranded = (
+        LaneWaiter.objects.filter(lane__state=LaneState.FREE, lane_id__gt=after)
+        .order_by("lane_id")
+        .values_list("lane_id", flat=True)
+        .distinct()[:batch]
+    )
+    keys = sorted({*held, *stranded})[:batch]
     for key in keys:
         try:
             lane_reconcile(key, wait=False)
         except Exception:
             log.exception("reconciling lane %s failed; the next tick tries again", key)
-    return len(keys)
+    return len(keys), (keys[-1] if len(keys) == batch else None)
 
 
 def lanes_release_ready() -> list[str]:
@@ -154,12 +182,8 @@ def lanes_release_ready() -> list[str]:
     keys = Lane.objects.filter(state=LaneState.RECOVERY_REQUIRED).values_list("key", flat=True)
     for key in list(keys):
         with transaction.atomic(durable=True):
-            lane = (
-                Lane.objects.select_for_update(skip_locked=True)
-                .filter(key=key, state=LaneState.RECOVERY_REQUIRED)
-                .first()
-            )
-            if lane is None:
+            lane = lane_lock(key, wait=False)
+            if lane is None or lane.state != LaneState.RECOVERY_REQUIRED:
                 continue  # released by another process meanwhile, or being
             decision = _observe(lane)
             if decision.action is Action.RELEASE:

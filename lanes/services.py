@@ -2,14 +2,21 @@
 a writer that read a stale lane changes nothing and learns so from the row count.
 
 Callers run inside their own transaction (acceptance is the outermost service); nothing here
-opens a durable transaction.
+opens a durable transaction but ``lane_recover``.
+
+Lock order (DESIGN §2): execution rows before the lane row. A claim (acceptance, retry,
+continuation) holds its execution and then takes the lane; whoever writes a lane and the
+executions it names (the reconciler, recovery) locks those executions first, through
+``lane_lock``, never the other way round: the two would otherwise deadlock.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import connection, transaction
+from django.db.models.functions import Now
 
 from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.selectors import lane_position
@@ -120,8 +127,9 @@ def lane_claim(
 def _swap(key: str, expected: tuple[str | None, str, int], **changes: object) -> None:
     """Write ``changes`` iff the lane is still (owner, state, version) = ``expected``."""
     owner_id, state, version = expected
+    # ``auto_now`` does not apply to a queryset update: the time is set here, on every write.
     changed = Lane.objects.filter(key=key, owner_id=owner_id, state=state, version=version).update(
-        version=version + 1, **changes
+        version=version + 1, updated_at=Now(), **changes
     )
     if changed != 1:
         raise LaneRaceLost(f"lane {key} changed under us (expected version {version})")
@@ -137,10 +145,77 @@ class LaneOwnerMismatch(Exception):
         self.actual = actual
 
 
+class LaneOwnerActive(LaneOwnerMismatch):
+    """The lane cannot go to another execution: its owner has started and may be changing
+    infrastructure right now. Cancel it first."""
+
+    def __init__(self, key: str, owner: str, status: str) -> None:
+        Exception.__init__(
+            self, f"lane {key} is owned by {owner}, which is {status}: cancel it first"
+        )
+        self.key = key
+        self.expected = self.actual = owner
+
+
+def _head(key: str) -> str | None:
+    """The queued execution next in line (an ended one is not eligible)."""
+    from executions.models import ACTIVE_STATUSES
+
+    return (
+        LaneWaiter.objects.filter(lane_id=key, execution__status__in=sorted(ACTIVE_STATUSES))
+        .order_by("priority", "id")
+        .values_list("execution_id", flat=True)
+        .first()
+    )
+
+
+def lane_lock(key: str, *, wait: bool = True, also: Iterable[str] = ()) -> Lane | None:
+    """Lock the executions ``key`` names — its owner, the next in line, and ``also`` — then
+    the lane (the lock order), in the caller's transaction. The lane is read without a lock
+    first to learn whom to lock; should it name others once locked (a handover or a claim
+    in between), the locks are taken again. None: no such lane, or (``wait=False``) one of
+    the rows is held by another writer right now."""
+    from executions.models import Execution
+
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("lane_lock must run inside the caller's transaction")
+    locked: set[str] = set()
+    for _ in range(10):
+        seen = list(Lane.objects.filter(key=key).values_list("owner_id", flat=True))
+        if not seen:
+            return None
+        wanted = {i for i in (seen[0], _head(key), *also) if i is not None} - locked
+        if wanted:
+            rows = list(
+                Execution.objects.select_for_update(skip_locked=not wait)
+                .filter(pk__in=sorted(wanted))
+                .order_by("pk")
+                .values_list("pk", flat=True)
+            )
+            if not wait and len(rows) < len(wanted):
+                return None
+            locked |= set(rows) | wanted  # ids of executions that do not exist lock nothing
+        lane = Lane.objects.select_for_update(skip_locked=not wait).filter(key=key).first()
+        if lane is None:
+            return None
+        if {lane.owner_id, _head(key)} - {None} <= locked:
+            return lane
+    raise LaneRaceLost(f"lane {key} kept changing hands while it was being locked")
+
+
+def lane_leave(*, execution_id: str) -> bool:
+    """Take ``execution_id`` out of its lane's queue (a canceled waiter). Its row is locked
+    by the caller; the queue row goes, the lane row is not touched. Returns whether it was
+    queued."""
+    deleted, _ = LaneWaiter.objects.filter(execution_id=execution_id).delete()
+    return bool(deleted)
+
+
 def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> str | None:
-    """Release ``lane`` (its row locked by the caller) and give it to the next in line — or
-    to the queued execution ``to`` — dispatching that one after commit, in this
-    transaction. Returns the new owner, or None when nobody waits (the lane is free)."""
+    """Release ``lane`` (locked by the caller through ``lane_lock``, with ``to``) and give it
+    to the next in line — or to the queued execution ``to`` — dispatching that one after
+    commit, in this transaction. Returns the new owner, or None when nobody waits (the lane
+    is free)."""
     from executions.engine.dispatch import run_dispatch_on_commit
     from executions.events.outbox import event_emit, event_key
     from executions.models import TERMINAL_STATUSES, Execution
@@ -194,7 +269,7 @@ def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> str | N
 
 
 def lane_mark_recovery_required(lane: Lane, *, reason: str) -> None:
-    """Block ``lane`` (row locked by the caller) for an operator."""
+    """Block ``lane`` (locked by the caller through ``lane_lock``) for an operator."""
     from executions.events.outbox import event_emit, event_key
 
     _swap(
@@ -217,22 +292,39 @@ def lane_recover(
 ) -> str | None:
     """An operator recovers a lane. Names the owner they saw: a lane that changed hands
     meanwhile is refused. An owner that is active again (retried or continued while the lane
-    was blocked) gets its lane back and starts; otherwise the lane goes to the next in line,
-    or to ``to``. Audited."""
+    was blocked) gets its lane back and starts — or, with ``to``, goes back to the head of
+    the queue while ``to`` takes the lane; an owner that has started already is never
+    displaced (``LaneOwnerActive``). Otherwise the lane goes to the next in line, or to
+    ``to``. Audited."""
     from executions.engine.dispatch import run_dispatch_on_commit
-    from executions.models import ACTIVE_STATUSES, AuditEntry, Execution
+    from executions.models import ACTIVE_STATUSES, AuditEntry, Execution, ExecutionStatus
 
     with transaction.atomic(durable=True):
-        lane = Lane.objects.select_for_update().get(key=key)
+        lane = lane_lock(key, also=[to] if to else [])
+        if lane is None:
+            raise Lane.DoesNotExist(f"no lane {key}")
         if lane.owner_id != expected_owner:
             raise LaneOwnerMismatch(key, expected_owner, lane.owner_id)
         owner = Execution.objects.filter(pk=lane.owner_id).first() if lane.owner_id else None
-        if to is None and owner is not None and owner.status in ACTIVE_STATUSES:
+        active = owner is not None and owner.status in ACTIVE_STATUSES
+        if active and to is None:
+            assert owner is not None  # noqa: S101 - active implies an owner
             _swap(key, (lane.owner_id, lane.state, lane.version), state=LaneState.HELD, reason="")
             if owner.current_run_id:
                 run_dispatch_on_commit(owner.current_run_id)
             new_owner: str | None = owner.id
         else:
+            if active:
+                assert owner is not None  # noqa: S101 - active implies an owner
+                if owner.status != ExecutionStatus.QUEUED:
+                    raise LaneOwnerActive(key, owner.id, owner.status)
+                # Not started: it keeps its request, at the head of the queue.
+                LaneWaiter.objects.create(
+                    lane_id=key,
+                    execution_id=owner.id,
+                    token=lane.owner_token,
+                    priority=LaneWaiter.PRIORITY_URGENT,
+                )
             new_owner = lane_hand_over(lane, reason=f"recovered by {actor}: {reason}", to=to)
         AuditEntry.objects.create(
             actor=actor,

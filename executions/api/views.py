@@ -129,13 +129,7 @@ class ExecutionCreateApi(APIView):
                 execution=exc.execution_id,
             ) from None
         except LaneConflict as exc:
-            raise Problem(
-                "lane_conflict",
-                f"Lane {exc.key} is committed to {exc.token!r} by execution {exc.execution_id}; "
-                "a different value fails closed until it finishes.",
-                execution=exc.execution_id,
-                lane=exc.key,
-            ) from None
+            raise _lane_conflict(exc) from None
 
         execution = acceptance.execution
         data = ExecutionSerializer(execution, context={"acceptance": acceptance}).data
@@ -143,6 +137,16 @@ class ExecutionCreateApi(APIView):
         if acceptance.replayed:
             headers["Idempotent-Replayed"] = "true"
         return Response(data, status=202, headers=headers)
+
+
+def _lane_conflict(exc: LaneConflict) -> Problem:
+    return Problem(
+        "lane_conflict",
+        f"Lane {exc.key} is committed to {exc.token!r} by execution {exc.execution_id}; "
+        "a different value fails closed until it finishes.",
+        execution=exc.execution_id,
+        lane=exc.key,
+    )
 
 
 class StrictCursorPagination(pagination.CursorPagination):
@@ -364,6 +368,8 @@ class ExecutionRetryApi(_ControlApi):
                 "The execution's input no longer fits its workflow's schema.",
                 errors=[e.as_dict() for e in exc.errors],
             ) from None
+        except LaneConflict as exc:
+            raise _lane_conflict(exc) from None
         return self.respond(execution)
 
 

@@ -31,7 +31,6 @@ def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> tuple[
                 canonical=canonical,
                 identity=identity,
                 principal=f"execution:{parent_id}",
-                deadline_seconds=definition.deadline_seconds,
                 parent_id=parent_id,
             )
     except IntegrityError:

@@ -6,7 +6,11 @@ its recorded output and is never executed again in that run. A replay that reach
 key than recorded at that position is a FatalError: the stage's code is not deterministic.
 
 Writes are fenced: every boundary renews the lease with a compare-and-swap on the run's fence,
-so a worker whose claim was taken over stops before writing anything.
+so a worker whose claim was taken over stops before writing anything. A wait writes its receipt
+and its Timer in one transaction: a worker killed in between leaves neither, never a receipt
+that suspends on every replay with nothing to wake it. Every time is the database's (see
+``engine.clock``). A write that loses its connection is retried on a fresh one for up to half
+a lease: the step before it has happened, and its receipt must not be lost with the socket.
 """
 
 from __future__ import annotations
@@ -15,18 +19,26 @@ import json
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import connection, connections, transaction
-from django.utils import timezone
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    connections,
+    transaction,
+)
 from django.utils.dateparse import parse_datetime
 from jsonschema import Draft202012Validator
 
+from executions.engine.clock import Clock
 from executions.engine.errors import (
     Canceled,
     FatalError,
@@ -76,16 +88,31 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 ADOPTED_CHILD_POLL_SECONDS = 5.0
 
+# The lease runs on the database's clock, like every comparison made with it.
 _RENEW_SQL = f"""
-    UPDATE {Run._meta.db_table} SET lease_expires_at = %s
+    UPDATE {Run._meta.db_table}
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => %s)
     WHERE id = %s AND fence = %s
-    RETURNING cancel_requested_at, deadline_at
+    RETURNING cancel_requested_at, deadline_at, clock_timestamp()
 """  # noqa: S608 - the table name comes from model metadata; values are bound
+
+# Errors of the connection rather than of the statement: the same write on a fresh connection
+# may well succeed (a terminated backend, a failover, a pool limit).
+_CONNECTION_ERRORS = (OperationalError, InterfaceError)
+HEARTBEAT_APPLICATION_NAME = "alfred-lease"
+T = TypeVar("T")
 
 
 class Context:
     def __init__(
-        self, *, run: Run, stage: str, fence: int, input: dict[str, Any], wake: Callable[..., None]
+        self,
+        *,
+        run: Run,
+        stage: str,
+        fence: int,
+        input: dict[str, Any],
+        wake: Callable[..., None],
+        clock: Clock,
     ) -> None:
         self.run_id = run.id
         self.execution_id = run.execution_id
@@ -94,6 +121,10 @@ class Context:
         self.input = input
         self.dry_run = bool(input.get("dry_run", False))
         self._wake = wake  # schedules a re-dispatch of this run (a Celery countdown hint)
+        self._clock = clock
+        # Set by the heartbeat when renewals have failed for half a lease: the lease may lapse
+        # and another worker take the run over, so the stage stops at its next boundary.
+        self._renewals_failing = threading.Event()
         self._position = 0
         self._recorded = list(
             StepReceipt.objects.filter(run_id=run.id, stage=stage).order_by("sequence")
@@ -115,8 +146,12 @@ class Context:
         receipt = self._replay(key, "step")
         if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
             return receipt.output
-        if receipt is not None and timezone.now() < _parse(_state(receipt)["retry_at"]):
-            raise Suspend(f"retrying {key}")  # woken before the backoff is over: wait on
+        if receipt is not None:
+            retry_at = _parse(_state(receipt)["retry_at"])
+            if self._clock.now() < retry_at:
+                # woken before the backoff is over: wait on, with the timer armed again
+                self._timer(f"retry:{key}:{receipt.attempts}", TimerPurpose.RETRY, retry_at)
+                raise Suspend(f"retrying {key}")
         self._boundary()
         attempt = receipt.attempts + 1 if receipt is not None else 1
         try:
@@ -129,17 +164,17 @@ class Context:
                     last_error=exc.projection(),
                 ) from exc
             wait = max(retry.delay(attempt), exc.retry_after or 0.0)
-            due = timezone.now() + timedelta(seconds=wait)
+            due = self._clock.now() + timedelta(seconds=wait)
             self._record(
                 key,
                 "step",
                 ReceiptStatus.RETRYING,
                 existing=receipt,
+                timer=(f"retry:{key}:{attempt}", TimerPurpose.RETRY, due),
                 attempts=attempt,
                 error=exc.projection(),
                 output={"retry_at": due.isoformat()},
             )
-            self._timer(f"retry:{key}:{attempt}", TimerPurpose.RETRY, due)
             raise Suspend(f"retrying {key}") from exc
         _check_json(key, output)
         if mutation:
@@ -162,7 +197,7 @@ class Context:
         if receipt is not None:
             return _parse(str(receipt.output))
         self._boundary()
-        value = timezone.now()
+        value = self._clock.now()
         self._record(key, "now", ReceiptStatus.SUCCEEDED, output=value.isoformat())
         return value
 
@@ -173,11 +208,18 @@ class Context:
             return
         if receipt is None:
             self._boundary()
-            due = timezone.now() + timedelta(seconds=seconds)
-            self._record(key, "sleep", ReceiptStatus.WAITING, output={"due": due.isoformat()})
-            self._timer(key, TimerPurpose.SLEEP, due)
+            due = self._clock.now() + timedelta(seconds=seconds)
+            self._record(
+                key,
+                "sleep",
+                ReceiptStatus.WAITING,
+                timer=(key, TimerPurpose.SLEEP, due),
+                output={"due": due.isoformat()},
+            )
             raise Suspend(f"sleeping {key}")
-        if timezone.now() < _parse(_state(receipt)["due"]):
+        due = _parse(_state(receipt)["due"])
+        if self._clock.now() < due:
+            self._timer(key, TimerPurpose.SLEEP, due)  # woken early: the timer armed again
             raise Suspend(f"sleeping {key}")
         self._resolve(receipt, receipt.output)
 
@@ -190,10 +232,14 @@ class Context:
         receipt = self._replay(key, "poll")
         if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
             return _state(receipt)["value"]
-        if receipt is not None and timezone.now() < _parse(_state(receipt)["next_poll_at"]):
-            raise Suspend(f"polling {key}")  # woken before the next poll is due: wait on
+        if receipt is not None:
+            next_poll = _parse(_state(receipt)["next_poll_at"])
+            if self._clock.now() < next_poll:
+                # woken before the next poll is due: wait on, with the timer armed again
+                self._timer(f"{key}:{_state(receipt)['polls']}", TimerPurpose.POLL, next_poll)
+                raise Suspend(f"polling {key}")
         self._boundary()
-        now = timezone.now()
+        now = self._clock.now()
         since = _parse(_state(receipt)["since"]) if receipt is not None else now
         polls = (_state(receipt)["polls"] if receipt is not None else 0) + 1
         value = probe()
@@ -209,8 +255,14 @@ class Context:
             raise FatalError(f"{key!r} not met after {timeout:.0f}s", code="wait_timed_out")
         next_poll = now + timedelta(seconds=every)
         state = {"since": since.isoformat(), "polls": polls, "next_poll_at": next_poll.isoformat()}
-        self._record(key, "poll", ReceiptStatus.WAITING, existing=receipt, output=state)
-        self._timer(f"{key}:{polls}", TimerPurpose.POLL, next_poll)
+        self._record(
+            key,
+            "poll",
+            ReceiptStatus.WAITING,
+            existing=receipt,
+            timer=(f"{key}:{polls}", TimerPurpose.POLL, next_poll),
+            output=state,
+        )
         raise Suspend(f"polling {key}")
 
     def wait_for_hook(
@@ -229,8 +281,8 @@ class Context:
             return _state(receipt)["signal"]
         if receipt is None:
             self._boundary()
-            with transaction.atomic():
-                self._renew()
+
+            def open_hook() -> None:
                 # A hook of an earlier run of this execution with this token (the same plan)
                 # carries over to this run: a signal it already got still counts; a pending
                 # or a canceled one waits again, for this run.
@@ -259,7 +311,10 @@ class Context:
                         operator=operator,
                         payload=payload or {},
                     )
-                receipt = self._insert(key, "hook", ReceiptStatus.WAITING, output={"token": token})
+
+            receipt = self._record(
+                key, "hook", ReceiptStatus.WAITING, also=open_hook, output={"token": token}
+            )
         hook = Hook.objects.get(token=token)
         if hook.status != HookStatus.SIGNALLED:
             raise Suspend(f"awaiting {name}", operator=operator)
@@ -277,17 +332,19 @@ class Context:
             return _state(receipt)
         if receipt is None:
             self._boundary()
-            with transaction.atomic():
-                self._renew()
-                child_id, adopted = child_create(self.execution_id, workflow, input)
-                receipt = self._insert(
-                    key, "child", ReceiptStatus.WAITING, output={"id": child_id, "adopted": adopted}
-                )
+            started: dict[str, Any] = {}
+
+            def start_child() -> None:
+                started["id"], started["adopted"] = child_create(self.execution_id, workflow, input)
+
+            receipt = self._record(
+                key, "child", ReceiptStatus.WAITING, also=start_child, output=started
+            )
         state = child_state(_state(receipt)["id"])
         if state is None:
             if _state(receipt).get("adopted"):
                 # not our child: its end wakes its own parent, not us; look again later
-                due = timezone.now() + timedelta(seconds=ADOPTED_CHILD_POLL_SECONDS)
+                due = self._clock.now() + timedelta(seconds=ADOPTED_CHILD_POLL_SECONDS)
                 self._timer(f"{key}:adopted", TimerPurpose.POLL, due)
             raise Suspend(f"awaiting child {key}")
         self._resolve(receipt, state)
@@ -311,24 +368,50 @@ class Context:
 
     def _boundary(self) -> None:
         """Between two primitives: renew the lease (fenced), honour a cancel request and the
-        deadline."""
-        cancel_requested_at, deadline_at = self._renew()
+        deadline. A heartbeat that could not renew for half a lease stops the stage here: the
+        lease may have lapsed, and the run may be another worker's by now."""
+        if self._renewals_failing.is_set():
+            raise LeaseLost(f"run {self.run_id}: lease renewals failed for half a lease")
+        cancel_requested_at, deadline_at = self._durably(self._renew)
         if cancel_requested_at is not None:
             raise Canceled("canceled at a step boundary")
-        if deadline_at is not None and timezone.now() > deadline_at:
+        if deadline_at is not None and self._clock.now() > deadline_at:
             raise FatalError("the run passed its deadline", code="timed_out")
 
     @contextmanager
     def heartbeat(self) -> Iterator[None]:
         """Keep the lease for as long as the stage runs, so that no other worker takes the run
         over (and runs a step again) behind a slow provider call or slow stage code. One
-        thread per stage round; it opens its own database connection only once it renews."""
+        thread per stage round, on its own database connection (named ``alfred-lease`` in
+        ``pg_stat_activity``), opened only once it renews.
+
+        It renews through connection errors on a fresh connection, and stops only when the
+        lease is provably lost (the fence moved). Should renewals fail for half a lease, the
+        stage stops at its next boundary (``_renewals_failing``)."""
         stop = threading.Event()
+        every = settings.ALFRED_LEASE_SECONDS / 3
+        patience = settings.ALFRED_LEASE_SECONDS / 2
 
         def beat() -> None:
+            failing_since: float | None = None
             try:
-                while not stop.wait(settings.ALFRED_LEASE_SECONDS / 3):
-                    self._renew()
+                while not stop.wait(every if failing_since is None else min(every, 0.5)):
+                    try:
+                        if connection.connection is None:
+                            connection.ensure_connection()
+                            with connection.cursor() as cursor:
+                                cursor.execute(
+                                    "SELECT set_config('application_name', %s, false)",
+                                    [HEARTBEAT_APPLICATION_NAME],
+                                )
+                        self._renew()
+                        failing_since = None
+                    except DatabaseError as exc:  # LeaseLost is not one: it ends the loop
+                        log.warning("run %s: lease renewal failed: %s", self.run_id, exc)
+                        connection.close()
+                        failing_since = failing_since or time.monotonic()
+                        if time.monotonic() - failing_since >= patience:
+                            self._renewals_failing.set()
             except LeaseLost:
                 log.warning("run %s: lease lost during a step", self.run_id)
             finally:
@@ -343,13 +426,35 @@ class Context:
             thread.join()
 
     def _renew(self) -> tuple[datetime | None, datetime | None]:
-        expires = timezone.now() + timedelta(seconds=settings.ALFRED_LEASE_SECONDS)
         with connection.cursor() as cursor:
-            cursor.execute(_RENEW_SQL, [expires, self.run_id, self.fence])
+            cursor.execute(_RENEW_SQL, [settings.ALFRED_LEASE_SECONDS, self.run_id, self.fence])
             row = cursor.fetchone()
         if row is None:
             raise LeaseLost(f"run {self.run_id} is no longer ours (fence {self.fence})")
+        self._clock.reset(row[2])
         return row[0], row[1]
+
+    def _durably(self, write: Callable[[], T], *, landed: Callable[[], bool] | None = None) -> T:
+        """``write()`` in a transaction with the lease renewed in it (fenced). A connection
+        error is retried on a fresh connection for up to half a lease: what the stage did
+        before it has happened, and its record must not be lost with a socket. ``landed``
+        tells whether an attempt whose commit's answer was lost did commit after all."""
+        give_up = time.monotonic() + settings.ALFRED_LEASE_SECONDS / 2
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if attempt > 1 and landed is not None and landed():
+                    return None  # type: ignore[return-value]
+                with transaction.atomic():
+                    self._renew()
+                    return write()
+            except _CONNECTION_ERRORS as exc:
+                if connection.in_atomic_block or time.monotonic() > give_up:
+                    raise
+                log.warning("run %s: write failed (%s); again, reconnected", self.run_id, exc)
+                connection.close()
+                time.sleep(min(0.1 * attempt, 1.0))
 
     def _record(
         self,
@@ -357,49 +462,75 @@ class Context:
         kind: str,
         status: str,
         existing: StepReceipt | None = None,
+        *,
+        timer: tuple[str, str, datetime] | None = None,
+        also: Callable[[], None] | None = None,
         **fields: Any,
     ) -> StepReceipt:
-        """Write the receipt (fenced): one transaction, the lease renewed in it."""
-        with transaction.atomic():
-            self._renew()
-            if existing is None:
-                return self._insert(key, kind, status, **fields)
-            StepReceipt.objects.filter(pk=existing.pk).update(
-                status=status, fence=self.fence, **fields
-            )
-            return existing
+        """Write the receipt (fenced), and in the same transaction what must travel with it:
+        the wait's ``timer`` (key, purpose, due) and the writes of ``also`` (run first, so a
+        value it computes can land in ``fields``)."""
+        position = self._position - 1
 
-    def _insert(self, key: str, kind: str, status: str, **fields: Any) -> StepReceipt:
-        receipt = StepReceipt.objects.create(
-            run_id=self.run_id,
-            stage=self.stage,
-            step_key=key,
-            kind=kind,
-            sequence=self._position - 1,
-            status=status,
-            fence=self.fence,
-            **fields,
-        )
-        self._recorded.append(receipt)
-        return receipt
+        def write() -> StepReceipt:
+            if also is not None:
+                also()
+            if existing is None:
+                receipt = StepReceipt.objects.create(
+                    run_id=self.run_id,
+                    stage=self.stage,
+                    step_key=key,
+                    kind=kind,
+                    sequence=position,
+                    status=status,
+                    fence=self.fence,
+                    **fields,
+                )
+            else:
+                StepReceipt.objects.filter(pk=existing.pk).update(
+                    status=status, fence=self.fence, **fields
+                )
+                receipt = existing
+            if timer is not None:
+                self._arm(*timer)
+            return receipt
+
+        def landed() -> bool:
+            return existing is None and self._stored(position, key) is not None
+
+        receipt = self._durably(write, landed=landed) or self._stored(position, key)
+        if timer is not None:
+            self._wake(timer[2], self._clock.now())
+        if existing is None:
+            assert receipt is not None  # noqa: S101 - written, or found written
+            self._recorded.append(receipt)
+        return receipt  # type: ignore[return-value]
+
+    def _stored(self, position: int, key: str) -> StepReceipt | None:
+        return StepReceipt.objects.filter(
+            run_id=self.run_id, stage=self.stage, sequence=position, step_key=key, fence=self.fence
+        ).first()
 
     def _resolve(self, receipt: StepReceipt, output: Any) -> None:
-        with transaction.atomic():
-            self._renew()
-            StepReceipt.objects.filter(pk=receipt.pk).update(
+        self._durably(
+            lambda: StepReceipt.objects.filter(pk=receipt.pk).update(
                 status=ReceiptStatus.SUCCEEDED, output=output, fence=self.fence
             )
+        )
+
+    def _arm(self, key: str, purpose: str, due: datetime) -> None:
+        Timer.objects.update_or_create(
+            run_id=self.run_id,
+            stage=self.stage,
+            key=key,
+            defaults={"purpose": purpose, "due_at": due, "status": TimerStatus.PENDING},
+        )
 
     def _timer(self, key: str, purpose: str, due: datetime) -> None:
-        with transaction.atomic():
-            self._renew()
-            Timer.objects.update_or_create(
-                run_id=self.run_id,
-                stage=self.stage,
-                key=key,
-                defaults={"purpose": purpose, "due_at": due, "status": TimerStatus.PENDING},
-            )
-        self._wake(due)
+        """Arm a timer (again), idempotently: a replay woken before its due time arms it once
+        more, so that a timer fired early never strands the run."""
+        self._durably(lambda: self._arm(key, purpose, due))
+        self._wake(due, self._clock.now())
 
 
 def _state(receipt: StepReceipt) -> dict[str, Any]:

@@ -6,6 +6,7 @@ a run under a live lease refuses a duplicate) and a lost message is found again 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -56,17 +57,35 @@ def run_publish(
 
 def run_dispatch(
     run_id: str, app: Celery | None = None, stages: tuple[str, ...] | None = None
-) -> None:
-    """Publish now; a failure to publish a run that never started records ``start_failed``."""
+) -> bool:
+    """Publish now; a failure to publish a run that never started records ``start_failed``.
+    Returns whether the run was published."""
     try:
         run_publish(run_id, app, stages=stages)
     except Exception as exc:
         log.exception("publishing run %s failed", run_id)
         run_start_failed(run_id, exc)
+        return False
+    return True
 
 
-def run_dispatch_on_commit(run_id: str, stages: tuple[str, ...] | None = None) -> None:
-    transaction.on_commit(lambda: run_dispatch(run_id, stages=stages))
+@dataclass
+class Dispatch:
+    """A publish scheduled for after the commit; once the commit is over, ``failed`` says
+    whether it failed (and the execution's row then says ``start_failed``: an answer
+    rendered from memory would contradict it)."""
+
+    failed: bool = False
+
+
+def run_dispatch_on_commit(run_id: str, stages: tuple[str, ...] | None = None) -> Dispatch:
+    dispatch = Dispatch()
+
+    def publish() -> None:
+        dispatch.failed = not run_dispatch(run_id, stages=stages)
+
+    transaction.on_commit(publish)
+    return dispatch
 
 
 def run_wake(run_id: str) -> None:
@@ -78,9 +97,10 @@ def run_wake(run_id: str) -> None:
     transaction.on_commit(lambda: run_dispatch(run_id))
 
 
-def run_wake_at(run_id: str, due: datetime) -> None:
-    """The hint for a near timer: a delayed dispatch. Best effort; the scanner guarantees."""
-    delay = (due - timezone.now()).total_seconds()
+def run_wake_at(run_id: str, due: datetime, now: datetime) -> None:
+    """The hint for a near timer: a delayed dispatch. Best effort; the scanner guarantees.
+    ``now``: the database's time, as the caller knows it (``engine.clock``)."""
+    delay = (due - now).total_seconds()
     if delay > HINT_HORIZON_SECONDS:
         return
 

@@ -3,7 +3,6 @@ by acceptance (a request) and ``ctx.child`` (a parent's stage)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
@@ -28,7 +27,6 @@ def execution_insert(
     canonical: dict[str, Any],
     identity: str,
     principal: str,
-    deadline_seconds: float | None,
     lane_key: str | None = None,
     lane_token: str | None = None,
     predecessor: Execution | None = None,
@@ -49,7 +47,7 @@ def execution_insert(
         parent_id=parent_id,
         last_sequence=1,
     )
-    run = run_new(execution, number=1, kind=RunKind.INITIAL, deadline_seconds=deadline_seconds)
+    run = run_new(execution, number=1, kind=RunKind.INITIAL)
     # The run's id is known before it exists: the FK is checked at commit (PostgreSQL
     # foreign keys are DEFERRABLE INITIALLY DEFERRED under Django), which saves an UPDATE.
     execution.current_run_id = run.id
@@ -73,9 +71,10 @@ def execution_insert(
     return execution
 
 
-def run_new(execution: Execution, *, number: int, kind: str, deadline_seconds: float | None) -> Run:
-    deadline = timezone.now() + timedelta(seconds=deadline_seconds) if deadline_seconds else None
-    return Run(execution=execution, number=number, kind=kind, deadline_at=deadline)
+def run_new(execution: Execution, *, number: int, kind: str) -> Run:
+    """The run's deadline starts at its first claim (``runner``): time spent queued behind a
+    lane does not count against it."""
+    return Run(execution=execution, number=number, kind=kind)
 
 
 def stages_insert(run: Run, stages: tuple[str, ...], done: dict[str, Any] | None = None) -> None:
@@ -101,13 +100,12 @@ def run_again(
     *,
     kind: str,
     stages: tuple[str, ...],
-    deadline_seconds: float | None,
     done: dict[str, Any] | None = None,
 ) -> Run:
     """A new run on ``execution`` (locked by the caller): it becomes the current run, and the
     execution is queued again with its previous outcome cleared."""
     number = (execution.runs.order_by("-number").values_list("number", flat=True).first() or 0) + 1
-    run = run_new(execution, number=number, kind=kind, deadline_seconds=deadline_seconds)
+    run = run_new(execution, number=number, kind=kind)
     run.save(force_insert=True)
     stages_insert(run, stages, done)
     execution.status = ExecutionStatus.QUEUED

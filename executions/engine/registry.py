@@ -24,6 +24,25 @@ class Definition:
 
 _DEFINITIONS: dict[str, Definition] = {}
 
+# Checks a claim must pass besides the engine's own (the lanes app registers one: a run may
+# start only under its lane's ownership). Each gets the execution (its row locked by the
+# claim) and returns why it may not run now, or None.
+ClaimGuard = Callable[[Any], "str | None"]
+_CLAIM_GUARDS: list[ClaimGuard] = []
+
+
+def claim_guard_register(guard: ClaimGuard) -> None:
+    if guard not in _CLAIM_GUARDS:
+        _CLAIM_GUARDS.append(guard)
+
+
+def claim_refusal(execution: Any) -> str | None:
+    for guard in _CLAIM_GUARDS:
+        reason = guard(execution)
+        if reason is not None:
+            return reason
+    return None
+
 
 def register(definition: Definition) -> None:
     _DEFINITIONS[definition.name] = definition

@@ -4,9 +4,11 @@
 
 1. claim — one transaction, the run and execution rows locked: refuse a superseded or
    finished run, a stage already done, a run held under another worker's live lease (a
-   duplicate delivery: reported, nothing executed); honour a cancel request and the deadline;
-   else ``fence += 1``, lease, stage and execution ``running`` (the first claim binds the run:
-   ``start_state = started``).
+   duplicate delivery: reported, nothing executed), a run its lane does not admit (the claim
+   guards: a root must own its lane, a child's root must); honour a cancel request and the
+   deadline; else ``fence += 1``, lease, stage and execution ``running`` (the first claim
+   binds the run: ``start_state = started``, and starts its deadline: time spent queued
+   behind a lane does not count against it).
 2. the stage's code, outside any transaction, through its ``Context``;
 3. the outcome, fenced: succeeded (the next stage follows in the chain; after the last, the
    terminal transition), suspended (``waiting``/``paused``; the worker is free), or failed.
@@ -19,13 +21,15 @@ import logging
 import os
 import socket
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from executions.engine.clock import Clock, db_now
 from executions.engine.context import Context
 from executions.engine.errors import (
     Canceled,
@@ -37,7 +41,7 @@ from executions.engine.errors import (
     unclassified,
 )
 from executions.engine.projections import start_state_set
-from executions.engine.registry import definition_get
+from executions.engine.registry import claim_refusal, definition_get
 from executions.engine.terminal import execution_finish
 from executions.events.outbox import event_emit, event_key
 from executions.models import (
@@ -66,6 +70,7 @@ class _Claim:
     wakeups: int
     input: dict[str, Any]
     workflow: str
+    clock: Clock
 
 
 def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
@@ -80,6 +85,7 @@ def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
             fence=claimed.fence,
             input=claimed.input,
             wake=_hint(run_id),
+            clock=claimed.clock,
         )
         with ctx.heartbeat():
             output = definition.run_stage(stage, ctx)
@@ -129,8 +135,8 @@ def _lock_current(claim: _Claim) -> tuple[Execution, Run] | None:
 
 
 def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
-    now = timezone.now()
     with transaction.atomic(durable=True):
+        now = db_now()
         locked = _lock(run_id)
         if locked is None:
             return Outcome.STOP
@@ -152,6 +158,12 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
         if _leased_by_other(run, worker, now):
             _report_duplicate(execution, run, stage_name, worker)
             return Outcome.STOP
+        refusal = claim_refusal(execution)
+        if refusal is not None:
+            # Dispatched without its lane (a stale message, a scan's guess): nothing runs.
+            # The lane's handover dispatches it again once it is its turn.
+            log.warning("run %s stage %s not claimed: %s", run.id, stage_name, refusal)
+            return Outcome.STOP
         if run.cancel_requested_at is not None:
             execution_finish(execution, ExecutionStatus.CANCELED)
             return Outcome.STOP
@@ -160,6 +172,9 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
                 execution, FatalError("the run passed its deadline", code="timed_out")
             )
 
+        if run.started_at is None and run.deadline_at is None:
+            deadline = _deadline_seconds(execution.workflow)
+            run.deadline_at = now + timedelta(seconds=deadline) if deadline else None
         run.fence += 1
         run.wakeups_seen = run.wakeups
         run.lease_owner = worker
@@ -174,6 +189,7 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
                 "lease_expires_at",
                 "status",
                 "started_at",
+                "deadline_at",
             ]
         )
         stage.status = StageStatus.RUNNING
@@ -186,10 +202,17 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
         if execution.status != ExecutionStatus.RUNNING:
             _status_set(execution, ExecutionStatus.RUNNING, run, stage_name)
         _emit(execution.id, run, "stage.started", stage_name, worker=worker)
-        return _Claim(run, run.fence, run.wakeups, execution.input, execution.workflow)
+        return _Claim(run, run.fence, run.wakeups, execution.input, execution.workflow, Clock(now))
 
 
-def _leased_by_other(run: Run, worker: str, now: Any) -> bool:
+def _deadline_seconds(workflow: str) -> float | None:
+    try:
+        return definition_get(workflow).deadline_seconds
+    except FatalError:
+        return None  # an unknown workflow fails when its stage runs, with the reason
+
+
+def _leased_by_other(run: Run, worker: str, now: datetime) -> bool:
     live = bool(
         run.lease_owner
         and run.lease_owner != worker
@@ -199,12 +222,34 @@ def _leased_by_other(run: Run, worker: str, now: Any) -> bool:
     return live and not _holder_dead(run.lease_owner)
 
 
+def worker_identity(node: str) -> str:
+    """How a worker process names itself as a lease holder: ``node:pidns:pid``. The PID
+    namespace is part of it because one host name does not mean one PID namespace (a
+    container with ``network_mode: host`` or Kubernetes ``hostNetwork`` shares the host's
+    name, not its processes)."""
+    return f"{node}:{_pid_namespace()}:{os.getpid()}"
+
+
+@cache
+def _pid_namespace() -> str:
+    try:
+        return os.readlink("/proc/self/ns/pid").removeprefix("pid:").strip("[]")
+    except OSError:
+        return "unknown"
+
+
 def _holder_dead(holder: str) -> bool:
-    """A holder on this host (``node@host:pid``) whose process is gone cannot write any more:
-    its lease needs not run out before another worker takes the run (a SIGKILLed pool
-    process is replaced at once). Holders elsewhere are trusted until their lease expires."""
-    node, _, pid = holder.rpartition(":")
-    if node.rpartition("@")[2] != socket.gethostname() or not pid.isdigit():
+    """A holder in this PID namespace on this host whose process is gone cannot write any
+    more: its lease needs not run out before another worker takes the run (a SIGKILLed pool
+    process is replaced at once). Holders anywhere else are trusted until their lease
+    expires, and so is a holder named in any other form."""
+    node, namespace, pid = [*holder.rsplit(":", 2), "", ""][:3]
+    if (
+        node.rpartition("@")[2] != socket.gethostname()
+        or namespace != _pid_namespace()
+        or namespace == "unknown"
+        or not pid.isdigit()
+    ):
         return False
     try:
         os.kill(int(pid), 0)
@@ -249,7 +294,7 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
 
 
 def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Outcome:
-    now = timezone.now()
+    now = claim.clock.now()
     with transaction.atomic(durable=True):
         locked = _lock_current(claim)
         if locked is None:
@@ -338,9 +383,9 @@ def _report_duplicate(execution: Execution, run: Run, stage: str, worker: str) -
 
 
 def _hint(run_id: str) -> Any:
-    def wake_at(due: Any) -> None:
+    def wake_at(due: datetime, now: datetime) -> None:
         from executions.engine.dispatch import run_wake_at
 
-        run_wake_at(run_id, due)
+        run_wake_at(run_id, due, now)
 
     return wake_at

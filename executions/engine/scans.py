@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import F, Q
-from django.utils import timezone
 
+from executions.engine.clock import db_now
 from executions.engine.dispatch import run_dispatch
 from executions.models import (
     ACTIVE_STATUSES,
@@ -27,9 +27,10 @@ START_GRACE_SECONDS = 10
 
 
 def timers_fire(batch: int = BATCH) -> int:
-    """Fire due timers: mark them fired, wake their runs. Returns how many fired."""
-    now = timezone.now()
+    """Fire due timers: mark them fired, wake their runs. Returns how many fired. Due by the
+    database's clock, the one every due time was set on (``engine.clock``)."""
     with transaction.atomic(durable=True):
+        now = db_now()
         due = list(
             Timer.objects.select_for_update(skip_locked=True)
             .filter(status=TimerStatus.PENDING, due_at__lte=now)
@@ -51,8 +52,9 @@ def timers_fire(batch: int = BATCH) -> int:
 def runs_recover(batch: int = BATCH) -> int:
     """Dispatch again what lost its message: runs never started (start_pending past a grace,
     start_failed) that may start, runs whose worker's lease ran out, waiting runs woken but
-    not claimed since, runs past their deadline. Returns how many were dispatched."""
-    now = timezone.now()
+    not claimed since, runs past their deadline. Returns how many were dispatched. Only an
+    execution its lane admits is started (the claim guard refuses the others anyway)."""
+    now = db_now()
     unstarted = (
         Execution.objects.filter(
             Q(
@@ -63,9 +65,10 @@ def runs_recover(batch: int = BATCH) -> int:
             status__in=sorted(ACTIVE_STATUSES),
             current_run__isnull=False,
         )
-        # Queued behind a lane, or owning a lane an operator must recover first: not ours.
+        # Queued behind a lane, or not holding the lane it names (dropped by an operator's
+        # recovery, or owning a lane that must be recovered first): not ours to start.
         .exclude(lane_wait__isnull=False)
-        .exclude(owned_lanes__state="recovery_required")
+        .filter(Q(lane_key__isnull=True) | Q(owned_lanes__state="held"))
         .values_list("current_run_id", flat=True)[:batch]
     )
     grace = now - timedelta(seconds=START_GRACE_SECONDS)

@@ -38,6 +38,30 @@ _RUN_STATUS = {
 }
 
 
+def execution_stop(
+    execution: Execution, *, actor: str, reason: str = "", code: str = "canceled"
+) -> bool:
+    """Cancel ``execution`` (its row locked by the caller). A run with a stage in flight is
+    asked to stop at its next step boundary, so that the step it is in finishes and records
+    its receipt (a mutation left without one could never be undone); anything else is
+    canceled at once. Returns whether it was canceled at once."""
+    run = Run.objects.select_for_update().get(pk=execution.current_run_id)
+    if run.status == RunStatus.RUNNING and run.lease_owner:
+        if run.cancel_requested_at is None:
+            run.cancel_requested_at = timezone.now()
+            run.save(update_fields=["cancel_requested_at"])
+            event_emit(
+                execution_id=execution.id,
+                type="execution.cancel_requested",
+                key=event_key(execution.id, f"{run.id}:cancel_requested"),
+                payload={"run": run.id, "by": actor, "reason": reason},
+            )
+        return False
+    error = {"code": code, "message": reason or f"canceled by {actor}"}
+    execution_finish(execution, ExecutionStatus.CANCELED, error=error)
+    return True
+
+
 def execution_finish(
     execution: Execution,
     status: str,
@@ -78,10 +102,11 @@ def execution_finish(
     for child in Execution.objects.select_for_update().filter(
         parent_id=execution.id, status__in=sorted(set(ExecutionStatus) - TERMINAL_STATUSES)
     ):
-        execution_finish(
+        execution_stop(
             child,
-            ExecutionStatus.CANCELED,
-            error={"code": "parent_finished", "message": f"parent {execution.id} became {status}"},
+            actor=f"execution:{execution.id}",
+            reason=f"parent {execution.id} became {status}",
+            code="parent_finished",
         )
     event_emit(
         execution_id=execution.id,

@@ -372,7 +372,7 @@ class Context:
         lease may have lapsed, and the run may be another worker's by now."""
         if self._renewals_failing.is_set():
             raise LeaseLost(f"run {self.run_id}: lease renewals failed for half a lease")
-        cancel_requested_at, deadline_at = self._durably(self._renew)
+        cancel_requested_at, deadline_at = self._durably(self._renew, atomic=False)
         if cancel_requested_at is not None:
             raise Canceled("canceled at a step boundary")
         if deadline_at is not None and self._clock.now() > deadline_at:
@@ -434,11 +434,18 @@ class Context:
         self._clock.reset(row[2])
         return row[0], row[1]
 
-    def _durably(self, write: Callable[[], T], *, landed: Callable[[], bool] | None = None) -> T:
-        """``write()`` in a transaction with the lease renewed in it (fenced). A connection
-        error is retried on a fresh connection for up to half a lease: what the stage did
-        before it has happened, and its record must not be lost with a socket. ``landed``
-        tells whether an attempt whose commit's answer was lost did commit after all."""
+    def _durably(
+        self,
+        write: Callable[[], T],
+        *,
+        landed: Callable[[], bool] | None = None,
+        atomic: bool = True,
+    ) -> T:
+        """``write()`` in a transaction with the lease renewed in it (fenced) — or, not
+        ``atomic``, ``write`` alone (the renewal itself: one statement). A connection error
+        is retried on a fresh connection for up to half a lease: what the stage did before
+        it has happened, and its record must not be lost with a socket. ``landed`` tells
+        whether an attempt whose commit's answer was lost did commit after all."""
         give_up = time.monotonic() + settings.ALFRED_LEASE_SECONDS / 2
         attempt = 0
         while True:
@@ -446,6 +453,8 @@ class Context:
             try:
                 if attempt > 1 and landed is not None and landed():
                     return None  # type: ignore[return-value]
+                if not atomic:
+                    return write()
                 with transaction.atomic():
                     self._renew()
                     return write()

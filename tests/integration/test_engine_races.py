@@ -1,0 +1,181 @@
+"""Regressions: the engine's windows between statements (issue: crash windows and races).
+
+A lease heartbeat whose connection dies, a stage whose connection dies after its step ran, a
+worker killed between a wait's receipt and its timer, a scanner whose clock runs ahead of the
+workers'. Real PostgreSQL, real Celery workers where a process must die; side effects counted
+in Redis, outside the database.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections
+from django.utils import timezone
+
+from executions.engine.runner import Outcome, stage_execute
+from executions.engine.scans import timers_fire
+from executions.models import Execution, Run, StepReceipt, Timer
+from tests.conftest import WorkerProcess, wait_for
+from tests.engine_workflows import effects
+from tests.helpers import submit
+from tests.integration.test_engine import event_types, finished
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _backends(where: str, *params: object) -> list[int]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "  # noqa: S608
+            f"AND pid <> pg_backend_pid() AND {where}",
+            list(params),
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _terminate(pid: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+
+
+def _deliver(execution_id: str, stage: str) -> Outcome:
+    run_id = Execution.objects.values_list("current_run_id", flat=True).get(pk=execution_id)
+    return stage_execute(str(run_id), stage, "test@here:0:1")
+
+
+@pytest.mark.worker
+def test_a_lease_heartbeat_renews_through_a_terminated_connection_and_the_step_runs_once(api):
+    # given: two worker processes (one could take the run over), a step longer than the lease
+    worker = WorkerProcess("heartbeat").start(concurrency=2)
+    try:
+        body = submit(api, "test-slow", {"label": "hb", "steps": 2, "step_seconds": 9}).json()
+        wait_for(lambda: Run.objects.filter(pk=body["current_run"]["id"], fence=1).exists(), 30)
+
+        # when: the heartbeat's backend is terminated while the step runs
+        (pid,) = wait_for(lambda: _backends("application_name = 'alfred-lease'"), 30)
+        _terminate(pid)
+
+        # then: the heartbeat renews on a new connection; nobody takes the run over, and
+        # each step ran once
+        execution = finished(body["id"], worker, timeout=60)
+    finally:
+        worker.stop()
+    assert execution.status == "succeeded"
+    assert [effects("hb", "slow-0"), effects("hb", "slow-1")] == [1, 1]
+    assert event_types(body["id"]).count("stage.started") == 1  # claimed once, never taken over
+
+
+def test_a_step_whose_connection_dies_while_it_runs_keeps_its_receipt(api):
+    # given: a stage inside a 2 s step, in a thread of this process
+    body = submit(api, "test-slow", {"label": "cut", "steps": 2, "step_seconds": 2}).json()
+    outcome: list[Outcome | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(_deliver(body["id"], "plan"))
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            connections.close_all()
+
+    stage = threading.Thread(target=run)
+    stage.start()
+    # (its connection's last statement renewed the lease at the step's boundary: it is in
+    # the step now, as the heartbeat's own connection is not yet open)
+    renewing = "query LIKE '%%lease_expires_at%%' AND application_name <> 'alfred-lease'"
+    (pid,) = wait_for(lambda: _backends(renewing), 10, interval=0.01)
+
+    # when: the stage's own connection is terminated while its step runs
+    _terminate(pid)
+    stage.join(30)
+
+    # then: the receipt was written on a new connection; the stage finished; once each
+    assert outcome == [Outcome.STOP]  # its only stage done: the execution succeeded
+    assert Execution.objects.get(pk=body["id"]).status == "succeeded"
+    assert StepReceipt.objects.filter(step_key="slow-0", status="succeeded").count() == 1
+    assert [effects("cut", "slow-0"), effects("cut", "slow-1")] == [1, 1]
+
+
+def test_a_scanner_fires_timers_by_the_databases_clock_not_its_own(api, monkeypatch):
+    # given: a run asleep for 90 s
+    body = submit(api, "test-waits", {"label": "skew", "mode": "sleep", "seconds": 90}).json()
+    assert _deliver(body["id"], "plan") is Outcome.NEXT
+    assert _deliver(body["id"], "wait") is Outcome.STOP
+    assert Timer.objects.filter(status="pending").count() == 1
+
+    # when: a scanner whose clock runs an hour ahead looks for due timers
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(hours=1))
+    fired = timers_fire()
+
+    # then: nothing is due by the database's clock: nothing fires
+    assert fired == 0
+    assert Timer.objects.filter(status="pending").count() == 1
+
+
+def test_a_wait_woken_before_its_time_arms_its_timer_again(api):
+    # given: a run asleep for 90 s whose timer fired early (a skewed scanner, a stray wake)
+    body = submit(api, "test-waits", {"label": "early", "mode": "sleep", "seconds": 90}).json()
+    assert _deliver(body["id"], "plan") is Outcome.NEXT
+    assert _deliver(body["id"], "wait") is Outcome.STOP
+    timer = Timer.objects.get(status="pending")
+    Timer.objects.filter(pk=timer.pk).update(status="fired", fired_at=timezone.now())
+
+    # when: the run replays its wait before the due time
+    assert _deliver(body["id"], "wait") is Outcome.STOP
+
+    # then: it waits on, and a timer is armed for the due time: nothing strands
+    assert Execution.objects.get(pk=body["id"]).status == "waiting"
+    armed = Timer.objects.get(run_id=body["current_run"]["id"], status="pending")
+    assert armed.due_at == timer.due_at
+
+
+STALL_TIMER_INSERT = """
+    CREATE SEQUENCE alfred_test_timer_stall;
+    CREATE FUNCTION alfred_test_timer_stall() RETURNS trigger AS $$
+    BEGIN
+        IF nextval('alfred_test_timer_stall') = 1 THEN
+            PERFORM pg_sleep(60);
+        END IF;
+        RETURN NEW;
+    END $$ LANGUAGE plpgsql;
+    CREATE TRIGGER alfred_test_timer_stall BEFORE INSERT ON {table}
+        FOR EACH ROW EXECUTE FUNCTION alfred_test_timer_stall();
+"""
+DROP_STALL = """
+    DROP TRIGGER IF EXISTS alfred_test_timer_stall ON {table};
+    DROP FUNCTION IF EXISTS alfred_test_timer_stall();
+    DROP SEQUENCE IF EXISTS alfred_test_timer_stall;
+"""
+
+
+@pytest.mark.worker
+def test_a_worker_killed_between_a_waits_receipt_and_its_timer_leaves_neither(api):
+    # given: the first Timer insert stalls inside its statement
+    table = Timer._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(STALL_TIMER_INSERT.format(table=table))
+    worker = WorkerProcess("stall").start()
+    try:
+        body = submit(api, "test-waits", {"label": "torn", "mode": "sleep", "seconds": 3}).json()
+        (stalled,) = wait_for(lambda: _backends("wait_event = 'PgSleep'"), 30)
+        holder = Run.objects.get(pk=body["current_run"]["id"]).lease_owner
+
+        # when: the worker process is SIGKILLed right there, and its backend goes with it
+        os.kill(int(holder.rsplit(":", 1)[1]), signal.SIGKILL)
+        _terminate(stalled)
+
+        # then: the redelivered stage writes the wait anew and the run wakes and finishes
+        execution = finished(body["id"], worker, timeout=45)
+    finally:
+        worker.stop()
+        with connection.cursor() as cursor:
+            cursor.execute(DROP_STALL.format(table=table))
+    assert execution.status == "succeeded"
+    assert effects("torn", "after") == 1
+    assert StepReceipt.objects.filter(step_key="nap").count() == 1

@@ -1,0 +1,359 @@
+"""Regressions: the windows between the lanes and the engine (issue: crash windows and races).
+
+Each test drives the real services and the real engine in this process against real
+PostgreSQL: a message is delivered by calling the stage task's service, ``stage_execute``, as
+a worker would on any message the broker hands it (a stale one, a duplicate, a scan's guess).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections, transaction
+from django.utils import timezone
+
+from executions.controls import execution_cancel, execution_retry
+from executions.engine.runner import Outcome, stage_execute
+from executions.engine.scans import runs_recover
+from executions.models import Execution, ExecutionStatus, Run, Stage
+from lanes.models import Lane, LaneState, LaneWaiter
+from lanes.reconciler import Action, lane_reconcile
+from lanes.services import lane_claim, lane_recover
+from tests.helpers import LAMBDA, assert_problem, submit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = "aws-infrastructure"
+
+
+def _deliver(execution_id: str, stage: str = "plan") -> Outcome:
+    """A worker gets this execution's stage message, whoever sent it."""
+    run_id = Execution.objects.values_list("current_run_id", flat=True).get(pk=execution_id)
+    return stage_execute(str(run_id), stage, "test@here:0:1")
+
+
+def _started(execution_id: str) -> None:
+    """The execution's planning stage had started: it may have changed something."""
+    Stage.objects.filter(run__execution_id=execution_id, name="plan").update(
+        started_at=timezone.now()
+    )
+
+
+def _fail(execution_id: str) -> None:
+    """The owner failed in a later stage (it may have changed something): the lane blocks."""
+    execution = Execution.objects.get(pk=execution_id)
+    Execution.objects.filter(pk=execution_id).update(status="failed", finished_at=timezone.now())
+    Run.objects.filter(pk=execution.current_run_id).update(status="failed")
+    Stage.objects.filter(run_id=execution.current_run_id, name="plan").update(
+        status="succeeded", started_at=timezone.now()
+    )
+    Stage.objects.filter(run_id=execution.current_run_id, name="apply").update(
+        status="failed", started_at=timezone.now(), error={"code": "unclassified"}
+    )
+
+
+def test_recover_to_another_execution_requeues_a_retried_owner_that_has_not_started(api):
+    # given: the owner failed and blocked its lane, was retried (it waits for the recovery),
+    # and another execution queues behind it
+    owner = submit(api, "test-infra", {"label": "e1"}).json()["id"]
+    other = submit(api, "test-infra", {"label": "e2"}).json()["id"]
+    _fail(owner)
+    assert lane_reconcile(KEY).action is Action.RECOVERY_REQUIRED
+    execution_retry(execution_id=owner, actor="ops")
+
+    # when: an operator hands the lane to the other execution
+    assert lane_recover(key=KEY, expected_owner=owner, actor="ops", reason="e2 first", to=other)
+
+    # then: the retried owner waits at the head of the queue, and runs nowhere meanwhile —
+    # neither the recovery scan nor any message starts it
+    assert Lane.objects.get(key=KEY).owner_id == other
+    assert list(LaneWaiter.objects.values_list("execution_id", "priority")) == [(owner, 0)]
+    runs_recover()
+    assert _deliver(owner) is Outcome.STOP
+    assert Execution.objects.get(pk=owner).status == "queued"
+    assert _deliver(other) is Outcome.NEXT
+
+
+def test_recover_to_another_execution_refuses_while_the_owner_runs(api):
+    from lanes.services import LaneOwnerActive
+
+    owner = submit(api, "test-infra", {"label": "e1"}).json()["id"]
+    other = submit(api, "test-infra", {"label": "e2"}).json()["id"]
+    assert _deliver(owner) is Outcome.NEXT  # the owner has started
+
+    with pytest.raises(LaneOwnerActive):
+        lane_recover(key=KEY, expected_owner=owner, actor="ops", reason="now", to=other)
+    assert Lane.objects.get(key=KEY).owner_id == owner
+
+
+def test_a_root_queued_behind_its_lane_is_never_claimed(api):
+    owner = submit(api, "test-infra", {"label": "e1"}).json()["id"]
+    queued = submit(api, "test-infra", {"label": "e2"}).json()["id"]
+
+    assert _deliver(queued) is Outcome.STOP
+    assert Execution.objects.get(pk=queued).status == "queued"
+    assert _deliver(owner) is Outcome.NEXT
+
+
+def test_a_child_retried_after_its_root_ended_holds_the_lane_itself(api):
+    # given: a root whose child failed; the root was canceled and its lane went to another
+    root = submit(api, "test-infra", {"label": "root"}).json()["id"]
+    from executions.engine.children import child_create
+
+    with transaction.atomic():
+        child, _ = child_create(root, "test-infra", {"label": "root-cert"})
+    Execution.objects.filter(pk=child).update(status="failed")
+    _started(root)
+    execution_cancel(execution_id=root, actor="ops")
+    assert lane_recover(key=KEY, expected_owner=root, actor="ops", reason="next") is None
+    other = submit(api, "test-infra", {"label": "other"}).json()["id"]
+    assert Lane.objects.get(key=KEY).owner_id == other
+
+    # when: the child is retried
+    execution_retry(execution_id=child, actor="ops")
+
+    # then: it queues for the lane as its own holder, and runs only once it owns it
+    retried = Execution.objects.get(pk=child)
+    assert retried.lane_key == KEY
+    assert LaneWaiter.objects.filter(execution_id=child).exists()
+    assert _deliver(child) is Outcome.STOP
+    assert Execution.objects.get(pk=child).status == "queued"
+
+
+def test_a_child_runs_only_while_its_root_owns_the_lane(api):
+    root = submit(api, "test-infra", {"label": "root"}).json()["id"]
+    from executions.engine.children import child_create
+
+    with transaction.atomic():
+        child, _ = child_create(root, "test-infra", {"label": "root-cert"})
+    Lane.objects.filter(key=KEY).update(state=LaneState.RECOVERY_REQUIRED, reason="blocked")
+
+    assert _deliver(child) is Outcome.STOP
+    Lane.objects.filter(key=KEY).update(state=LaneState.HELD, reason="")
+    assert _deliver(child) is Outcome.NEXT
+
+
+def test_the_reconciler_decides_on_the_owners_committed_state(api):
+    # given: the owner's terminal transition is under way (its row locked, not committed)
+    owner = submit(api, "test-infra", {"label": "e1"}).json()["id"]
+    queued = submit(api, "test-infra", {"label": "e2"}).json()["id"]
+    run_id = Execution.objects.get(pk=owner).current_run_id
+    locked, release = threading.Event(), threading.Event()
+
+    def finish_owner() -> None:
+        try:
+            with transaction.atomic():
+                Execution.objects.select_for_update().get(pk=owner)
+                Execution.objects.filter(pk=owner).update(status="succeeded")
+                locked.set()
+                release.wait(10)
+                Run.objects.filter(pk=run_id).update(status="succeeded")
+        finally:
+            connections.close_all()
+
+    finisher = threading.Thread(target=finish_owner)
+    finisher.start()
+    assert locked.wait(10)
+    decisions: list = []
+
+    def reconcile() -> None:
+        try:
+            decisions.append(lane_reconcile(KEY))
+        finally:
+            connections.close_all()
+
+    # when: the reconciler looks while the transition commits
+    reconciler = threading.Thread(target=reconcile)
+    reconciler.start()
+    time.sleep(0.3)
+    release.set()
+    finisher.join(10)
+    reconciler.join(10)
+
+    # then: it saw the owner as it committed (succeeded, its run succeeded), not half of it
+    assert decisions[0].action is Action.RELEASE
+    assert Lane.objects.get(key=KEY).owner_id == queued
+
+
+def _waiting_for_a_lock(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", [pid])
+        row = cursor.fetchone()
+    return bool(row and row[0] == "Lock")
+
+
+def test_a_retry_and_the_reconciler_take_their_locks_in_one_order(api):
+    # given: an owner that failed in a later stage: the reconciler will block its lane (and
+    # write the owner's event) while the owner is being retried (execution, then lane)
+    owner = submit(api, "test-infra", {"label": "e1"}).json()["id"]
+    _fail(owner)
+    errors: list[BaseException] = []
+    pids: dict[str, int] = {}  # the reconciler's backend
+    retry_holds_execution, go_on = threading.Event(), threading.Event()
+
+    def retry() -> None:
+        try:
+            with transaction.atomic():
+                Execution.objects.select_for_update().get(pk=owner)
+                retry_holds_execution.set()
+                go_on.wait(10)
+                lane_claim(key=KEY, execution_id=owner, urgent=True)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    def reconcile() -> None:
+        try:
+            connection.ensure_connection()
+            pids["reconciler"] = connection.connection.info.backend_pid
+            lane_reconcile(KEY)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    retrier = threading.Thread(target=retry)
+    retrier.start()
+    assert retry_holds_execution.wait(10)
+    reconciler = threading.Thread(target=reconcile)
+    reconciler.start()
+    deadline = time.monotonic() + 10
+    while "reconciler" not in pids or not _waiting_for_a_lock(pids["reconciler"]):
+        assert time.monotonic() < deadline, "the reconciler never waited for the owner's row"
+        time.sleep(0.02)
+
+    # when: the retry goes on to the lane while the reconciler waits
+    with connection.cursor() as cursor:
+        # the reconciler waits for the execution row, holding no lane lock meanwhile
+        cursor.execute(
+            f"SELECT 1 FROM {Lane._meta.db_table} WHERE key = %s FOR UPDATE NOWAIT",  # noqa: S608
+            [KEY],
+        )
+    go_on.set()
+    retrier.join(15)
+    reconciler.join(15)
+
+    # then: no deadlock, no error; the lane is decided once
+    assert errors == []
+    assert Lane.objects.get(key=KEY).state in (LaneState.RECOVERY_REQUIRED, LaneState.HELD)
+
+
+def test_a_deadline_counts_from_the_first_claim_not_from_acceptance(api):
+    # given: an execution with a 1 s deadline that waited longer than that before its claim
+    body = submit(api, "test-deadline", {"label": "late"}).json()
+    time.sleep(1.2)
+
+    # when: it is claimed at last
+    assert _deliver(body["id"]) is Outcome.STOP  # it sleeps (waiting), it did not time out
+
+    execution = Execution.objects.get(pk=body["id"])
+    assert execution.status == "waiting", execution.error
+    run = Run.objects.get(pk=execution.current_run_id)
+    assert run.deadline_at is not None and run.started_at is not None
+    assert run.deadline_at - run.started_at == timedelta(seconds=1)
+
+
+def test_a_retry_into_a_lane_holding_another_version_is_a_conflict(api):
+    # given: version 42 failed before it started and let its lane go; 43 holds it now
+    first = submit(api, "update-lambda-version", LAMBDA).json()["id"]
+    Execution.objects.filter(pk=first).update(status="failed")
+    Run.objects.filter(execution_id=first).update(status="failed")
+    Stage.objects.filter(run__execution_id=first, name="plan").update(
+        status="failed", started_at=timezone.now(), error=NOT_READY
+    )
+    assert lane_reconcile(LAMBDA_LANE).action is Action.RELEASE
+    second = submit(api, "update-lambda-version", {**LAMBDA, "version": "43"}).json()["id"]
+
+    # when: 42 is retried
+    response = api.post(f"/api/v1/executions/{first}/retry")
+
+    # then: 409 naming the holder, and nothing changed
+    problem = assert_problem(response, 409, "lane_conflict")
+    assert problem["execution"] == second
+    assert Execution.objects.get(pk=first).status == "failed"
+    assert Execution.objects.get(pk=first).runs.count() == 1
+
+
+LAMBDA_LANE = "lambda:checkout-api:production"
+NOT_READY = {
+    "code": "readiness_failure",
+    "message": "not ready",
+    "readiness": {
+        "code": "no_fleet",
+        "message": "not ready",
+        "checks": [{"name": "x", "ok": False}],
+    },
+}
+
+
+def test_the_acceptance_answer_shows_a_failed_publish(api):
+    from celery import Celery
+
+    from alfred.celery import app
+
+    dead = Celery("alfred-dead-broker", set_as_current=False)
+    dead.config_from_object("django.conf:settings", namespace="CELERY")
+    dead.conf.update(broker_write_url="redis://127.0.0.1:1/0")
+    dead.set_current()
+    try:
+        response = submit(api, "test-counter", {"label": "unpublished"})
+    finally:
+        app.set_current()
+        dead.close()
+
+    assert response.status_code == 202
+    body = response.json()
+    assert Execution.objects.get(pk=body["id"]).start_state == "start_failed"
+    assert body["start_state"] == "start_failed"
+    assert body["start_error"]["code"] == "start_failed"
+
+
+def test_a_continued_child_shows_and_releases_the_lane_it_takes(api):
+    # given: a child that failed after its root had ended
+    root = submit(api, "test-infra", {"label": "root"}).json()["id"]
+    from executions.engine.children import child_create
+
+    with transaction.atomic():
+        child, _ = child_create(root, "test-infra", {"label": "root-cert"})
+    Execution.objects.filter(pk=root).update(status="succeeded")
+    Run.objects.filter(execution_id=root).update(status="succeeded")
+    Execution.objects.filter(pk=child).update(status="failed")
+    assert lane_reconcile(KEY).action is Action.RELEASE
+
+    # when: the same operation is asked for again
+    again = submit(api, "test-infra", {"label": "root-cert"}).json()
+
+    # then: the child is continued, holds the lane and says so
+    assert again["id"] == child and again["acceptance"]["outcome"] == "continued"
+    assert again["lane"]["key"] == KEY and again["lane"]["role"] == "owner"
+    assert Lane.objects.get(key=KEY).owner_id == child
+    # and: its end releases the lane at once (the terminal transition knows the lane)
+    execution_cancel(execution_id=child, actor="ops")
+    assert Lane.objects.get(key=KEY).state == LaneState.FREE
+
+
+def test_a_canceled_queued_execution_leaves_the_queue_with_the_cancel(api):
+    submit(api, "test-infra", {"label": "e1"})
+    queued = submit(api, "test-infra", {"label": "e2"}).json()["id"]
+
+    response = api.post(f"/api/v1/executions/{queued}/cancel")
+
+    assert response.status_code == 202
+    assert response.json()["status"] == "canceled"
+    assert response.json()["lane"] is None or response.json()["lane"]["role"] != "queued"
+    assert not LaneWaiter.objects.filter(execution_id=queued).exists()
+
+
+def test_every_lane_write_moves_updated_at(api):
+    owner = submit(api, "test-infra", {"label": "e1"}).json()["id"]
+    before = Lane.objects.get(key=KEY).updated_at
+    Execution.objects.filter(pk=owner).update(status=ExecutionStatus.SUCCEEDED)
+    Run.objects.filter(execution_id=owner).update(status="succeeded")
+
+    assert lane_reconcile(KEY).action is Action.RELEASE
+
+    assert Lane.objects.get(key=KEY).updated_at > before

@@ -155,6 +155,10 @@ def test_a_child_ended_mid_stage_by_its_parent_keeps_the_receipt_of_its_step(api
     # then: the child is asked to stop, and stops at its next step boundary, canceled
     assert Execution.objects.get(pk=parent["id"]).status == "canceled"
     status_becomes(child.id, "canceled")
+    # (the only worker process runs one task at a time: once work asked for after the cancel
+    # has finished, the child's stage task has returned)
+    marker = submit(api, "test-counter", {"label": "pk-after"}).json()
+    assert finished(marker["id"], worker).status == "succeeded"
     child.refresh_from_db()
     assert child.error["code"] in ("parent_finished", "canceled")
     last = OutboxEvent.objects.filter(execution_id=child.id).order_by("-sequence").first()

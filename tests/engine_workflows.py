@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from celery.signals import task_prerun, task_success
 from django.conf import settings
 
 from executions.engine.errors import FatalError, ReadinessFailure, RetryableError
@@ -301,8 +302,108 @@ class Infra(TestWorkflow):
         return {"ok": True}
 
 
+# Raise the in-flight count and keep the highest seen, in one atomic step on the server.
+_ENTER = """
+local now = redis.call('INCR', KEYS[1])
+if now > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], now) end
+return now
+"""
+INFLIGHT_MAX = "alfred-test:exclusive:inflight-max"
+EXCLUSIVE_ORDER = "alfred-test:exclusive:order"
+
+
+def exclusive_change(label: str, seconds: float) -> int:
+    """A side effect that must never overlap another: counted in flight around itself (INCR
+    before, DECR after, the highest count kept in ``INFLIGHT_MAX``), and appended, as it
+    happens, to ``EXCLUSIVE_ORDER``: the order the provider saw, outside PostgreSQL."""
+    r = counters()
+    r.eval(_ENTER, 2, "alfred-test:exclusive:inflight", INFLIGHT_MAX)
+    try:
+        r.rpush(EXCLUSIVE_ORDER, label)
+        time.sleep(seconds)
+        return effect(label, "change")
+    finally:
+        r.decr("alfred-test:exclusive:inflight")
+
+
+class InfraExclusive(Infra):
+    """test-infra whose apply is one exclusive side effect (:func:`exclusive_change`) that
+    takes ``seconds``."""
+
+    name = "test-infra-exclusive"
+
+    def stage_apply(self, ctx: Any) -> Any:
+        label = ctx.input["label"]
+        return ctx.step("change", exclusive_change, label, ctx.input.get("seconds", 0))
+
+
+# Kill points of test-kill-points, armed by the tests as "<label>:<point>" members of this
+# set. A point is ``step:<i>`` (after the i-th step of the work stage), ``before:<stage>``
+# (the stage's message delivered, the stage not yet claimed: between stages) or
+# ``after:<stage>`` (the stage committed and the next one published, its message not yet
+# acknowledged); a ``worker:`` prefix kills the whole worker (its process group: the main
+# process, beat and the pool) instead of the pool process running the task.
+KILL_POINTS = "alfred-test:kill-points"
+
+
+def kill_point(label: str, point: str) -> None:
+    """SIGKILL here if the test armed ``point`` for ``label``, once."""
+    r = counters()
+    if r.srem(KILL_POINTS, f"{label}:{point}"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if r.srem(KILL_POINTS, f"{label}:worker:{point}"):
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _kill_point_of_task(sender: Any, args: Any, point: str) -> None:
+    if getattr(sender, "name", None) != "executions.tasks.run_stage" or not args:
+        return
+    if not counters().scard(KILL_POINTS):
+        return  # nothing armed: no database read for every other test's stages
+    from executions.models import Run
+
+    row = Run.objects.filter(pk=args[0]).values_list("execution__workflow", "execution__input")
+    workflow, data = row.first() or (None, None)
+    if workflow == KillPoints.name:
+        kill_point(data["label"], f"{point}:{args[1]}")
+
+
+@task_prerun.connect
+def _kill_before_stage(sender: Any = None, args: Any = None, **_: Any) -> None:
+    _kill_point_of_task(sender, args, "before")
+
+
+@task_success.connect
+def _kill_after_stage(sender: Any = None, **_: Any) -> None:
+    _kill_point_of_task(sender, getattr(sender, "request", None) and sender.request.args, "after")
+
+
+class KillPoints(TestWorkflow):
+    """Counter's five counted side effects in the work stage, with kill points
+    (:data:`KILL_POINTS`) inside the stage, between stages, and of the whole worker."""
+
+    name = "test-kill-points"
+    stages = ("plan", "work", "verify")
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: Any) -> Any:
+        return {"planned": 5}
+
+    def stage_work(self, ctx: Any) -> Any:
+        label = ctx.input["label"]
+        done = []
+        for i in range(1, 6):
+            done.append(ctx.step(f"effect-{i}", effect, label, f"effect-{i}"))
+            kill_point(label, f"step:{i}")
+        return {"counts": done}
+
+    def stage_verify(self, ctx: Any) -> Any:
+        return {"verified": True}
+
+
 WORKFLOWS = [
     Infra(),
+    InfraExclusive(),
     Counter(),
     Waits(),
     Flaky(),
@@ -314,4 +415,40 @@ WORKFLOWS = [
     Probe(),
     Shifty(),
     Mutating(),
+    KillPoints(),
 ]
+
+
+class Laned(TestWorkflow):
+    """On the lane its input names (the property test's lanes). ``mode``: ``ok``;
+    ``not_ready`` (a readiness failure in planning); ``crash`` (fails in apply, after its
+    counted change). The change is counted per run, so a step run twice in one run shows."""
+
+    name = "test-laned"
+    stages = ("plan", "apply", "verify")
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        lane={"type": "string"}, mode={"enum": ["ok", "not_ready", "crash"]}
+    )
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        return LaneClaim(canonical["lane"])
+
+    def stage_plan(self, ctx: Any) -> Any:
+        if ctx.input.get("mode") == "not_ready":
+            raise ReadinessFailure(
+                "not ready", code="not_ready", checks=[{"name": "ready", "ok": False}]
+            )
+        return {}
+
+    def stage_apply(self, ctx: Any) -> Any:
+        ctx.step("change", effect, ctx.input["label"], f"change:{ctx.run_id}")
+        ctx.sleep("settle", 0)
+        if ctx.input.get("mode") == "crash":
+            raise FatalError("the change did not take", code="refused")
+        return {}
+
+    def stage_verify(self, ctx: Any) -> Any:
+        return {"ok": True}
+
+
+WORKFLOWS.append(Laned())

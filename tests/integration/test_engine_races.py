@@ -28,7 +28,7 @@ from tests.integration.test_engine import event_types, finished
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _backends(where: str, *params: object) -> list[int]:
+def _backends(where: str, *params: str) -> list[int]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "  # noqa: S608

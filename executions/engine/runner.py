@@ -136,11 +136,11 @@ def _lock_current(claim: _Claim) -> tuple[Execution, Run] | None:
 
 def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
     with transaction.atomic(durable=True):
-        now = db_now()
         locked = _lock(run_id)
         if locked is None:
             return Outcome.STOP
         execution, run = locked
+        now = db_now()  # after the locks: the lease counts from when the claim holds them
         if execution.current_run_id != run.id or execution.status in TERMINAL_STATUSES:
             return Outcome.STOP
         stages = {s.name: s for s in Stage.objects.filter(run=run).order_by("position")}

@@ -357,3 +357,45 @@ def test_every_lane_write_moves_updated_at(api):
     assert lane_reconcile(KEY).action is Action.RELEASE
 
     assert Lane.objects.get(key=KEY).updated_at > before
+
+
+def test_a_beat_tick_pages_through_every_held_lane(api):
+    # given: five held lanes, each owned by a live execution
+    for i in range(5):
+        submit(api, "test-laned", {"label": f"page-{i}", "lane": f"page-{i}"})
+
+    # when: the tick visits two lanes a page, each page going on after the last
+    from lanes.reconciler import lanes_reconcile
+
+    pages, after = [], ""
+    while after is not None:
+        visited, after = lanes_reconcile(batch=2, after=after)
+        pages.append(visited)
+
+    # then: every lane was reached, in pages of at most two
+    assert pages == [2, 2, 1]
+
+
+def test_a_dead_holder_is_taken_over_at_once_only_in_this_pid_namespace():
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from executions.engine.runner import _holder_dead, worker_identity
+
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    here = worker_identity(f"w@{socket.gethostname()}")
+    node, namespace, _ = here.rsplit(":", 2)
+
+    assert _holder_dead(f"{node}:{namespace}:{gone}")  # this namespace, process gone
+    assert not _holder_dead(here)  # this very process: alive
+    assert not _holder_dead(f"{node}:4026599999:{gone}")  # another namespace: trust the lease
+    assert not _holder_dead(f"w@elsewhere:{namespace}:{gone}")  # another host: the same
+    assert not _holder_dead(f"{node}:{gone}")  # a holder named the old way: the same
+    assert str(os.getpid()) == here.rsplit(":", 1)[1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -72,7 +73,8 @@ def test_a_lease_heartbeat_renews_through_a_terminated_connection_and_the_step_r
 
 def test_a_step_whose_connection_dies_while_it_runs_keeps_its_receipt(api):
     # given: a stage inside a 2 s step, in a thread of this process
-    body = submit(api, "test-slow", {"label": "cut", "steps": 2, "step_seconds": 2}).json()
+    label = f"cut-{uuid.uuid4().hex[:8]}"  # (no worker here: the counters are not reset)
+    body = submit(api, "test-slow", {"label": label, "steps": 2, "step_seconds": 2}).json()
     outcome: list[Outcome | BaseException] = []
 
     def run() -> None:
@@ -98,7 +100,7 @@ def test_a_step_whose_connection_dies_while_it_runs_keeps_its_receipt(api):
     assert outcome == [Outcome.STOP]  # its only stage done: the execution succeeded
     assert Execution.objects.get(pk=body["id"]).status == "succeeded"
     assert StepReceipt.objects.filter(step_key="slow-0", status="succeeded").count() == 1
-    assert [effects("cut", "slow-0"), effects("cut", "slow-1")] == [1, 1]
+    assert [effects(label, "slow-0"), effects(label, "slow-1")] == [1, 1]
 
 
 def test_a_scanner_fires_timers_by_the_databases_clock_not_its_own(api, monkeypatch):
@@ -179,3 +181,43 @@ def test_a_worker_killed_between_a_waits_receipt_and_its_timer_leaves_neither(ap
     assert execution.status == "succeeded"
     assert effects("torn", "after") == 1
     assert StepReceipt.objects.filter(step_key="nap").count() == 1
+
+
+REFUSE_HEARTBEAT = """
+    CREATE FUNCTION alfred_test_refuse_heartbeat() RETURNS trigger AS $$
+    BEGIN
+        IF current_setting('application_name') = 'alfred-lease' THEN
+            RAISE EXCEPTION 'heartbeat refused by the test';
+        END IF;
+        RETURN NEW;
+    END $$ LANGUAGE plpgsql;
+    CREATE TRIGGER alfred_test_refuse_heartbeat BEFORE UPDATE ON {table}
+        FOR EACH ROW EXECUTE FUNCTION alfred_test_refuse_heartbeat();
+"""
+ALLOW_HEARTBEAT = """
+    DROP TRIGGER IF EXISTS alfred_test_refuse_heartbeat ON {table};
+    DROP FUNCTION IF EXISTS alfred_test_refuse_heartbeat();
+"""
+
+
+def test_a_stage_whose_heartbeat_cannot_renew_for_half_a_lease_stops_at_its_next_boundary(api):
+    # given: every renewal by the heartbeat fails (the stage's own writes still succeed)
+    label = f"doubt-{uuid.uuid4().hex[:8]}"
+    table = Run._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(REFUSE_HEARTBEAT.format(table=table))
+    try:
+        # a step longer than half a lease, then another
+        body = submit(api, "test-slow", {"label": label, "steps": 2, "step_seconds": 4}).json()
+
+        outcome = _deliver(body["id"], "plan")
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(ALLOW_HEARTBEAT.format(table=table))
+
+    # then: the step in flight finished with its receipt; the next one never started (the
+    # lease may have lapsed: the run is left for whoever takes it over)
+    assert outcome is Outcome.STOP
+    assert [effects(label, "slow-0"), effects(label, "slow-1")] == [1, 0]
+    assert StepReceipt.objects.filter(step_key="slow-0", status="succeeded").count() == 1
+    assert Execution.objects.get(pk=body["id"]).status == "running"

@@ -3,6 +3,8 @@ waiting runs. Real Celery worker processes, real Redis, real PostgreSQL."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from celery import current_app
 
@@ -10,7 +12,7 @@ from executions.engine.dispatch import RUN_STAGE_TASK
 from executions.engine.hooks import hook_signal
 from executions.models import Execution, OutboxEvent, Run
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import counters, effects
+from tests.engine_workflows import KILL_POINTS, counters, effects
 from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless, event_types, finished
 
@@ -36,16 +38,73 @@ def test_sigkill_at_every_step_boundary_repeats_no_side_effect(api, worker):
     assert Run.objects.get(pk=execution.current_run_id).fence >= 6  # 5 takeovers + 3 claims
 
 
+def test_sigkill_between_stages_repeats_no_side_effect(api, worker):
+    # given: the worker's pool process dies between stages: before "work" and "verify" are
+    # claimed (their messages delivered), and after "plan" and "work" committed (the next
+    # stage published, their own messages not yet acknowledged), once each
+    points = ["before:work", "before:verify", "after:plan", "after:work"]
+    counters().sadd(KILL_POINTS, *[f"between:{point}" for point in points])
+
+    body = submit(api, "test-kill-points", {"label": "between"}).json()
+
+    execution = finished(body["id"], worker, timeout=120)
+    assert execution.status == "succeeded"
+    assert counters().scard(KILL_POINTS) == 0  # every kill happened
+    assert [effects("between", f"effect-{i}") for i in range(1, 6)] == [1] * 5
+    assert_gapless(body["id"])
+    types = event_types(body["id"])
+    assert types.count("stage.succeeded") == 3  # each stage once, redeliveries were no-ops
+    assert types.count("execution.succeeded") == 1
+
+
+@pytest.mark.parametrize("point", ["step:2", "before:work"], ids=["in-a-stage", "between-stages"])
+def test_a_whole_worker_sigkilled_is_taken_over_after_its_lease(api, point):
+    # given: a run whose whole worker (main process, beat, pool) is SIGKILLed: inside the work
+    # stage after its second step, or between stages with the work stage's message delivered;
+    # the message dies unacknowledged with it
+    label = f"whole-{point.replace(':', '-')}"
+    counters().sadd(KILL_POINTS, f"{label}:worker:{point}")
+    victim = WorkerProcess("victim").start()
+    taker = WorkerProcess("taker")
+    try:
+        body = submit(api, "test-kill-points", {"label": label}).json()
+        assert victim.proc is not None
+        assert victim.proc.wait(60) == -signal.SIGKILL
+        assert counters().scard(KILL_POINTS) == 0
+        run = Run.objects.get(pk=body["current_run"]["id"])
+        assert run.status == "running"
+        # the lease the dead worker left: its own, or between stages the hand-off's grace
+        lease_expires_at = run.lease_expires_at
+
+        # when: another worker starts
+        taker.start()
+        execution = finished(body["id"], taker, timeout=60)
+    finally:
+        victim.stop()
+        taker.stop()
+
+    # then: it took the run over once the lease had run out, and repeated no side effect
+    assert execution.status == "succeeded"
+    assert [effects(label, f"effect-{i}") for i in range(1, 6)] == [1] * 5
+    takeover = (
+        OutboxEvent.objects.filter(execution_id=body["id"], type="stage.started")
+        .filter(payload__stage="work", payload__worker__startswith="taker@")
+        .get()
+    )
+    assert lease_expires_at is not None and takeover.created_at >= lease_expires_at
+    assert_gapless(body["id"])
+
+
 def test_a_flushed_broker_loses_nothing(api, worker):
-    ids = []
-    for i in range(10):
-        ids.append(
-            submit(api, "test-waits", {"label": f"f{i}", "mode": "sleep", "seconds": 2}).json()[
-                "id"
-            ]
-        )
-        ids.append(submit(api, "test-counter", {"label": f"g{i}"}).json()["id"])
-    # mid-flight: some finished, some sleeping on timers, the rest not yet picked up
+    def pair(i: int) -> list[str]:
+        sleeper = {"label": f"f{i}", "mode": "sleep", "seconds": 2}
+        return [
+            submit(api, "test-waits", sleeper).json()["id"],
+            submit(api, "test-counter", {"label": f"g{i}"}).json()["id"],
+        ]
+
+    # given: mid-flight: some finished, some sleeping on timers...
+    ids = [execution_id for i in range(5) for execution_id in pair(i)]
     wait_for(
         lambda: (
             Execution.objects.filter(pk__in=ids, status="succeeded").count() >= 2
@@ -53,17 +112,28 @@ def test_a_flushed_broker_loses_nothing(api, worker):
         ),
         timeout=60,
     )
+    # ...one running a long step (the one worker process is busy), and the rest accepted
+    # behind it, their messages waiting in the broker
+    blocker = submit(api, "test-slow", {"label": "blocker", "steps": 1, "step_seconds": 3})
+    ids.append(blocker.json()["id"])
+    wait_for(lambda: Execution.objects.filter(pk=ids[-1], status="running").exists(), 30)
+    ids += [execution_id for i in range(5, 10) for execution_id in pair(i)]
     assert Execution.objects.filter(pk__in=ids, status="succeeded").count() < len(ids)
 
+    # when: the broker's database is flushed: every message is gone
     with current_app.connection_for_write() as conn:
         client = conn.default_channel.client  # type: ignore[attr-defined]
-        client.flushdb()  # the broker's database: every message is gone
+        with client.pipeline(transaction=True) as flush:  # one MULTI: counted as flushed
+            queued, _ = flush.llen("stages").flushdb().execute()
+    assert queued > 0  # the broker held messages when it lost them
 
+    # then: everything finishes, no side effect twice
     for execution_id in ids:
         assert finished(execution_id, worker, timeout=120).status == "succeeded"
     for i in range(10):
         assert effects(f"f{i}", "after") == 1
         assert [effects(f"g{i}", f"effect-{n}") for n in range(1, 6)] == [1] * 5
+    assert effects("blocker", "slow-0") == 1
 
 
 @pytest.fixture

@@ -3,85 +3,97 @@ order they were accepted. A real worker, real PostgreSQL and Redis."""
 
 from __future__ import annotations
 
+import itertools
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
-from executions.models import ACTIVE_STATUSES, Execution, OutboxEvent
+from executions.models import Execution, OutboxEvent
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import counters
+from tests.engine_workflows import EXCLUSIVE_ORDER, INFLIGHT_MAX, counters
 from tests.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
-def _owners_now() -> int:
-    """Root executions of the lane past their acceptance and not finished: running or waiting
-    on their own stages (queued ones wait for the lane and have not started)."""
-    return Execution.objects.filter(
-        lane_key="aws-infrastructure",
-        parent__isnull=True,
-        status__in=sorted(ACTIVE_STATUSES - {"queued"}),
-    ).count()
+CONCURRENT = 30
 
 
 def test_thirty_concurrent_requests_never_share_the_lane_and_finish_in_order(integration_token):
-    worker = WorkerProcess("fifo").start(concurrency=2)
-    samples: list[int] = []
-    stop = threading.Event()
+    worker = WorkerProcess("fifo").start(concurrency=2)  # two processes: room for a second owner
+    barrier = threading.Barrier(CONCURRENT)
+    responses: dict[str, Any] = {}
 
-    def sample() -> None:
+    def ask(i: int) -> None:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {integration_token}")
         try:
-            while not stop.is_set():
-                samples.append(_owners_now())
+            barrier.wait(30)  # all thirty requests in flight at once
+            body = {"label": f"r{i}", "seconds": 0.1}
+            responses[f"r{i}"] = submit(client, "test-infra-exclusive", body)
         finally:
             connections.close_all()
 
-    sampler = threading.Thread(target=sample)
-    sampler.start()
     try:
-
-        def ask(i: int) -> str:
-            client = APIClient()
-            client.credentials(HTTP_AUTHORIZATION=f"Bearer {integration_token}")
-            try:
-                return submit(client, "test-infra", {"label": f"r{i}", "seconds": 0.05}).json()[
-                    "id"
-                ]
-            finally:
-                connections.close_all()
-
-        with ThreadPoolExecutor(max_workers=10) as pool:
-            ids = list(pool.map(ask, range(30)))
+        # when: thirty requests for aws-infrastructure work arrive together
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(CONCURRENT)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(responses) == CONCURRENT
+        assert {r.status_code for r in responses.values()} == {202}
+        labels = {r.json()["id"]: label for label, r in responses.items()}
+        ids = list(labels)
         wait_for(
-            lambda: Execution.objects.filter(pk__in=ids, status="succeeded").count() == 30,
+            lambda: Execution.objects.filter(pk__in=ids, status="succeeded").count() == CONCURRENT,
             timeout=180,
             interval=0.5,
         )
     finally:
-        stop.set()
-        sampler.join()
         worker.stop()
 
-    assert len(samples) > 100 and max(samples) == 1  # never two root owners at once
+    # then: the side effect never ran for two owners at once, counted around itself
+    assert int(counters().get(INFLIGHT_MAX) or 0) == 1
+    # and the provider saw the work in the order it was accepted: acceptances serialize on
+    # the lane's row lock, so the accepted events' ids (allocated under it) are that order
+    # (their created_at is each transaction's start, taken before the lock)
     accepted = [
-        e.execution_id
-        for e in OutboxEvent.objects.filter(
+        labels[execution_id]
+        for execution_id in OutboxEvent.objects.filter(
             execution_id__in=ids, type="execution.accepted"
-        ).order_by("created_at", "id")
+        )
+        .order_by("id")
+        .values_list("execution_id", flat=True)
     ]
+    applied = [label.decode() for label in counters().lrange(EXCLUSIVE_ORDER, 0, -1)]
+    assert applied == accepted  # FIFO, seen outside Alfred; each applied once
     finished = [
-        e.execution_id
-        for e in OutboxEvent.objects.filter(
+        labels[execution_id]
+        for execution_id in OutboxEvent.objects.filter(
             execution_id__in=ids, type="execution.succeeded"
-        ).order_by("created_at", "id")
+        )
+        .order_by("id")
+        .values_list("execution_id", flat=True)
     ]
-    assert finished == accepted  # FIFO: in the order the lane queued them
-    order = [label.decode() for label in counters().lrange("alfred-test:infra-order", 0, -1)]
-    assert len(order) == 30 and len(set(order)) == 30  # each applied once
+    assert finished == accepted  # and Alfred's own record agrees
+    # each owner got the lane only after the one before it had finished
+    acquired = dict(
+        OutboxEvent.objects.filter(execution_id__in=ids, type="lane.acquired").values_list(
+            "execution_id", "id"
+        )
+    )
+    succeeded = dict(
+        OutboxEvent.objects.filter(execution_id__in=ids, type="execution.succeeded").values_list(
+            "execution_id", "id"
+        )
+    )
+    by_label = {label: execution_id for execution_id, label in labels.items()}
+    for before, after in itertools.pairwise(accepted):
+        assert acquired[by_label[after]] > succeeded[by_label[before]]
     assert connection.is_usable()
 
 

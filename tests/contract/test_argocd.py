@@ -551,7 +551,7 @@ def test_a_sync_whose_response_was_lost_is_recovered_not_repeated(
     # running when the adapter reads back, however loaded the machine)
     name = argocd_manual_app.name
     x = argocd_git.push(argocd_manual_app.repo or "")
-    argocd_standin.faults.arm(f"sync:{name}", "lose_response")
+    lost = argocd_standin.faults.arm(f"sync:{name}", "lose_response")
     argocd_standin.faults.arm(f"application:{name}", NEVER_CONVERGE, times=None)
     deployments = len((argocd_standin.application(name) or {})["status"]["history"])
 
@@ -560,7 +560,9 @@ def test_a_sync_whose_response_was_lost_is_recovered_not_repeated(
     first = argocd_client.sync(name, x, operation=operation)
     again = argocd_client.sync(name, x, operation=operation)
 
-    # Then both name the one sync at X that started, which converges as one deployment
+    # Then the response was lost (once), and both name the one sync at X that started, which
+    # converges as one deployment
+    assert lost.fired == 1
     assert first["id"] == again["id"] == f"{name}@{x}"
     assert first["status"] == again["status"] == "Running"
     assert (
@@ -670,7 +672,7 @@ def test_a_sync_that_finished_before_its_lost_response_was_noticed_is_not_repeat
     env = argocd_clocked
     app = env.add(auto_sync=False)
     x = env.git.push(app.repo or "")
-    env.standin.faults.arm(f"sync:{app.name}", "lose_response")
+    lost = env.standin.faults.arm(f"sync:{app.name}", "lose_response")
     if outcome == "Failed":
         env.standin.faults.arm(
             f"application:{app.name}", NEVER_CONVERGE, times=None, phase="Failed"
@@ -684,7 +686,9 @@ def test_a_sync_that_finished_before_its_lost_response_was_noticed_is_not_repeat
         again = client.sync(app.name, x, operation=operation)
         convergence = client.converged(app.name, x)
 
-    # Then both are the one finished sync at X: ArgoCD ran exactly one
+    # Then the response was lost (once), and both are the one finished sync at X: ArgoCD ran
+    # exactly one
+    assert lost.fired == 1
     assert first["id"] == again["id"] == f"{app.name}@{x}"
     assert (first["status"], first["done"], first["ok"]) == (outcome, True, outcome == "Succeeded")
     assert (again["status"], again["done"]) == (outcome, True)
@@ -810,7 +814,7 @@ def test_a_502_to_a_sync_that_took_effect_is_recovered_not_repeated(
     env = argocd_clocked
     app = env.add(auto_sync=False)
     x = env.git.push(app.repo or "")
-    env.standin.faults.arm(f"sync:{app.name}", SERVER_ERROR, applied=True)
+    bad_gateway = env.standin.faults.arm(f"sync:{app.name}", SERVER_ERROR, applied=True)
 
     # When Alfred syncs, and (a retried step) syncs again
     operation = new_operation()
@@ -820,7 +824,9 @@ def test_a_502_to_a_sync_that_took_effect_is_recovered_not_repeated(
         env.clock.advance(env.delay)
         final = client.inspect(first)
 
-    # Then the 502 was read as ambiguous and resolved: one sync, running, then succeeded
+    # Then the 502 was answered (once), read as ambiguous and resolved: one sync, running,
+    # then succeeded
+    assert bad_gateway.fired == 1
     assert first["status"] == again["status"] == "Running"
     assert (final["status"], final["done"], final["ok"]) == ("Succeeded", True, True)
     assert syncs_of(env.standin, app.name, operation) == [(x, "Succeeded")]
@@ -937,7 +943,7 @@ def test_after_an_ambiguous_answer_the_sync_is_found_by_its_identity_not_an_olde
     app = env.add(auto_sync=False)
     x = env.git.head(app.repo or "", "main") or ""
     env.standin.drift(app.name)
-    env.standin.faults.arm(f"sync:{app.name}", fault, applied=True)
+    armed = env.standin.faults.arm(f"sync:{app.name}", fault, applied=True)
     operation = new_operation()
 
     # When a step syncs X, and (retried) syncs again
@@ -945,7 +951,9 @@ def test_after_an_ambiguous_answer_the_sync_is_found_by_its_identity_not_an_olde
         first = client.sync(app.name, x, operation=operation)
         again = client.sync(app.name, x, operation=operation)
 
-    # Then the read-back found this operation's sync, running: exactly one started
+    # Then the answer was lost (or a 502) once, and the read-back found this operation's sync,
+    # running: exactly one started
+    assert armed.fired == 1
     assert first["status"] == again["status"] == "Running"
     assert first["observations"]["ours"] is True
     assert syncs_of(env.standin, app.name, operation) == [(x, "Running")]

@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from celery import Celery
+from django.db.models.functions import Now
 from django.utils import timezone
 
+from executions.engine import dispatch
 from executions.engine.dispatch import run_dispatch
-from executions.models import Execution, Run, Stage
-from tests.conftest import WorkerProcess
+from executions.models import Execution, OutboxEvent, Run, Stage
 from tests.engine_workflows import effects
 from tests.helpers import assert_problem, submit
 from tests.integration.test_engine import finished
@@ -17,38 +19,75 @@ from tests.integration.test_engine import finished
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_run_whose_worker_vanished_elsewhere_is_taken_over_after_its_lease(api):
-    # given: a run claimed by a worker on another host that then went silent
+# Long enough that a warm worker sees the start message well before it runs out.
+LEASE_SECONDS = 8
+
+
+def test_a_run_whose_worker_vanished_elsewhere_is_taken_over_after_its_lease(
+    api, worker, monkeypatch
+):
+    # given: a worker up and ready (it has finished a run)
+    warm = submit(api, "test-counter", {"label": "warm"}).json()
+    assert finished(warm["id"], worker).status == "succeeded"
+    # and a run claimed by a worker on another host that then went silent: accepted with its
+    # start message held back, so no worker sees it before the foreign lease is in place
+    held: list[str] = []
+    monkeypatch.setattr(dispatch, "run_publish", lambda run_id, *a, **kw: held.append(run_id))
     body = submit(api, "test-counter", {"label": "lost"}).json()
-    Run.objects.filter(pk=body["current_run"]["id"]).update(
+    monkeypatch.undo()
+    run_id = body["current_run"]["id"]
+    assert held == [run_id]
+    Run.objects.filter(pk=run_id).update(
         status="running",
         fence=1,
         lease_owner="gone@elsewhere:1",
-        lease_expires_at=timezone.now() + timedelta(seconds=2),
+        lease_expires_at=Now() + timedelta(seconds=LEASE_SECONDS),  # the database's clock
     )
+    expires = Run.objects.get(pk=run_id).lease_expires_at
+    assert expires is not None
     Execution.objects.filter(pk=body["id"]).update(status="running", start_state="started")
 
-    worker = WorkerProcess("recover").start()
-    try:
-        # its start message is refused while the lease lives; the recovery scan (beat) takes
-        # the run over once it has run out
-        execution = finished(body["id"], worker, timeout=60)
-    finally:
-        worker.stop()
+    # when: its start message reaches the ready worker while the lease lives
+    run_dispatch(run_id)
+
+    # then: the recovery scan (beat) takes the run over, only once the lease has run out
+    execution = finished(body["id"], worker, timeout=60)
     assert execution.status == "succeeded"
+    run = Run.objects.get(pk=run_id)
+    plan = Stage.objects.get(run_id=run_id, name="plan")
+    assert run.started_at is not None and run.started_at >= expires
+    assert plan.started_at is not None and plan.started_at >= expires
+    # and the message that came while the lease lived was refused, naming the holder
+    duplicate = OutboxEvent.objects.get(execution_id=body["id"], type="run.duplicate_delivery")
+    assert duplicate.payload["holder"] == "gone@elsewhere:1"
     assert [effects("lost", f"effect-{i}") for i in range(1, 6)] == [1] * 5
 
 
-def test_a_start_that_failed_to_publish_is_recovered(api, worker):
-    body = submit(api, "test-counter", {"label": "sf"}).json()
-    finished(body["id"], worker)  # let the first run go by, then simulate a lost start
+def test_a_start_that_failed_to_publish_is_recovered(api, worker, monkeypatch):
+    # given: the broker does not answer the API when it publishes the start (a real
+    # connection failure), so the run is start_failed and no message of it exists
+    dead = Celery("alfred-dead-broker", set_as_current=False)
+    dead.config_from_object("django.conf:settings", namespace="CELERY")
+    dead.conf.update(broker_write_url="redis://127.0.0.1:1/0")
+    publish = dispatch.run_publish
+    monkeypatch.setattr(
+        dispatch, "run_publish", lambda run_id, app=None, **kw: publish(run_id, dead, **kw)
+    )
+    try:
+        body = submit(api, "test-counter", {"label": "sf"}).json()
+    finally:
+        monkeypatch.undo()
+        dead.close()
     execution = Execution.objects.get(pk=body["id"])
-    assert execution.status == "succeeded"
+    assert execution.start_state == "start_failed"
+    assert (execution.start_error or {})["type"] == "OperationalError"
 
-    second = submit(api, "test-waits", {"label": "sf2", "mode": "sleep", "seconds": 0}).json()
-    Execution.objects.filter(pk=second["id"]).update(start_state="start_failed")
+    # when: the broker is back for the workers; only the recovery scan (beat) knows of the run
+    execution = finished(body["id"], worker, timeout=40)
 
-    assert finished(second["id"], worker).status == "succeeded"
+    # then
+    assert (execution.status, execution.start_state) == ("succeeded", "started")
+    assert [effects("sf", f"effect-{i}") for i in range(1, 6)] == [1] * 5
 
 
 def test_a_continuation_skips_the_stages_an_earlier_run_finished(api, worker):

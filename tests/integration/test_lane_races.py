@@ -367,7 +367,8 @@ def test_a_beat_tick_pages_through_every_held_lane(api):
     # when: the tick visits two lanes a page, each page going on after the last
     from lanes.reconciler import lanes_reconcile
 
-    pages, after = [], ""
+    pages: list[int] = []
+    after: str | None = ""
     while after is not None:
         visited, after = lanes_reconcile(batch=2, after=after)
         pages.append(visited)

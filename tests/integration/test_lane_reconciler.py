@@ -34,10 +34,19 @@ def _owner_and_next(api) -> tuple[str, str]:
     return owner, queued
 
 
-def _finish(execution_id: str, status: str, run_status: str, **stages: dict) -> None:
+def _finish(
+    execution_id: str, status: str, run_status: str, *, started: bool = True, **stages: dict
+) -> None:
+    """``started``: the owner's planning stage had started (it may have changed something)."""
+    from django.utils import timezone
+
     execution = Execution.objects.get(pk=execution_id)
     Execution.objects.filter(pk=execution_id).update(status=status)
     Run.objects.filter(pk=execution.current_run_id).update(status=run_status)
+    if started:
+        Stage.objects.filter(run_id=execution.current_run_id, name="plan").update(
+            started_at=timezone.now()
+        )
     for name, fields in stages.items():
         Stage.objects.filter(run_id=execution.current_run_id, name=name).update(**fields)
 
@@ -70,6 +79,18 @@ def test_a_readiness_failure_in_planning_releases(api):
     _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
 
     assert lane_reconcile(KEY).action is Action.RELEASE
+    assert Lane.objects.get(key=KEY).owner_id == queued
+
+
+@pytest.mark.parametrize("status", ["canceled", "failed"])
+def test_an_owner_that_ended_before_any_stage_started_releases(api, status):
+    # given: an owner canceled (or failed at its claim) before any stage of any run started
+    owner, queued = _owner_and_next(api)
+    _finish(owner, status, status, started=False)
+
+    decision = lane_reconcile(KEY)
+
+    assert decision is not None and decision.action is Action.RELEASE
     assert Lane.objects.get(key=KEY).owner_id == queued
 
 
@@ -192,17 +213,27 @@ def test_the_api_start_releases_ready_lanes_once_and_leaves_the_others(api):
 
 
 @pytest.mark.worker
-def test_the_terminal_transition_hands_the_lane_over_at_once(api, worker):
-    first = submit(api, "test-infra", {"label": "i1"}).json()["id"]
-    second = submit(api, "test-infra", {"label": "i2"}).json()["id"]
+def test_the_terminal_transition_hands_the_lane_over_at_once(api):
+    from tests.conftest import WorkerProcess
 
-    wait_for(lambda: Execution.objects.filter(pk=second, status="succeeded").exists(), 60)
+    # given: a worker without beat, so no reconciler tick runs: only an owner's own terminal
+    # transition can hand the lane over
+    worker = WorkerProcess("handover").start(beat=False)
+    try:
+        first = submit(api, "test-infra", {"label": "i1"}).json()["id"]
+        second = submit(api, "test-infra", {"label": "i2"}).json()["id"]
+
+        # when the owner finishes, then the next in line gets the lane and runs
+        wait_for(lambda: Execution.objects.filter(pk=second, status="succeeded").exists(), 30)
+        # and the last owner's own terminal transition frees the lane, just after its commit
+        wait_for(lambda: Lane.objects.get(key=KEY).state == "free", 10)
+    finally:
+        worker.stop()
 
     done = OutboxEvent.objects.get(execution_id=first, type="execution.succeeded")
     acquired = OutboxEvent.objects.get(execution_id=second, type="lane.acquired")
-    assert (acquired.created_at - done.created_at).total_seconds() < 1.0
-    # the last owner's own terminal transition frees the lane, just after its commit
-    wait_for(lambda: Lane.objects.get(key=KEY).state == "free", 10)
+    assert acquired.created_at >= done.created_at
+    assert acquired.payload["after"] == first
 
 
 def test_an_operator_recovers_a_blocked_lane_with_an_audit_entry(api, operator_api):
@@ -257,12 +288,34 @@ def test_the_lanes_command_lists_shows_and_recovers(api):
     assert Lane.objects.get(key=KEY).owner_id == queued
 
 
+RECONCILER_APP = "alfred-test-reconciler"
+
+
+def _reconciler_backend() -> tuple[str, str | None] | None:
+    """(wait event, transaction id) of the subprocess reconciler's PostgreSQL backend, or
+    None once it has gone."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(wait_event, ''), backend_xid::text FROM pg_stat_activity "
+            "WHERE application_name = %s",
+            [RECONCILER_APP],
+        )
+        return cursor.fetchone()
+
+
+def _stalled_in_a_transaction() -> str | None:
+    """The reconciler's transaction id while its backend sleeps in the stall."""
+    backend = _reconciler_backend()
+    return backend[1] if backend and backend[0] == "PgSleep" else None
+
+
 def test_a_reconciler_killed_mid_transaction_changes_nothing(api):
     import os
     import signal
     import subprocess
     import sys
-    import time
 
     from django.db import connection
 
@@ -271,13 +324,16 @@ def test_a_reconciler_killed_mid_transaction_changes_nothing(api):
     owner, queued = _owner_and_next(api)
     _finish(owner, "succeeded", "succeeded")
     version = Lane.objects.get(key=KEY).version
-    with connection.cursor() as cursor:  # the lane write stalls inside its transaction
+    # given: the reconciler's release stalls inside its transaction once it has rewritten the
+    # lane and the queue, at its first event (only that process's session stalls)
+    with connection.cursor() as cursor:
         cursor.execute(
             "CREATE FUNCTION alfred_test_stall() RETURNS trigger AS $$ BEGIN "
-            "PERFORM pg_sleep(2); RETURN NEW; END $$ LANGUAGE plpgsql"
+            f"IF current_setting('application_name') = '{RECONCILER_APP}' THEN "
+            "PERFORM pg_sleep(20); END IF; RETURN NEW; END $$ LANGUAGE plpgsql"
         )
         cursor.execute(
-            "CREATE TRIGGER alfred_test_stall BEFORE UPDATE ON lanes_lane "
+            f"CREATE TRIGGER alfred_test_stall BEFORE INSERT ON {OutboxEvent._meta.db_table} "
             "FOR EACH ROW EXECUTE FUNCTION alfred_test_stall()"
         )
     try:
@@ -293,22 +349,40 @@ def test_a_reconciler_killed_mid_transaction_changes_nothing(api):
                 **os.environ,
                 "DATABASE_URL": subprocess_database_url(),
                 "DJANGO_SETTINGS_MODULE": "alfred.settings",
+                "PGAPPNAME": RECONCILER_APP,
+                # its backend notices at once that its client died, even inside the stall
+                "PGOPTIONS": "-c client_connection_check_interval=100",
             },
         )
-        time.sleep(1.5)  # inside the UPDATE by now
-        reconciler.send_signal(signal.SIGKILL)
-        reconciler.wait(10)
+        try:
+            # when: it is SIGKILLed while its backend is inside the transaction: stalled, with a
+            # transaction id that has rewritten the lane row (the row's xmax), not committed
+            xid = wait_for(_stalled_in_a_transaction, 30)
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT xmax::text FROM {Lane._meta.db_table} WHERE key = %s",  # noqa: S608
+                    [KEY],
+                )
+                assert cursor.fetchone()[0] == xid
+        finally:
+            reconciler.send_signal(signal.SIGKILL)
+            reconciler.wait(10)
+        # (its backend ends with it, rolling the transaction back)
+        wait_for(lambda: _reconciler_backend() is None, 30)
     finally:
         with connection.cursor() as cursor:
-            cursor.execute("DROP TRIGGER alfred_test_stall ON lanes_lane")
+            cursor.execute(f"DROP TRIGGER alfred_test_stall ON {OutboxEvent._meta.db_table}")
             cursor.execute("DROP FUNCTION alfred_test_stall()")
 
-    # the dead reconciler's transaction never committed: owner, version and queue as they were
+    # then: the dead reconciler's transaction never committed: owner, version and queue as
+    # they were, no event
     lane = Lane.objects.get(key=KEY)
     assert (lane.owner_id, lane.version) == (owner, version)
     assert LaneWaiter.objects.get().execution_id == queued
+    assert not OutboxEvent.objects.filter(type="lane.released").exists()
+    assert not OutboxEvent.objects.filter(execution_id=queued, type="lane.acquired").exists()
 
-    # (this one waits for the dead one's row lock to go with its rolled-back transaction)
+    # and the next reconciler releases the lane once
     assert lane_reconcile(KEY).action is Action.RELEASE
     lane = Lane.objects.get(key=KEY)
     assert (lane.owner_id, lane.version) == (queued, version + 1)

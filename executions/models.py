@@ -176,6 +176,12 @@ class Run(models.Model):
         default=0, help_text="``wakeups`` at the last claim: more since means a wake is owed."
     )
     woken_at = models.DateTimeField(null=True, blank=True)
+    recoveries = models.PositiveIntegerField(
+        default=0, help_text="Re-dispatches by the recovery scan since the run was last claimed."
+    )
+    recovered_at = models.DateTimeField(
+        null=True, blank=True, help_text="The recovery scan's last re-dispatch of this run."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -176,6 +176,7 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
             deadline = _deadline_seconds(execution.workflow)
             run.deadline_at = now + timedelta(seconds=deadline) if deadline else None
         run.fence += 1
+        run.recoveries = 0  # its message arrived: the recovery backoff starts over
         run.wakeups_seen = run.wakeups
         run.lease_owner = worker
         run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_LEASE_SECONDS)
@@ -190,6 +191,7 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
                 "status",
                 "started_at",
                 "deadline_at",
+                "recoveries",
             ]
         )
         stage.status = StageStatus.RUNNING

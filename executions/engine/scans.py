@@ -4,9 +4,9 @@ so each tick costs what is due, not what is remembered."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 
 from executions.engine.clock import db_now
@@ -81,7 +81,43 @@ def runs_recover(batch: int = BATCH) -> int:
         execution__current_run_id=F("id"),
         execution__status__in=sorted(ACTIVE_STATUSES),
     ).values_list("id", flat=True)[:batch]
-    run_ids = sorted({*unstarted, *stalled})
+    run_ids = _recovery_due(sorted({*unstarted, *stalled}), now)
     for run_id in run_ids:
         run_dispatch(run_id)
     return len(run_ids)
+
+
+# A run re-dispatched by the scan is not re-dispatched again until its message has had time
+# to arrive: START_GRACE_SECONDS, doubling with every re-dispatch since the run was last
+# claimed, at most RECOVERY_BACKOFF_CAP_SECONDS. Without it, a backlog longer than the grace
+# (a burst of work, a slow worker) is re-published every tick, and the duplicates deepen the
+# very backlog that delayed the first message.
+RECOVERY_BACKOFF_CAP_SECONDS = 300
+_RECOVERY_DUE_SQL = f"""
+    UPDATE {Run._meta.db_table}
+    SET recoveries = recoveries + 1, recovered_at = %(now)s
+    WHERE id = ANY(%(ids)s) AND (
+        recovered_at IS NULL OR recovered_at + make_interval(
+            secs => LEAST(%(cap)s, %(base)s * power(2, LEAST(GREATEST(recoveries - 1, 0), 20)))
+        ) <= %(now)s
+    )
+    RETURNING id
+"""  # noqa: S608 - the table name comes from model metadata; values are bound
+
+
+def _recovery_due(run_ids: list[str], now: datetime) -> list[str]:
+    """Which of ``run_ids`` the scan re-dispatches now, counted as such in one statement (two
+    scanners on two hosts re-dispatch a run once)."""
+    if not run_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RECOVERY_DUE_SQL,
+            {
+                "ids": run_ids,
+                "now": now,
+                "cap": RECOVERY_BACKOFF_CAP_SECONDS,
+                "base": START_GRACE_SECONDS,
+            },
+        )
+        return sorted(row[0] for row in cursor.fetchall())

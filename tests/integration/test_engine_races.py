@@ -221,3 +221,28 @@ def test_a_stage_whose_heartbeat_cannot_renew_for_half_a_lease_stops_at_its_next
     assert [effects(label, "slow-0"), effects(label, "slow-1")] == [1, 0]
     assert StepReceipt.objects.filter(step_key="slow-0", status="succeeded").count() == 1
     assert Execution.objects.get(pk=body["id"]).status == "running"
+
+
+def test_the_recovery_scan_backs_off_a_run_it_has_just_published(api):
+    from executions.engine.scans import START_GRACE_SECONDS, runs_recover
+
+    # given: an execution whose start message has not been claimed within the grace (a
+    # backlog, or a lost message)
+    body = submit(api, "test-counter", {"label": f"backlog-{uuid.uuid4().hex[:8]}"}).json()
+    late = timezone.now() - timedelta(seconds=START_GRACE_SECONDS + 1)
+    Run.objects.filter(pk=body["current_run"]["id"]).update(created_at=late)
+
+    # when: the scan runs every tick
+    first, second = runs_recover(), runs_recover()
+
+    # then: it publishes the run again once, and not on every tick while that message may
+    # still be on its way; after the backoff (the grace, then doubling), once more
+    assert (first, second) == (1, 0)
+    run = Run.objects.get(pk=body["current_run"]["id"])
+    assert (run.recoveries, run.recovered_at is not None) == (1, True)
+    Run.objects.filter(pk=run.pk).update(recovered_at=late)
+    assert runs_recover() == 1
+    Run.objects.filter(pk=run.pk).update(recovered_at=late)
+    assert runs_recover() == 0  # 2 × the grace now
+    assert _deliver(body["id"], "plan") is Outcome.NEXT  # claimed: the backoff starts over
+    assert Run.objects.get(pk=run.pk).recoveries == 0

@@ -55,11 +55,18 @@ _LIVE_RUN = {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING}
 
 
 def lane_decide(
-    owner: Execution | None, run: Run | None, stages: list[Stage], *, ever_started: bool = True
+    owner: Execution | None,
+    run: Run | None,
+    stages: list[Stage],
+    *,
+    ever_started: bool = True,
+    earlier_work: bool = False,
 ) -> Decision:
     """The rule, on what was observed (pure: no reads, no writes). ``ever_started``: some
     stage of some run of the owner has started; one that never did changed nothing, so its
-    end — failed or canceled — lets the lane go."""
+    end — failed or canceled — lets the lane go. ``earlier_work``: an earlier run of the
+    owner went past its planning stage, so a readiness failure now proves nothing about
+    what that run changed."""
     if owner is None:
         return Decision(Action.RECOVERY_REQUIRED, "the owner execution is missing")
     if run is None:
@@ -79,6 +86,10 @@ def lane_decide(
     if not ever_started:
         return Decision(Action.RELEASE, f"{owner.id} was {owner.status} before any stage started")
     if owner.status == ExecutionStatus.FAILED:
+        if earlier_work:
+            return Decision(
+                Action.RECOVERY_REQUIRED, f"{owner.id} failed; an earlier run went past planning"
+            )
         return _readiness(owner, stages)
     return Decision(Action.RECOVERY_REQUIRED, f"{owner.id} was {owner.status}")
 
@@ -138,14 +149,16 @@ def _observe(lane: Lane) -> Decision:
     )
     run = owner.current_run if owner is not None else None
     stages: list[Stage] = []
-    ever_started = True
+    ever_started, earlier_work = True, False
     if owner is not None and run is not None:
         stages = list(Stage.objects.filter(run_id=run.id).order_by("position"))
         if owner.status not in ACTIVE_STATUSES:
-            ever_started = Stage.objects.filter(
-                run__execution_id=owner.id, started_at__isnull=False
-            ).exists()
-    return lane_decide(owner, run, stages, ever_started=ever_started)
+            started = Stage.objects.filter(run__execution_id=owner.id, started_at__isnull=False)
+            ever_started = started.exists()
+            earlier_work = (
+                ever_started and started.filter(position__gt=0).exclude(run_id=run.id).exists()
+            )
+    return lane_decide(owner, run, stages, ever_started=ever_started, earlier_work=earlier_work)
 
 
 def lanes_reconcile(batch: int = BATCH, *, after: str = "") -> tuple[int, str | None]:

@@ -82,6 +82,27 @@ def test_a_readiness_failure_in_planning_releases(api):
     assert Lane.objects.get(key=KEY).owner_id == queued
 
 
+def test_a_readiness_failure_after_an_earlier_run_went_past_planning_blocks(api):
+    # given: the owner's first run failed in its dns stage; its retry was not ready
+    from django.utils import timezone
+
+    from executions.controls import execution_retry
+
+    owner, _ = _owner_and_next(api)
+    _finish(owner, "failed", "failed", dns={"status": "failed", "started_at": timezone.now()})
+    assert lane_reconcile(KEY).action is Action.RECOVERY_REQUIRED
+    Lane.objects.filter(key=KEY).update(state="held", reason="")
+    execution_retry(execution_id=owner, actor="ops")
+    _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
+
+    decision = lane_reconcile(KEY)
+
+    # then: the readiness evidence is about the retry; what the first run changed is not
+    # proven undone
+    assert decision is not None and decision.action is Action.RECOVERY_REQUIRED
+    assert "earlier run" in decision.reason
+
+
 @pytest.mark.parametrize("status", ["canceled", "failed"])
 def test_an_owner_that_ended_before_any_stage_started_releases(api, status):
     # given: an owner canceled (or failed at its claim) before any stage of any run started

@@ -87,9 +87,12 @@ def test_a_step_whose_connection_dies_while_it_runs_keeps_its_receipt(api):
 
     stage = threading.Thread(target=run)
     stage.start()
-    # (its connection's last statement renewed the lease at the step's boundary: it is in
-    # the step now, as the heartbeat's own connection is not yet open)
-    renewing = "query LIKE '%%lease_expires_at%%' AND application_name <> 'alfred-lease'"
+    # (its connection's last statement, outside any transaction, renewed the lease at the
+    # step's boundary: it is in the step now; the heartbeat's own connection is named)
+    renewing = (
+        "state = 'idle' AND query LIKE '%%SET lease_expires_at = clock_timestamp()%%' "
+        "AND application_name <> 'alfred-lease'"
+    )
     (pid,) = wait_for(lambda: _backends(renewing), 10, interval=0.01)
 
     # when: the stage's own connection is terminated while its step runs

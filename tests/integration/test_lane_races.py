@@ -400,3 +400,27 @@ def test_a_dead_holder_is_taken_over_at_once_only_in_this_pid_namespace():
     assert not _holder_dead(f"w@elsewhere:{namespace}:{gone}")  # another host: the same
     assert not _holder_dead(f"{node}:{gone}")  # a holder named the old way: the same
     assert str(os.getpid()) == here.rsplit(":", 1)[1]
+
+
+def test_recover_to_another_execution_over_the_api_refuses_an_owner_that_started(api, operator_api):
+    owner = submit(api, "test-infra", {"label": "e1"}).json()["id"]
+    other = submit(api, "test-infra", {"label": "e2"}).json()["id"]
+    assert _deliver(owner) is Outcome.NEXT
+
+    response = operator_api.post(
+        f"/api/v1/lanes/{KEY}/recover",
+        {"expected_owner": owner, "reason": "let e2 go first", "to": other},
+        format="json",
+    )
+
+    problem = assert_problem(response, 409, "invalid_state")
+    assert "cancel it first" in problem["detail"]
+    assert Lane.objects.get(key=KEY).owner_id == owner
+
+
+def test_the_beat_task_reconciles_the_held_lanes(api):
+    from lanes.tasks import reconcile
+
+    submit(api, "test-laned", {"label": "task-0", "lane": "task-0"})
+
+    assert reconcile.apply().get() >= 1

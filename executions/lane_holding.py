@@ -4,7 +4,7 @@ A root execution holds its own lane. A child runs under its root's ownership and
 slot — while the root is active. A child run again after its root has ended has nobody to run
 under: it holds the lane itself, like a root, and says so (``lane_key``), so that the lane
 shows on it, its terminal transition releases the lane at once, and the claim guard
-(``lanes.services.lane_refusal``) admits it only as the owner.
+(``execution_lane_refusal``) admits it only as the owner.
 """
 
 from __future__ import annotations
@@ -54,8 +54,11 @@ def execution_lane_refusal(execution: Execution) -> str | None:
     The backstop behind every dispatcher: whatever publishes a run too early, nothing runs
     outside its lane. The lane row is share-locked after the execution's (the lock order),
     so no handover commits between this check and the claim."""
-    holder = execution if execution.lane_key or execution.parent_id is None else None
-    holder = holder or execution_root(execution)
+    holder = (
+        execution
+        if execution.lane_key or execution.parent_id is None
+        else execution_root(execution)
+    )
     if not holder.lane_key:
         return None
     with connection.cursor() as cursor:

@@ -138,8 +138,10 @@ def _swap(key: str, expected: tuple[str | None, str, int], **changes: object) ->
 class LaneOwnerMismatch(Exception):
     """An operator named an owner the lane no longer has (someone acted first)."""
 
-    def __init__(self, key: str, expected: str | None, actual: str | None) -> None:
-        super().__init__(f"lane {key} is owned by {actual}, not {expected}")
+    def __init__(
+        self, key: str, expected: str | None, actual: str | None, message: str = ""
+    ) -> None:
+        super().__init__(message or f"lane {key} is owned by {actual}, not {expected}")
         self.key = key
         self.expected = expected
         self.actual = actual
@@ -150,11 +152,9 @@ class LaneOwnerActive(LaneOwnerMismatch):
     infrastructure right now. Cancel it first."""
 
     def __init__(self, key: str, owner: str, status: str) -> None:
-        Exception.__init__(
-            self, f"lane {key} is owned by {owner}, which is {status}: cancel it first"
+        super().__init__(
+            key, owner, owner, f"lane {key} is owned by {owner}, which is {status}: cancel it first"
         )
-        self.key = key
-        self.expected = self.actual = owner
 
 
 def _head(key: str) -> str | None:

@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from typing import Any
-
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
@@ -28,10 +26,3 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="alfred"'
-
-
-def principal_of(user: Any) -> str:
-    """The name idempotency keys and audit entries are scoped to."""
-    if isinstance(user, ApiToken):
-        return user.principal
-    return f"user:{user.pk}"

@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
 
 from alfred.problems import CODES, PROBLEM_CONTENT_TYPE, problem_body, problem_response
 
@@ -25,9 +26,14 @@ _FALLBACK_CODES = {
 
 
 class ApiGuardMiddleware:
-    """The edge of ``/api/``, before any view runs and after every answer:
+    """The edge of every request, before any view runs and after every answer:
 
-    - a mutation on a read-only instance: 503 ``read_only_instance`` (inspection is served);
+    - a mutation on a read-only instance: 503 — under ``/api/`` the ``read_only_instance``
+      problem, elsewhere (the admin) a short page; only the admin's login and logout pass,
+      so an operator can still sign in to look;
+
+    and for ``/api/``:
+
     - a body larger than ``ALFRED_MAX_BODY_BYTES``: 413 ``payload_too_large``, by its declared
       Content-Length or, for a chunked body (no Content-Length), by reading at most one byte
       past the limit; a chunked body within the limit gets its Content-Length set, since DRF
@@ -41,6 +47,12 @@ class ApiGuardMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not request.path.startswith("/api/"):
+            if _read_only_refuses(request):
+                return HttpResponse(
+                    "This Alfred instance is read-only: it serves inspection only.\n",
+                    status=503,
+                    content_type="text/plain; charset=utf-8",
+                )
             return self.get_response(request)
         refused = self._refuse(request)
         if refused is not None:
@@ -98,6 +110,12 @@ class ApiGuardMiddleware:
             if header in response:
                 problem[header] = response[header]
         return problem
+
+
+def _read_only_refuses(request: HttpRequest) -> bool:
+    if request.method in SAFE_METHODS or not settings.ALFRED_READ_ONLY:
+        return False
+    return request.path not in {reverse("admin:login"), reverse("admin:logout")}
 
 
 def _detail(response: HttpResponse) -> str:

@@ -3,19 +3,24 @@ from __future__ import annotations
 from django.db import models
 
 from alfred.ids import Prefixed
+from alfred.principals import Role
 
+__all__ = ["ApiToken", "Role"]
 
-class Role(models.TextChoices):
-    INTEGRATION = "integration", "Integration"  # trigger and read
-    OPERATOR = "operator", "Operator"  # also approve, roll back, recover lanes
+TOKEN_NAME_MAX = 100
 
 
 class ApiToken(models.Model):
-    """A bearer token for an integration or an operator. Only its sha256 is stored: the
-    token itself is shown once, when it is created."""
+    """A bearer token for an integration, a viewer or an operator. Only its sha256 is stored:
+    the token itself is shown once, when it is created.
+
+    ``principal_id`` is who the token acts as: executions, idempotency keys and audit entries
+    are recorded under it. A rotation hands it to the new token; a token created under a
+    name used before gets a new one (it inherits nothing)."""
 
     id = models.CharField(primary_key=True, max_length=40, default=Prefixed("tok"), editable=False)
-    name = models.CharField(max_length=100)
+    principal_id = models.CharField(max_length=40, default=Prefixed("prn"), db_index=True)
+    name = models.CharField(max_length=TOKEN_NAME_MAX)
     role = models.CharField(max_length=20, choices=Role.choices)
     prefix = models.CharField(max_length=16, help_text="First characters, to recognise it.")
     digest = models.CharField(max_length=64, unique=True)
@@ -36,6 +41,4 @@ class ApiToken(models.Model):
 
     @property
     def principal(self) -> str:
-        """The name idempotency keys are scoped to: the token's name, so a rotated token
-        (revoked, then created again under its name) keeps its keys."""
-        return f"token:{self.name}"
+        return self.principal_id

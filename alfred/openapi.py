@@ -34,6 +34,9 @@ class ProblemSerializer(serializers.Serializer):
             required=False,
             help_text="Field errors (invalid_input): JSON Pointer `field` and `message`.",
         )
+        fields["errors_omitted"] = serializers.IntegerField(
+            required=False, help_text="How many field errors past the first 20 were left out."
+        )
         return fields
 
 

@@ -4,10 +4,17 @@ stable absolute ``type`` URI, ``title``, ``status``, ``detail`` and a ``code``.
 ``Problem`` is the one exception services and views raise for a contract error; DRF's own
 exceptions (auth, parse, throttling, 404, 405, 415) are mapped to the same shape by
 :func:`exception_handler`; Django-level errors outside DRF go through :func:`problem_response`.
+
+Every body is bounded here, in :func:`problem_body`, whoever built it: ``detail`` and every
+other string member are cut (an ellipsis marks the cut), ``errors`` keeps its first
+:data:`MAX_ERRORS` entries within :data:`MAX_ERRORS_CHARS` and counts the rest in
+``errors_omitted``, and a lone surrogate is escaped so the body always encodes. Messages echo
+client input only as a short quoted excerpt, never as a Python repr.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -15,6 +22,7 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions
+from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 log = logging.getLogger(__name__)
@@ -36,6 +44,7 @@ CODES: dict[str, tuple[int, str]] = {
     "not_acceptable": (406, "Not acceptable"),
     "idempotency_conflict": (409, "Idempotency-Key reused with a different body"),
     "lane_conflict": (409, "Lane conflict"),
+    "identity_conflict": (409, "Another principal's execution holds this operation"),
     "not_retryable": (409, "Not retryable"),
     "invalid_state": (409, "The execution's state forbids this"),
     "stale_plan": (409, "Stale plan"),
@@ -47,6 +56,62 @@ CODES: dict[str, tuple[int, str]] = {
     "read_only_instance": (503, "Read-only instance"),
     "unavailable": (503, "Service unavailable"),
 }
+
+
+MAX_DETAIL_CHARS = 500
+MAX_TEXT_CHARS = 200  # instance, lane, ... : any other string member
+MAX_ERRORS = 20
+MAX_ERRORS_CHARS = 2000  # fields and messages of the errors shown, together
+MAX_FIELD_CHARS = 100
+MAX_MESSAGE_CHARS = 200
+
+
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, lone surrogates escaped (UTF-8 cannot carry them
+    and the renderer would fail on them)."""
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def shown(value: str, limit: int = 40) -> str:
+    """A client's string as an error message may show it: JSON-quoted with every non-ASCII,
+    control and surrogate character escaped (so a homoglyph is visible as one), cut after at
+    most ``limit`` characters of the escaped text. Messages never carry a Python repr of input:
+    it is unbounded and speaks Python, not the API."""
+    pieces: list[str] = []
+    used = 0
+    for char in value:
+        piece = json.dumps(char)[1:-1]
+        if used + len(piece) > limit:
+            return '"' + "".join(pieces) + '…"'
+        pieces.append(piece)
+        used += len(piece)
+    return '"' + "".join(pieces) + '"'
+
+
+def _bounded_error(error: Any) -> Any:
+    if not isinstance(error, dict):
+        return bounded(str(error), MAX_MESSAGE_CHARS)
+    return {
+        key: bounded(value, MAX_FIELD_CHARS if key == "field" else MAX_MESSAGE_CHARS)
+        if isinstance(value, str)
+        else value
+        for key, value in error.items()
+    }
+
+
+def _bounded_errors(errors: list[Any]) -> tuple[list[Any], int]:
+    """The first errors within MAX_ERRORS and MAX_ERRORS_CHARS, and how many were left off."""
+    kept: list[Any] = []
+    budget = MAX_ERRORS_CHARS
+    for error in errors[:MAX_ERRORS]:
+        item = _bounded_error(error)
+        budget -= len(str(item))
+        if kept and budget < 0:
+            break
+        kept.append(item)
+    return kept, len(errors) - len(kept)
 
 
 def type_uri(code: str) -> str:
@@ -73,12 +138,20 @@ def problem_body(
         "type": type_uri(code),
         "title": title,
         "status": status_code,
-        "detail": detail,
+        "detail": bounded(detail, MAX_DETAIL_CHARS),
         "code": code,
     }
     if instance:
-        body["instance"] = instance
-    body.update(extra)
+        body["instance"] = bounded(instance, MAX_TEXT_CHARS)
+    for key, value in extra.items():
+        if key == "errors" and isinstance(value, list):
+            body["errors"], omitted = _bounded_errors(value)
+            if omitted:
+                body["errors_omitted"] = omitted
+        elif isinstance(value, str):
+            body[key] = bounded(value, MAX_TEXT_CHARS)
+        else:
+            body[key] = value
     return body
 
 
@@ -140,10 +213,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             (c for k, c in _DRF_CODES.items() if isinstance(exc, k)), "internal_error"
         )
         extra: dict[str, Any] = {}
+        detail = _detail_text(exc.detail)
         if isinstance(exc, exceptions.ValidationError):
             extra["errors"] = _field_errors(exc.detail)
-        body = problem_body(code, _detail_text(exc.detail), instance=instance, **extra)
-        body["status"] = exc.status_code
+        elif isinstance(exc, exceptions.UnsupportedMediaType):
+            # DRF's detail quotes the client's Content-Type.
+            detail = "Send the body as Content-Type: application/json (UTF-8, no wildcard)."
+        body = problem_body(code, detail, instance=instance, **extra)
+        if not isinstance(exc, exceptions.ValidationError):
+            # A serializer's refusal is invalid input like a schema's: 422, as CODES says,
+            # not DRF's 400. Others keep their own status (an unmapped one is internal_error).
+            body["status"] = exc.status_code
     else:
         return None  # Django's 500 handler renders the problem (see alfred.views.server_error)
 
@@ -152,6 +232,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         headers["WWW-Authenticate"] = 'Bearer realm="alfred"'
     if getattr(exc, "wait", None):
         headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
+    if request is not None:
+        # A problem is JSON whatever the view renders otherwise (the OpenAPI schema's YAML).
+        request.accepted_renderer = JSONRenderer()
+        request.accepted_media_type = JSONRenderer.media_type
     return Response(body, status=body["status"], headers=headers, content_type=PROBLEM_CONTENT_TYPE)
 
 

@@ -8,7 +8,9 @@ refuses that and every other insecure default.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -51,6 +53,11 @@ ALLOWED_HOSTS = env.list(
     else [_public_host, "127.0.0.1", "localhost", "testserver"],
 )
 CSRF_TRUSTED_ORIGINS = env.list("ALFRED_CSRF_TRUSTED_ORIGINS", default=[ALFRED_PUBLIC_URL])
+# Whether the proxy in front is trusted to say how the client connected: X-Forwarded-Proto
+# (SECURE_PROXY_SSL_HEADER) and the rightmost X-Forwarded-For entry (the client address the
+# login lockout and the throttles' fallback count by). Off everywhere unless asked for: without
+# a proxy that overwrites them, a client could claim https or any address.
+ALFRED_TRUST_PROXY_HEADERS = env.bool("ALFRED_TRUST_PROXY_HEADERS", default=False)
 
 if PRODUCTION:
     if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
@@ -62,6 +69,13 @@ if PRODUCTION:
             raise ImproperlyConfigured(f"production needs {name}; the embedded stack is dev-only")
     if not ALFRED_PUBLIC_URL.startswith("https://"):
         raise ImproperlyConfigured("production needs an https:// ALFRED_PUBLIC_URL")
+    # Django's only wildcard is a whole "*"; "*.example.com" matches nothing Django would
+    # check and "." no real host, so both are refused as mistakes for a wildcard.
+    if wild := [h for h in ALLOWED_HOSTS if "*" in h or h.strip(".") == ""]:
+        raise ImproperlyConfigured(
+            f"production refuses wildcard ALFRED_ALLOWED_HOSTS ({', '.join(wild)}): name the "
+            "hosts (a leading dot, .example.com, admits its subdomains)"
+        )
 
 # Where AWS, GitHub and ArgoCD are (providers/config.py): `make run` points these at the
 # stand-ins and says so with ALFRED_PROVIDERS=sandbox.
@@ -189,7 +203,60 @@ CELERY_BEAT_SCHEDULE = {
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+
+# --- Cache (throttle and login-failure counters) -----------------------------------------
+def _cache_url(broker: str) -> str:
+    """The broker's Redis as a redis-py URL: kombu's ``redis+socket://PATH?virtual_host=N`` is
+    redis-py's ``unix://PATH?db=N`` (its other options are kombu's own)."""
+    if broker.startswith("redis+socket://"):
+        path, _, query = broker.removeprefix("redis+socket://").partition("?")
+        db = dict(parse_qsl(query)).get("virtual_host", "0")
+        return f"unix://{path}?db={db}"
+    if broker.startswith(("redis://", "rediss://")):
+        return broker
+    raise ImproperlyConfigured("the cache needs a Redis broker, or set ALFRED_CACHE_URL")
+
+
+# Shared by every web process, so a limit holds across them. The broker's own Redis and
+# database, keys prefixed "alfred:" (nothing of kombu's starts so): so never cache.clear(),
+# which is FLUSHDB and would drop queued messages. Short timeouts: the throttles and the login
+# lockout let requests through when Redis does not answer (alfred/throttling.py).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": env.str("ALFRED_CACHE_URL", default="") or _cache_url(CELERY_BROKER_URL),
+        "KEY_PREFIX": "alfred",
+        "OPTIONS": {"socket_connect_timeout": 1.0, "socket_timeout": 1.0},
+    }
+}
+
 # --- Auth, API ----------------------------------------------------------------------------
+# Admin login: after this many failed logins for one username (any case) or from one client
+# address, the login form refuses every attempt, the right password too, for the lockout
+# window (alfred/login.py).
+ALFRED_LOGIN_FAILURES = env.int("ALFRED_LOGIN_FAILURES", default=5)
+ALFRED_LOGIN_LOCKOUT_SECONDS = env.int("ALFRED_LOGIN_LOCKOUT_SECONDS", default=900)
+if ALFRED_LOGIN_FAILURES < 1 or ALFRED_LOGIN_LOCKOUT_SECONDS < 1:
+    raise ImproperlyConfigured("ALFRED_LOGIN_FAILURES and ALFRED_LOGIN_LOCKOUT_SECONDS: 1 or more")
+
+
+def _throttle_rate(name: str, default: str) -> str | None:
+    """A DRF rate (``120/min``: a count per s, min, h or day), or None for "off" or empty."""
+    rate = env.str(name, default=default).strip().lower()
+    if rate in {"", "off"}:
+        return None
+    if not re.fullmatch(r"[1-9][0-9]*/(s|sec|m|min|h|hour|d|day)", rate):
+        raise ImproperlyConfigured(f"{name} must be like 120/min (per s, min, hour, day) or off")
+    return rate
+
+
+# Per principal (a rotated token keeps its predecessor's budget), by the views' throttle_scope;
+# read per request by alfred.throttling.PrincipalScopedThrottle, so tests can override them.
+ALFRED_THROTTLE_RATES = {
+    "trigger": _throttle_rate("ALFRED_THROTTLE_TRIGGER", "120/min"),
+    "control": _throttle_rate("ALFRED_THROTTLE_CONTROL", "60/min"),
+}
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
@@ -201,10 +268,12 @@ REST_FRAMEWORK = {
         "alfred.authentication.BearerTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["alfred.permissions.IsIntegration"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PERMISSION_CLASSES": ["alfred.permissions.IsPrincipal"],
+    "DEFAULT_PARSER_CLASSES": ["alfred.parsers.StrictJSONParser"],
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "alfred.parsers.StrictContentNegotiation",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "EXCEPTION_HANDLER": "alfred.problems.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["alfred.throttling.PrincipalScopedThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -258,8 +327,12 @@ LOGGING = {
 }
 
 # --- Production hardening (checked by `manage.py check --deploy`) -------------------------
-if PRODUCTION:
+if ALFRED_TRUST_PROXY_HEADERS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if PRODUCTION:
+    # Behind a TLS-terminating proxy every request reaches Django as plain http: without
+    # ALFRED_TRUST_PROXY_HEADERS=1 (and a proxy that sets X-Forwarded-Proto) this redirect
+    # sends every https request back to https, forever. Set the one or turn this off.
     SECURE_SSL_REDIRECT = env.bool("ALFRED_SSL_REDIRECT", default=True)
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
     SECURE_HSTS_SECONDS = env.int("ALFRED_HSTS_SECONDS", default=31536000)

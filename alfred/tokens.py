@@ -1,31 +1,59 @@
-"""API token services: create (the secret is returned once), revoke, resolve."""
+"""API token services: create (the secret is returned once), rotate, revoke, resolve."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 
 from django.db import transaction
 from django.utils import timezone
 
-from alfred.models import ApiToken, Role
+from alfred.ids import new_id
+from alfred.models import TOKEN_NAME_MAX, ApiToken, Role
+from alfred.readonly import writes_allowed
 
 TOKEN_PREFIX = "alf_"  # noqa: S105 - marks our tokens (secret scanners), not a secret
+# Letters, digits and . _ - @ : ; shown in listings and audit entries, so nothing exotic.
+TOKEN_NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._@:-]{{0,{TOKEN_NAME_MAX - 1}}}$")
+
+
+class TokenNameInvalid(ValueError):
+    pass
 
 
 def _digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def token_create(*, name: str, role: str) -> tuple[ApiToken, str]:
+def token_name_check(name: str) -> str:
+    if not TOKEN_NAME_RE.match(name):
+        raise TokenNameInvalid(
+            f"a token name is 1–{TOKEN_NAME_MAX} letters, digits or . _ - @ :, "
+            "starting with a letter or a digit"
+        )
+    return name
+
+
+def token_create(*, name: str, role: str, principal_id: str | None = None) -> tuple[ApiToken, str]:
+    """A new token (and a new principal unless ``principal_id`` is given: rotations only)."""
+    writes_allowed()
+    token_name_check(name)
     if role not in Role.values:
         raise ValueError(f"role must be one of {', '.join(Role.values)}")
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    token = ApiToken.objects.create(name=name, role=role, prefix=raw[:10], digest=_digest(raw))
+    token = ApiToken.objects.create(
+        name=name,
+        role=role,
+        principal_id=principal_id or new_id("prn"),
+        prefix=raw[:10],
+        digest=_digest(raw),
+    )
     return token, raw
 
 
 def token_revoke(*, name: str) -> int:
+    writes_allowed()
     return ApiToken.objects.filter(name=name, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
@@ -33,12 +61,16 @@ def token_revoke(*, name: str) -> int:
 
 @transaction.atomic
 def token_rotate(*, name: str, role: str) -> tuple[ApiToken, str]:
-    """Revoke the active token of that name (if any) and create a new one."""
+    """Replace the active token of that name with a new secret that acts as the same
+    principal (it keeps its executions and keys). With no active token, a new principal."""
+    active = ApiToken.objects.select_for_update().filter(name=name, revoked_at__isnull=True).first()
     token_revoke(name=name)
-    return token_create(name=name, role=role)
+    return token_create(
+        name=name, role=role, principal_id=active.principal_id if active is not None else None
+    )
 
 
 def token_resolve(raw: str) -> ApiToken | None:
-    if not raw.startswith(TOKEN_PREFIX):
+    if not raw.startswith(TOKEN_PREFIX) or len(raw) > 100:
         return None
     return ApiToken.objects.filter(digest=_digest(raw), revoked_at__isnull=True).first()

@@ -3,7 +3,9 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from alfred import views
+from alfred.login import AdminLoginForm
 
+admin.site.login_form = AdminLoginForm  # bounds failed logins (alfred/login.py)
 admin.site.site_header = "Alfred"
 admin.site.site_title = "Alfred"
 admin.site.index_title = "Operations"

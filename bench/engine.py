@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from alfred.principals import cli_caller
 from bench.stack import bench_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +84,7 @@ def _step_overhead() -> dict[str, float]:
             workflow_name="bench-steps",
             body={"steps": steps, "n": time.time_ns() % 10**12},
             idempotency_key=f"steps-{time.time_ns()}",
-            principal="bench",
+            caller=cli_caller("bench"),
         ).execution
         with CaptureQueriesContext(connection) as queries:
             start = time.perf_counter()
@@ -124,7 +125,10 @@ def _engine_throughput(env: dict[str, str]) -> float:
 
     ids = [
         execution_accept(
-            workflow_name="bench-noop", body={"n": i}, idempotency_key=f"t{i}", principal="bench"
+            workflow_name="bench-noop",
+            body={"n": i},
+            idempotency_key=f"t{i}",
+            caller=cli_caller("bench"),
         ).execution.id
         for i in range(EXECUTIONS)
     ]

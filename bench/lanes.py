@@ -12,6 +12,7 @@ import statistics
 import time
 from pathlib import Path
 
+from alfred.principals import cli_caller
 from bench.stack import bench_stack
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +40,7 @@ def _held_lanes() -> None:
             workflow_name="update-lambda-version",
             body={"target": f"fleet-{i}", "environment": "production", "version": "1"},
             idempotency_key=f"lane-{i}",
-            principal="bench",
+            caller=cli_caller("bench"),
         )
 
 

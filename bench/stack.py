@@ -23,6 +23,9 @@ def bench_stack(name: str, **extra_env: str) -> tuple[dict[str, str], Any]:
         "DJANGO_SETTINGS_MODULE": "alfred.settings",
         "ALFRED_ENV": "test",
         "ALFRED_LOG_LEVEL": "WARNING",
+        # The benchmarks measure the engine and acceptance, not the per-principal throttle.
+        "ALFRED_THROTTLE_TRIGGER": "off",
+        "ALFRED_THROTTLE_CONTROL": "off",
         **extra_env,
     }
     stack = None

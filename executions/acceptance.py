@@ -9,6 +9,12 @@ Concurrent duplicates serialize on unique constraints, not on application locks:
 with one key both try to insert the DeliveryKey, PostgreSQL makes the second wait for the first
 to commit and then raises; the loser retries the whole transaction and now finds the key.
 The same holds for two keys naming one operation (``uniq_active_execution_identity``).
+
+Ownership (DESIGN §8, docs/contract.md "Ownership"): an identity match owned by another
+principal is never reused or continued for an integration. It is refused with 409
+``identity_conflict``, which names neither the execution nor its owner, and the refusal is
+audited (in its own transaction, after the acceptance rolled back). An operator's request
+may reuse or continue anyone's execution; that is audited too.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from alfred.ids import new_id
+from alfred.principals import Caller
+from executions.controls import audit_record
 from executions.engine.dispatch import Dispatch, run_dispatch_on_commit
 from executions.engine.records import execution_insert, run_again
 from executions.events.outbox import event_emit, event_key
@@ -50,6 +58,15 @@ class UnknownWorkflow(Exception):
     pass
 
 
+class IdentityHeld(Exception):
+    """The same operation belongs to another principal's execution."""
+
+    def __init__(self, execution_id: str, outcome: str) -> None:
+        super().__init__(f"the operation is held by {execution_id}, owned by another principal")
+        self.execution_id = execution_id
+        self.outcome = outcome
+
+
 class IdempotencyConflict(Exception):
     def __init__(self, execution_id: str) -> None:
         super().__init__(f"key already used for {execution_id} with a different body")
@@ -74,16 +91,21 @@ class _Request:
     identity: str
     claim: LaneClaim | None
     key: str
-    principal: str
+    caller: Caller
+
+    @property
+    def principal(self) -> str:
+        return self.caller.principal
 
 
 def execution_accept(
-    *, workflow_name: str, body: Any, idempotency_key: str, principal: str
+    *, workflow_name: str, body: Any, idempotency_key: str, caller: Caller
 ) -> Acceptance:
-    """Accept ``body`` for ``workflow_name`` under ``idempotency_key`` of ``principal``.
+    """Accept ``body`` for ``workflow_name`` under ``idempotency_key`` of ``caller``.
 
-    Raises ``UnknownWorkflow``, ``InvalidInput``, ``IdempotencyConflict``, ``LaneConflict``.
-    A lane conflict rolls back everything, the key included: the same key may be sent again.
+    Raises ``UnknownWorkflow``, ``InvalidInput``, ``IdempotencyConflict``, ``IdentityHeld``,
+    ``LaneConflict``. A conflict rolls back everything, the key included: the same key may
+    be sent again.
     """
     try:
         workflow = get_workflow(workflow_name)
@@ -103,11 +125,22 @@ def execution_accept(
         identity=identity,
         claim=workflow.lane(canonical),
         key=idempotency_key,
-        principal=principal,
+        caller=caller,
     )
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
             acceptance = _accept_once(request)
+        except IdentityHeld as exc:
+            with transaction.atomic():
+                audit_record(
+                    caller,
+                    "execution.identity_refused",
+                    exc.execution_id,
+                    f"{workflow.name}: the same operation is owned by another principal",
+                    would_be=exc.outcome,
+                    idempotency_key=idempotency_key,
+                )
+            raise
         except IntegrityError as exc:
             constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
             if constraint not in _RACE_CONSTRAINTS or attempt == MAX_ATTEMPTS:
@@ -142,11 +175,23 @@ def _accept_once(req: _Request) -> Acceptance:
         if latest is None or latest.status == ExecutionStatus.ROLLED_BACK:
             execution, lane = _create(req, predecessor=latest)
             outcome = AcceptanceOutcome.CREATED
-        elif _should_continue(req.workflow, latest):
-            execution, lane = _continue(req, latest)
-            outcome = AcceptanceOutcome.CONTINUED
         else:
-            execution, lane, outcome = latest, None, AcceptanceOutcome.REUSED
+            continues = _should_continue(req.workflow, latest)
+            outcome = AcceptanceOutcome.CONTINUED if continues else AcceptanceOutcome.REUSED
+            if not req.caller.may_act_on(latest.principal):
+                raise IdentityHeld(latest.id, outcome)
+            if not req.caller.owns(latest.principal):
+                audit_record(
+                    req.caller,
+                    f"execution.{outcome}",
+                    latest.id,
+                    "an operator's request matched another principal's execution",
+                    idempotency_key=req.key,
+                )
+            if continues:
+                execution, lane = _continue(req, latest)
+            else:
+                execution, lane = latest, None
 
         DeliveryKey.objects.create(
             principal=req.principal,

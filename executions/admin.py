@@ -1,12 +1,31 @@
-"""The operators' view: read-only records, and actions that call ``executions.controls``."""
+"""The operators' view: read-only records, and actions that call ``executions.controls``
+(roles and read-only rules: :mod:`alfred.admin_base`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from executions.controls import InvalidInput, InvalidState, execution_cancel, execution_retry
+from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, WritableAdmin, admin_caller
+from alfred.readonly import ReadOnlyInstance
+from executions.controls import (
+    InvalidInput,
+    InvalidState,
+    LaneConflict,
+    NotPermitted,
+    execution_cancel,
+    execution_retry,
+)
+from executions.events.endpoints import (
+    endpoint_url_check,
+    webhook_endpoint_save,
+    webhook_secret_rotate,
+)
 from executions.models import (
     AuditEntry,
     DeliveryKey,
@@ -14,19 +33,11 @@ from executions.models import (
     OutboxEvent,
     Run,
     Stage,
+    StepReceipt,
     WebhookEndpoint,
 )
 
-
-class ReadOnlyInline(admin.TabularInline):
-    extra = 0
-    can_delete = False
-
-    def has_add_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
+_REFUSALS = (InvalidState, InvalidInput, LaneConflict, NotPermitted, ReadOnlyInstance)
 
 
 class RunInline(ReadOnlyInline):
@@ -45,17 +56,6 @@ class DeliveryKeyInline(ReadOnlyInline):
     fields = ["principal", "key", "outcome", "created_at"]
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
 @admin.register(Execution)
 class ExecutionAdmin(ReadOnlyAdmin):
     list_display = ["id", "workflow", "status", "start_state", "lane_key", "dry_run", "created_at"]
@@ -65,40 +65,57 @@ class ExecutionAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     actions = ["cancel", "retry"]
 
-    @admin.action(description="Cancel the selected executions")
+    @admin.action(description="Cancel the selected executions", permissions=["operate"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
+        caller = admin_caller(request)
         for execution_id in queryset.values_list("id", flat=True):
             try:
                 result = execution_cancel(
-                    execution_id=execution_id,
-                    actor=_actor(request),
-                    reason="canceled from the admin",
+                    execution_id=execution_id, caller=caller, reason="canceled from the admin"
                 )
-            except InvalidState as exc:
+            except _REFUSALS as exc:
                 self.message_user(request, f"{execution_id}: {exc}", messages.WARNING)
                 continue
             done = "canceled" if result.immediate else "cancel requested (running)"
             self.message_user(request, f"{execution_id}: {done}", messages.SUCCESS)
 
-    @admin.action(description="Retry the selected executions")
+    @admin.action(description="Retry the selected executions", permissions=["operate"])
     def retry(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:
+        caller = admin_caller(request)
         for execution_id in queryset.values_list("id", flat=True):
             try:
-                execution_retry(execution_id=execution_id, actor=_actor(request))
-            except (InvalidState, InvalidInput) as exc:
+                execution_retry(execution_id=execution_id, caller=caller)
+            except _REFUSALS as exc:
                 self.message_user(request, f"{execution_id}: {exc}", messages.WARNING)
                 continue
             self.message_user(request, f"{execution_id}: retrying", messages.SUCCESS)
 
 
-def _actor(request: HttpRequest) -> str:
-    return f"user:{request.user.pk}"
+@admin.register(Run)
+class RunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "execution", "number", "kind", "status", "started_at", "finished_at"]
+    list_filter = ["kind", "status"]
+    search_fields = ["id", "execution__id"]
 
 
 @admin.register(Stage)
 class StageAdmin(ReadOnlyAdmin):
     list_display = ["run", "position", "name", "status", "started_at", "finished_at"]
     list_filter = ["status", "name"]
+
+
+@admin.register(StepReceipt)
+class StepReceiptAdmin(ReadOnlyAdmin):
+    list_display = ["run", "stage", "step_key", "sequence", "status", "attempts", "created_at"]
+    list_filter = ["status", "kind"]
+    search_fields = ["run__id", "run__execution__id", "step_key"]
+
+
+@admin.register(OutboxEvent)
+class OutboxEventAdmin(ReadOnlyAdmin):
+    list_display = ["execution", "sequence", "type", "created_at"]
+    list_filter = ["type"]
+    search_fields = ["execution__id", "key"]
 
 
 @admin.register(AuditEntry)
@@ -108,7 +125,49 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     search_fields = ["target_id", "actor", "reason"]
 
 
+class WebhookEndpointForm(forms.ModelForm):
+    url = forms.URLField(max_length=2000, assume_scheme="https")
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["url", "description", "event_types", "active", "allow_private"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("url"):
+            try:
+                endpoint_url_check(data["url"], allow_private=bool(data.get("allow_private")))
+            except ValidationError as exc:
+                self.add_error("url", exc)
+        return data
+
+
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(admin.ModelAdmin):
+class WebhookEndpointAdmin(WritableAdmin):
+    """The signing secret is generated on creation and shown once, in the confirmation
+    message; later it can only be rotated (a new one, shown once)."""
+
+    form = WebhookEndpointForm
     list_display = ["url", "description", "active", "allow_private", "created_at"]
     list_filter = ["active"]
+    readonly_fields = ["id", "created_at"]
+    actions = ["rotate_secret"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        secret = webhook_endpoint_save(obj)
+        if secret is not None:
+            self.message_user(
+                request,
+                f"Signing secret for {obj.url} (shown this once; store it now): {secret}",
+                messages.WARNING,
+            )
+
+    @admin.action(description="Rotate the signing secret (shown once)", permissions=["change"])
+    def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
+        for endpoint in queryset:
+            secret = webhook_secret_rotate(endpoint.pk)
+            self.message_user(
+                request,
+                f"New signing secret for {endpoint.url} (shown this once): {secret}",
+                messages.WARNING,
+            )

@@ -79,6 +79,9 @@ class Execution(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        permissions = [
+            ("operate", "Can operate Alfred: cancel, retry, approve, roll back, recover lanes"),
+        ]
         constraints = [
             # Concurrent requests for one operation under different keys serialize here:
             # at most one active execution per logical identity.

@@ -5,18 +5,33 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
-from executions.models import Execution, OutboxEvent, Stage
+from alfred.principals import Caller
+from executions.models import DeliveryKey, Execution, OutboxEvent, Stage
 from executions.workflows.registry import all_workflows
 from lanes.models import Lane
 from lanes.selectors import lane_position
 
 
+def executions_visible(caller: Caller) -> QuerySet[Execution]:
+    """What ``caller`` may read: operators and viewers everything; an integration what it
+    owns and what it holds a delivery key for (an operator may have continued an
+    integration's execution under the operator's key; the integration still reads it).
+
+    Trade-off, written down in docs/contract.md: an integration cannot list the work of
+    another integration even on a lane they share; it sees the lane's queue by execution id
+    only (``GET /lanes/{key}``) and reads none of those executions."""
+    if caller.reads_all:
+        return Execution.objects.all()
+    keyed = DeliveryKey.objects.filter(execution=OuterRef("pk"), principal=caller.principal)
+    return Execution.objects.filter(Q(principal=caller.principal) | Exists(keyed))
+
+
 def execution_list(
-    *, workflow: str | None = None, status: str | None = None
+    caller: Caller, *, workflow: str | None = None, status: str | None = None
 ) -> QuerySet[Execution]:
-    qs = Execution.objects.all()
+    qs = executions_visible(caller)
     if workflow:
         qs = qs.filter(workflow=workflow)
     if status:
@@ -24,8 +39,11 @@ def execution_list(
     return qs
 
 
-def execution_get(execution_id: str) -> Execution:
-    return Execution.objects.select_related("current_run").get(pk=execution_id)
+def execution_get(execution_id: str, caller: Caller | None = None) -> Execution:
+    """The execution, if ``caller`` (when given) may read it; else ``Execution.DoesNotExist``:
+    an execution a caller may not read is answered as one that does not exist."""
+    qs = Execution.objects.all() if caller is None else executions_visible(caller)
+    return qs.select_related("current_run").get(pk=execution_id)
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from alfred.authentication import principal_of
 from alfred.openapi import JSON, problems
-from alfred.permissions import IsOperator
+from alfred.permissions import IsOperator, request_caller
 from alfred.problems import Problem
+from executions.api.serializers import FreeTextField
 from lanes.models import Lane, LaneWaiter
 from lanes.selectors import lane_list, lane_queue
 from lanes.services import LaneOwnerMismatch, lane_recover
@@ -56,6 +56,17 @@ class LaneDetailSerializer(LaneSerializer):
         return LaneWaiterSerializer(lane_queue(lane.key), many=True).data
 
 
+MAX_LANE_KEY_LENGTH = 200  # Lane.key's max_length
+
+
+def check_lane_key(key: str) -> str:
+    """``key`` if a lane could have it; else 404 before any query: at most the column's
+    length, printable (no NUL nor other control character)."""
+    if not key or len(key) > MAX_LANE_KEY_LENGTH or not key.isprintable():
+        raise Http404
+    return key
+
+
 class LaneListApi(APIView):
     @extend_schema(
         operation_id="lanes_list",
@@ -73,39 +84,49 @@ class LaneDetailApi(APIView):
         responses={(200, JSON): LaneDetailSerializer, **problems(404)},
     )
     def get(self, request: Request, key: str) -> Response:
-        lane = lane_list().filter(key=key).first()
+        lane = lane_list().filter(key=check_lane_key(key)).first()
         if lane is None:
             raise Http404
         return Response(LaneDetailSerializer(lane).data)
 
 
 class LaneRecoverSerializer(serializers.Serializer):
+    # Execution ids: at most the column's 40 characters (CharField refuses NUL itself).
     expected_owner = serializers.CharField(
-        allow_null=True, help_text="The owner you saw: refused (409) if it changed meanwhile."
+        allow_null=True,
+        max_length=40,
+        help_text="The owner you saw: refused (409) if it changed meanwhile.",
     )
-    reason = serializers.CharField(min_length=3, max_length=1000)
+    reason = FreeTextField(min_length=3)
     to = serializers.CharField(
-        required=False, help_text="A queued execution to hand the lane to (default: the next)."
+        required=False,
+        max_length=40,
+        help_text="A queued execution to hand the lane to (default: the next).",
     )
 
 
 class LaneRecoverApi(APIView):
     permission_classes = [IsOperator]
+    throttle_scope = "control"
 
     @extend_schema(
         operation_id="lanes_recover",
         summary="Release a blocked lane to the next in line (operator; audited)",
         request=LaneRecoverSerializer,
-        responses={(202, JSON): LaneDetailSerializer, **problems(400, 403, 404, 409, 422)},
+        responses={
+            (202, JSON): LaneDetailSerializer,
+            **problems(400, 401, 403, 404, 409, 422, 429, 503),
+        },
     )
     def post(self, request: Request, key: str) -> Response:
+        check_lane_key(key)
         form = LaneRecoverSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         try:
             lane_recover(
                 key=key,
                 expected_owner=form.validated_data["expected_owner"],
-                actor=principal_of(request.user),
+                actor=request_caller(request).principal,
                 reason=form.validated_data["reason"],
                 to=form.validated_data.get("to"),
             )

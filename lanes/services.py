@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
+from alfred.readonly import writes_allowed
 from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.selectors import lane_position
 
@@ -299,6 +300,7 @@ def lane_recover(
     from executions.engine.dispatch import run_dispatch_on_commit
     from executions.models import ACTIVE_STATUSES, AuditEntry, Execution, ExecutionStatus
 
+    writes_allowed()
     with transaction.atomic(durable=True):
         lane = lane_lock(key, also=[to] if to else [])
         if lane is None:

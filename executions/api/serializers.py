@@ -1,20 +1,57 @@
-"""Representations of the HTTP contract (DESIGN §8). Read-only: requests are parsed by the
-workflow's JSON Schema, not by serializers."""
+"""Representations of the HTTP contract (DESIGN §8). Read-only, but for the small bodies of
+the controls: a workflow's input is parsed by its JSON Schema, not by serializers."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from alfred.principals import Caller
 from executions import selectors
 from executions.models import AuditEntry, Execution, ExecutionStatus, OutboxEvent, Stage
 
 
 def _url(name: str, **kwargs: Any) -> str:
     return reverse(name, kwargs=kwargs)
+
+
+MAX_REASON_LENGTH = 1000
+# C0 controls but NUL (which CharField refuses itself, as it does lone surrogates), tab and
+# newline; DEL and C1; and the bidirectional overrides and isolates that would make an audit
+# entry read differently from what it holds.
+_FORBIDDEN_IN_TEXT = re.compile("[\x01-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def check_free_text(value: str) -> None:
+    """The rule for every free text of the API (operator reasons): no control character but
+    tab and newline, no bidirectional override; the length is the field's."""
+    found = _FORBIDDEN_IN_TEXT.search(value)
+    if found is not None:
+        raise serializers.ValidationError(
+            f"Control characters other than tab and newline are not allowed "
+            f"(found U+{ord(found.group()):04X})."
+        )
+
+
+class FreeTextField(serializers.CharField):
+    """A client's free text (a reason for the audit log): a string, surrounding whitespace
+    trimmed, at most ``max_length`` characters (longer is refused, never cut: the audit log
+    keeps what was sent or nothing), and :func:`check_free_text`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", MAX_REASON_LENGTH)
+        super().__init__(**kwargs)
+        self.validators.append(check_free_text)
+
+
+class CancelRequestSerializer(serializers.Serializer):
+    """The optional body of a cancel: ``{"reason": "..."}``, kept in the audit log."""
+
+    reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
 
 
 class StageSerializer(serializers.ModelSerializer):
@@ -65,16 +102,18 @@ class ExecutionSummarySerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.DictField(child=serializers.CharField()))
     def get_links(self, obj: Execution) -> dict[str, str]:
-        return execution_links(obj)
+        return execution_links(obj, self.context.get("caller"))
 
 
-def execution_links(execution: Execution) -> dict[str, str]:
+def execution_links(execution: Execution, caller: Caller | None = None) -> dict[str, str]:
     """Links to what the execution supports now: the controls only in states that allow
-    them."""
+    them, and only for a caller who may use them (its owner or an operator)."""
     links = {
         "self": _url("execution-detail", execution_id=execution.id),
         "events": _url("execution-events", execution_id=execution.id),
     }
+    if caller is not None and not caller.may_act_on(execution.principal):
+        return links
     if not execution.terminal:
         links["cancel"] = _url("execution-cancel", execution_id=execution.id)
     if execution.status in (ExecutionStatus.FAILED, ExecutionStatus.CANCELED):

@@ -9,53 +9,72 @@ from django.http import Http404
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import generics, pagination
-from rest_framework.exceptions import NotFound
+from rest_framework import generics
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from alfred.authentication import principal_of
 from alfred.openapi import JSON, problems
-from alfred.permissions import IsOperator
-from alfred.problems import Problem
+from alfred.permissions import MayTrigger, ReadsAll, request_caller
+from alfred.principals import Caller
+from alfred.problems import Problem, shown
 from executions import selectors
 from executions.acceptance import (
     IdempotencyConflict,
+    IdentityHeld,
     InvalidInput,
     LaneConflict,
     UnknownWorkflow,
     execution_accept,
 )
+from executions.api.params import (
+    AuditEntryCursorPagination,
+    ExecutionCursorPagination,
+    check_execution_id,
+    int_param,
+)
 from executions.api.serializers import (
     AuditEntrySerializer,
+    CancelRequestSerializer,
     EventPageSerializer,
     EventSerializer,
     ExecutionSerializer,
     ExecutionSummarySerializer,
     WorkflowSerializer,
 )
-from executions.controls import InvalidState, NotRetryable, execution_cancel, execution_retry
+from executions.controls import (
+    InvalidState,
+    NotPermitted,
+    NotRetryable,
+    execution_cancel,
+    execution_retry,
+)
 from executions.models import AuditEntry, Execution, ExecutionStatus
 
-# Printable ASCII without spaces at the ends; long enough for a UUID, a ULID or a hash.
-IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$")
-
-
+# Printable ASCII without a comma and without spaces at the ends; long enough for a UUID, a
+# ULID or a hash. No comma: a proxy or server joins two Idempotency-Key headers into "one,two",
+# which would otherwise be accepted as a third key that neither request meant.
+IDEMPOTENCY_KEY_RE = re.compile(
+    r"[\x21-\x2b\x2d-\x7e](?:[\x20-\x2b\x2d-\x7e]{0,253}[\x21-\x2b\x2d-\x7e])?"
+)
 IDEMPOTENCY_KEY_PARAM = OpenApiParameter(
     name="Idempotency-Key",
     location=OpenApiParameter.HEADER,
     required=True,
     type=str,
     description=(
-        "Client-chosen key (1–255 printable ASCII), scoped to the caller. The same key with "
-        "the same body returns the execution first accepted for it (`Idempotent-Replayed: "
-        "true`); with a different body, 409 `idempotency_conflict`."
+        "Client-chosen key (1–255 printable ASCII, no comma: send one key in one header), "
+        "scoped to the caller. The same key with the same body returns the execution first "
+        "accepted for it (`Idempotent-Replayed: true`); with a different body, 409 "
+        "`idempotency_conflict`."
     ),
 )
 
 
 class ExecutionCreateApi(APIView):
+    permission_classes = [MayTrigger]
+    throttle_scope = "trigger"
+
     @extend_schema(
         operation_id="executions_create",
         summary="Ask for an execution of a workflow",
@@ -85,7 +104,7 @@ class ExecutionCreateApi(APIView):
             (202, JSON): OpenApiResponse(
                 ExecutionSerializer, description="Accepted (or replayed)."
             ),
-            **problems(400, 401, 403, 404, 409, 413, 415, 422, 503),
+            **problems(400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
         },
         description=(
             "The body is the workflow's input (see GET /api/v1/workflows for each JSON Schema). "
@@ -96,26 +115,29 @@ class ExecutionCreateApi(APIView):
         if workflow not in selectors.workflow_names():
             raise Problem(
                 "unknown_workflow",
-                f"No workflow named {workflow!r}.",
+                "No workflow by that name; GET /api/v1/workflows lists them.",
                 workflows=selectors.workflow_names(),
             )
         key = request.headers.get("Idempotency-Key")
         if not key:
             raise Problem("idempotency_key_missing", "Send an Idempotency-Key header.")
-        if not IDEMPOTENCY_KEY_RE.match(key):
+        if not IDEMPOTENCY_KEY_RE.fullmatch(key):
             raise Problem(
                 "idempotency_key_invalid",
-                "Idempotency-Key must be 1–255 printable ASCII characters.",
+                "Idempotency-Key must be one key: 1–255 printable ASCII characters without a "
+                "comma (two Idempotency-Key headers arrive joined by a comma).",
             )
         try:
             acceptance = execution_accept(
                 workflow_name=workflow,
                 body=request.data,
                 idempotency_key=key,
-                principal=principal_of(request.user),
+                caller=request_caller(request),
             )
         except UnknownWorkflow:
-            raise Problem("unknown_workflow", f"No workflow named {workflow!r}.") from None
+            raise Problem(
+                "unknown_workflow", "No workflow by that name; GET /api/v1/workflows lists them."
+            ) from None
         except InvalidInput as exc:
             raise Problem(
                 "invalid_input",
@@ -128,11 +150,17 @@ class ExecutionCreateApi(APIView):
                 "This Idempotency-Key was used with a different body.",
                 execution=exc.execution_id,
             ) from None
+        except IdentityHeld:
+            raise Problem(
+                "identity_conflict",
+                "Another principal's execution holds this operation; ask its owner or an operator.",
+            ) from None
         except LaneConflict as exc:
             raise _lane_conflict(exc) from None
 
         execution = acceptance.execution
-        data = ExecutionSerializer(execution, context={"acceptance": acceptance}).data
+        context = {"acceptance": acceptance, "caller": request_caller(request)}
+        data = ExecutionSerializer(execution, context=context).data
         headers = {"Location": data["links"]["self"]}
         if acceptance.replayed:
             headers["Idempotent-Replayed"] = "true"
@@ -140,38 +168,14 @@ class ExecutionCreateApi(APIView):
 
 
 def _lane_conflict(exc: LaneConflict) -> Problem:
+    held = "" if exc.token is None else f" to {shown(exc.token)}"
     return Problem(
         "lane_conflict",
-        f"Lane {exc.key} is committed to {exc.token!r} by execution {exc.execution_id}; "
+        f"Lane {exc.key} is committed{held} by execution {exc.execution_id}; "
         "a different value fails closed until it finishes.",
         execution=exc.execution_id,
         lane=exc.key,
     )
-
-
-class StrictCursorPagination(pagination.CursorPagination):
-    """Cursor pages whose bad input is a 400 problem, not a silent default or a 404."""
-
-    page_size = 50
-    max_page_size = 200
-    page_size_query_param = "limit"
-
-    def get_page_size(self, request: Request) -> int:
-        return _int_param(request, "limit", self.page_size, 1, self.max_page_size)
-
-    def decode_cursor(self, request: Request) -> Any:
-        try:
-            return super().decode_cursor(request)
-        except NotFound:
-            raise Problem(
-                "malformed_request",
-                "The cursor is not one this API gave out; follow the `next` link as it is.",
-                errors=[{"field": "cursor", "message": "invalid cursor"}],
-            ) from None
-
-
-class ExecutionCursorPagination(StrictCursorPagination):
-    ordering = "-id"
 
 
 class ExecutionListApi(generics.ListAPIView):
@@ -199,22 +203,27 @@ class ExecutionListApi(generics.ListAPIView):
         if status and status not in ExecutionStatus.values:
             raise Problem(
                 "malformed_request",
-                f"Unknown status {status!r}.",
+                "status must be one of " + ", ".join(ExecutionStatus.values) + ".",
                 errors=[{"field": "status", "message": "unknown status"}],
             )
         workflow = params.get("workflow")
         if workflow and workflow not in selectors.workflow_names():
             raise Problem(
                 "malformed_request",
-                f"Unknown workflow {workflow!r}.",
+                "workflow must be the name of a workflow; GET /api/v1/workflows lists them.",
                 errors=[{"field": "workflow", "message": "unknown workflow"}],
             )
-        return selectors.execution_list(workflow=workflow, status=status)
+        return selectors.execution_list(
+            request_caller(self.request), workflow=workflow, status=status
+        )
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "caller": request_caller(self.request)}
 
 
-def _execution_or_404(execution_id: str) -> Execution:
+def _execution_or_404(execution_id: str, caller: Caller) -> Execution:
     try:
-        return selectors.execution_get(execution_id)
+        return selectors.execution_get(execution_id, caller)
     except Execution.DoesNotExist:
         raise Http404 from None
 
@@ -226,7 +235,9 @@ class ExecutionDetailApi(APIView):
         responses={(200, JSON): ExecutionSerializer, **problems(401, 404)},
     )
     def get(self, request: Request, execution_id: str) -> Response:
-        return Response(ExecutionSerializer(_execution_or_404(execution_id)).data)
+        caller = request_caller(request)
+        execution = _execution_or_404(check_execution_id(execution_id), caller)
+        return Response(ExecutionSerializer(execution, context={"caller": caller}).data)
 
 
 class ExecutionEventsApi(APIView):
@@ -240,9 +251,14 @@ class ExecutionEventsApi(APIView):
         responses={(200, JSON): EventPageSerializer, **problems(400, 401, 404)},
     )
     def get(self, request: Request, execution_id: str) -> Response:
-        after = _int_param(request, "after", 0, 0, None)
-        limit = _int_param(request, "limit", 100, 1, 500)
-        if not Execution.objects.filter(pk=execution_id).exists():
+        check_execution_id(execution_id)
+        after = int_param(request, "after", 0, 0, None)
+        limit = int_param(request, "limit", 100, 1, 500)
+        if (
+            not selectors.executions_visible(request_caller(request))
+            .filter(pk=execution_id)
+            .exists()
+        ):
             raise Http404
         events = selectors.execution_events(execution_id, after=after, limit=limit + 1)
         page = events[:limit]
@@ -253,24 +269,6 @@ class ExecutionEventsApi(APIView):
                 "has_more": len(events) > limit,
             }
         )
-
-
-def _int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if value < low or (high is not None and value > high):
-        bound = f"{low}–{high}" if high is not None else f"≥ {low}"
-        raise Problem(
-            "malformed_request",
-            f"{name} must be an integer {bound}.",
-            errors=[{"field": name, "message": f"integer {bound}"}],
-        )
-    return value
 
 
 class WorkflowListApi(APIView):
@@ -292,21 +290,17 @@ def _url(name: str, described: dict[str, Any]) -> str:
     return reverse(name, kwargs={"workflow": described["name"]})
 
 
-class AuditEntryCursorPagination(StrictCursorPagination):
-    ordering = "-created_at"
-
-
 class AuditEntryListApi(generics.ListAPIView):
-    """What operators did and why (operator only)."""
+    """What operators did and why (operators and viewers)."""
 
     serializer_class = AuditEntrySerializer
     pagination_class = AuditEntryCursorPagination
-    permission_classes = [IsOperator]
+    permission_classes = [ReadsAll]
     queryset = AuditEntry.objects.all()
 
     @extend_schema(
         operation_id="audit_list",
-        summary="The audit log, newest first (operator)",
+        summary="The audit log, newest first (operator, viewer)",
         responses={
             (200, JSON): AuditEntrySerializer(many=True),
             **problems(401, 403),
@@ -317,33 +311,40 @@ class AuditEntryListApi(generics.ListAPIView):
 
 
 class _ControlApi(APIView):
-    def respond(self, execution: Execution) -> Response:
-        data = ExecutionSerializer(selectors.execution_get(execution.id)).data
+    throttle_scope = "control"
+
+    def respond(self, execution: Execution, caller: Caller) -> Response:
+        fresh = selectors.execution_get(execution.id)
+        data = ExecutionSerializer(fresh, context={"caller": caller}).data
         return Response(data, status=202, headers={"Location": data["links"]["self"]})
 
 
-CONTROL_RESPONSES = {(202, JSON): ExecutionSerializer, **problems(404, 409, 503)}
+CONTROL_RESPONSES = {(202, JSON): ExecutionSerializer, **problems(401, 403, 404, 409, 429, 503)}
 
 
 class ExecutionCancelApi(_ControlApi):
     @extend_schema(
         operation_id="executions_cancel",
         summary="Cancel: at once when waiting or queued, at the next step boundary when running",
-        request=None,
-        responses=CONTROL_RESPONSES,
+        request=CancelRequestSerializer,
+        responses={**CONTROL_RESPONSES, **problems(400, 415, 422)},
     )
     def post(self, request: Request, execution_id: str) -> Response:
+        caller = request_caller(request)
+        check_execution_id(execution_id)
+        form = CancelRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
         try:
             result = execution_cancel(
-                execution_id=execution_id,
-                actor=principal_of(request.user),
-                reason=_reason(request),
+                execution_id=execution_id, caller=caller, reason=form.validated_data["reason"]
             )
         except Execution.DoesNotExist:
             raise Http404 from None
+        except NotPermitted as exc:
+            raise Problem("permission_denied", str(exc), execution=exc.execution_id) from None
         except InvalidState as exc:
             raise Problem("invalid_state", str(exc), execution=exc.execution_id) from None
-        return self.respond(result.execution)
+        return self.respond(result.execution, caller)
 
 
 class ExecutionRetryApi(_ControlApi):
@@ -354,10 +355,14 @@ class ExecutionRetryApi(_ControlApi):
         responses={**CONTROL_RESPONSES, **problems(422)},
     )
     def post(self, request: Request, execution_id: str) -> Response:
+        caller = request_caller(request)
+        check_execution_id(execution_id)
         try:
-            execution = execution_retry(execution_id=execution_id, actor=principal_of(request.user))
+            execution = execution_retry(execution_id=execution_id, caller=caller)
         except Execution.DoesNotExist:
             raise Http404 from None
+        except NotPermitted as exc:
+            raise Problem("permission_denied", str(exc), execution=exc.execution_id) from None
         except NotRetryable as exc:
             raise Problem("not_retryable", str(exc), execution=exc.execution_id) from None
         except InvalidState as exc:
@@ -370,10 +375,4 @@ class ExecutionRetryApi(_ControlApi):
             ) from None
         except LaneConflict as exc:
             raise _lane_conflict(exc) from None
-        return self.respond(execution)
-
-
-def _reason(request: Request) -> str:
-    """An optional ``{"reason": "..."}`` body, kept in the audit log."""
-    data = request.data
-    return str(data.get("reason", ""))[:1000] if isinstance(data, dict) else ""
+        return self.respond(execution, caller)

@@ -23,6 +23,8 @@ def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> tuple[
     definition = definition_get(workflow)
     canonical = definition.canonicalize(input)
     identity = logical_identity(workflow, canonical)
+    # A child belongs to whoever owns its parent: they may read, cancel and retry it.
+    owner = Execution.objects.values_list("principal", flat=True).get(pk=parent_id)
     try:
         with transaction.atomic():
             child = execution_insert(
@@ -30,7 +32,7 @@ def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> tuple[
                 stages=definition.stages,
                 canonical=canonical,
                 identity=identity,
-                principal=f"execution:{parent_id}",
+                principal=owner,
                 parent_id=parent_id,
             )
     except IntegrityError:

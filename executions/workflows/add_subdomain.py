@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from alfred.problems import shown
 from executions.workflows import _fields
 from executions.workflows.base import FieldError, LaneClaim, Workflow
 
@@ -21,11 +22,11 @@ def fqdn(raw_subdomain: str, zone: str) -> str:
     absolute = raw_subdomain.strip().endswith(".")
     name = _fields.normalize_hostname(raw_subdomain)
     if name == zone:
-        raise ValueError(f"it names the zone apex {zone!r}; give a name below it")
+        raise ValueError(f"it names the zone apex {shown(zone)}; give a name below it")
     if name.endswith(f".{zone}"):
         return name
     if absolute:
-        raise ValueError(f"it is an absolute name outside the zone {zone!r}")
+        raise ValueError(f"it is an absolute name outside the zone {shown(zone)}")
     return f"{name}.{zone}"
 
 
@@ -82,7 +83,7 @@ class AddSubdomain(Workflow):
             problem = str(exc)
         if problem is None:
             return []
-        return [FieldError("/subdomain", f"{raw!r} is not a valid subdomain: {problem}")]
+        return [FieldError("/subdomain", f"not a valid subdomain: {problem}")]
 
     def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
         filled = _fields.with_defaults(self.input_schema, data)

@@ -7,6 +7,7 @@ five. Acceptance (``executions.acceptance``) is the only caller of ``validate``/
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from typing import Any, ClassVar
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
+
+from alfred.problems import shown
 
 
 @dataclass(frozen=True)
@@ -54,22 +57,73 @@ def _pointer(path: Any) -> str:
 _REQUIRED_MESSAGE = re.compile(r"^'(.+)' is a required property$")
 
 
-def _pointers(error: ValidationError) -> list[str]:
-    """Where the error is: for a missing or an unexpected property, the property itself
-    (``/domain``), not the object that lacks or carries it."""
+_TYPE_NAMES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "an array",
+    "object": "an object",
+    "null": "null",
+}
+
+
+def _schema_message(error: ValidationError) -> str:
+    """Alfred's message for a JSON Schema error. jsonschema's own messages quote the instance
+    (``"[... 9000 items] is too long"``): they are neither bounded nor in the API's words.
+    Only the schema's values (bounds, enums, patterns) are shown."""
+    keyword = str(error.validator)
+    value: Any = error.validator_value
+    if keyword == "type":
+        types = [str(t) for t in (value if isinstance(value, list) else [value])]
+        return "must be " + " or ".join(_TYPE_NAMES.get(t, t) for t in types)
+    if keyword == "required":
+        return "is required"
+    if keyword == "enum":
+        return "must be one of " + ", ".join(json.dumps(choice) for choice in value)
+    if keyword == "const":
+        return f"must be {json.dumps(value)}"
+    if keyword == "pattern":
+        return f"must match the pattern {value}"
+    if keyword == "format":
+        return f"must be a valid {value}"
+    messages = {
+        "maxLength": f"must be at most {value} characters",
+        "minLength": f"must be at least {value} characters",
+        "maxItems": f"must have at most {value} items",
+        "minItems": f"must have at least {value} items",
+        "uniqueItems": "must not repeat an item",
+        "minimum": f"must be at least {value}",
+        "maximum": f"must be at most {value}",
+        "exclusiveMinimum": f"must be more than {value}",
+        "exclusiveMaximum": f"must be less than {value}",
+        "anyOf": "matches none of the allowed forms",
+        "oneOf": "must match exactly one of the allowed forms",
+    }
+    return messages.get(keyword, f"breaks the schema's {keyword} rule")
+
+
+def _located(error: ValidationError) -> list[FieldError]:
+    """The errors at their place: for a missing or an unexpected property, the property
+    itself (``/domain``), not the object that lacks or carries it."""
     base = list(error.absolute_path)
     instance = error.instance if isinstance(error.instance, dict) else {}
     if error.validator == "required":
         # jsonschema reports each missing property as its own error and names it only in
         # the message: "'zone' is a required property".
         match = _REQUIRED_MESSAGE.match(error.message)
-        return [_pointer([*base, match.group(1)])] if match else [_pointer(base)]
+        pointer = _pointer([*base, match.group(1)]) if match else _pointer(base)
+        return [FieldError(pointer, "is required")]
     if error.validator == "additionalProperties" and instance:
         schema = error.schema if isinstance(error.schema, Mapping) else {}
-        allowed = set(schema.get("properties", {}))
+        allowed = sorted(schema.get("properties", {}))
         extra = sorted(k for k in instance if k not in allowed)
-        return [_pointer([*base, name]) for name in extra] or [_pointer(base)]
-    return [_pointer(base)]
+        known = "the properties are " + ", ".join(allowed)
+        return [
+            FieldError(_pointer([*base, name]), f"unknown property {shown(name)}; {known}")
+            for name in extra
+        ] or [FieldError(_pointer(base), f"unknown property; {known}")]
+    return [FieldError(_pointer(base), _schema_message(error))]
 
 
 class Workflow:
@@ -108,8 +162,8 @@ class Workflow:
             for err in errors:
                 # For a oneOf/anyOf mismatch, report the most relevant sub-error.
                 chosen = best_match([err]) if err.context else err
-                for pointer in _pointers(chosen):
-                    seen.setdefault(pointer, FieldError(pointer, chosen.message))
+                for located in _located(chosen):
+                    seen.setdefault(located.field, located)
             raise InvalidInput(list(seen.values()))
         semantic = self.check_semantics(data)
         if semantic:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import psycopg
 import pytest
 from django.conf import settings
@@ -153,6 +154,9 @@ def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack
         assert "acme.com" in str(booking.files["next-deimos/server-names.conf"])
         status = providers.argocd().application("nginx-ingress")
         assert status.health_status == "Healthy"
+
+        # and: the printed demo login is an operator, not a superuser
+        _demo_operator_can_operate_but_not_add_users(launcher.lines, f"http://127.0.0.1:{base + 4}")
     finally:
         code = launcher.stop()
         shutil.rmtree(state, ignore_errors=True)
@@ -163,3 +167,35 @@ def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack
             # as a server binds (TIME_WAIT of closed connections does not count)
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(("127.0.0.1", base + offset))  # free again: no listener left behind
+
+
+def _demo_operator_can_operate_but_not_add_users(lines: list[str], base: str) -> None:
+    banner = next(line for line in lines if "(login: " in line)
+    login = re.search(r"\(login: (\S+) / (\S+)\)", banner)
+    assert login is not None
+    user, password = login.groups()
+    raw = next(line for line in lines if "API token" in line).split()[2]
+    work = httpx.post(
+        f"{base}/api/v1/workflows/add-certificate/executions",
+        json={"domain": "example.com", "ticket_ids": ["OPS-1"]},
+        headers={"Authorization": f"Bearer {raw}", "Idempotency-Key": "demo-operator"},
+        timeout=10,
+    )
+    # something to act on: an execution and its lane
+    assert work.status_code == 202, work.text + "\n".join(lines[-80:])
+    with httpx.Client(base_url=base, timeout=10) as browser:
+        form = browser.get("/admin/login/")
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+        assert csrf is not None
+        token = csrf.group(1)
+        signed_in = browser.post(
+            "/admin/login/?next=/admin/",
+            data={"username": user, "password": password, "csrfmiddlewaretoken": token},
+        )
+        assert signed_in.status_code == 302 and signed_in.headers["location"] == "/admin/"
+        assert browser.get("/admin/").status_code == 200
+        changelist = browser.get("/admin/executions/execution/")
+        assert changelist.status_code == 200
+        assert 'value="cancel"' in changelist.text and 'value="retry"' in changelist.text
+        assert 'value="recover"' in browser.get("/admin/lanes/lane/").text
+        assert browser.get("/admin/auth/user/add/").status_code == 403

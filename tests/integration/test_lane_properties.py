@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from alfred.principals import cli_caller
 from executions.acceptance import execution_accept
 from executions.controls import InvalidState, execution_cancel, execution_retry
 from executions.engine.runner import stage_execute
@@ -56,7 +57,7 @@ class LanesAndRuns(RuleBasedStateMachine):
             workflow_name="test-laned",
             body=body,
             idempotency_key=str(uuid.uuid4()),
-            principal="prop",
+            caller=cli_caller("prop"),
         )
         if acceptance.execution.id not in self.executions:
             self.executions.append(acceptance.execution.id)
@@ -83,14 +84,14 @@ class LanesAndRuns(RuleBasedStateMachine):
         execution = self._pick(which)
         if execution is not None:
             with contextlib.suppress(InvalidState):
-                execution_cancel(execution_id=execution, actor="prop")
+                execution_cancel(execution_id=execution, caller=cli_caller("prop"))
 
     @rule(which=st.integers(0, 20))
     def retry(self, which: int) -> None:
         execution = self._pick(which)
         if execution is not None:
             with contextlib.suppress(InvalidState, LaneConflict):
-                execution_retry(execution_id=execution, actor="prop")
+                execution_retry(execution_id=execution, caller=cli_caller("prop"))
 
     @rule(lane=st.integers(0, 1), to=st.one_of(st.none(), st.integers(0, 20)))
     def recover(self, lane: int, to: int | None) -> None:

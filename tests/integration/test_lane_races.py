@@ -15,6 +15,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from alfred.principals import cli_caller
 from executions.controls import execution_cancel, execution_retry
 from executions.engine.runner import Outcome, stage_execute
 from executions.engine.scans import runs_recover
@@ -62,7 +63,7 @@ def test_recover_to_another_execution_requeues_a_retried_owner_that_has_not_star
     other = submit(api, "test-infra", {"label": "e2"}).json()["id"]
     _fail(owner)
     assert lane_reconcile(KEY).action is Action.RECOVERY_REQUIRED
-    execution_retry(execution_id=owner, actor="ops")
+    execution_retry(execution_id=owner, caller=cli_caller("ops"))
 
     # when: an operator hands the lane to the other execution
     assert lane_recover(key=KEY, expected_owner=owner, actor="ops", reason="e2 first", to=other)
@@ -107,13 +108,13 @@ def test_a_child_retried_after_its_root_ended_holds_the_lane_itself(api):
         child, _ = child_create(root, "test-infra", {"label": "root-cert"})
     Execution.objects.filter(pk=child).update(status="failed")
     _started(root)
-    execution_cancel(execution_id=root, actor="ops")
+    execution_cancel(execution_id=root, caller=cli_caller("ops"))
     assert lane_recover(key=KEY, expected_owner=root, actor="ops", reason="next") is None
     other = submit(api, "test-infra", {"label": "other"}).json()["id"]
     assert Lane.objects.get(key=KEY).owner_id == other
 
     # when: the child is retried
-    execution_retry(execution_id=child, actor="ops")
+    execution_retry(execution_id=child, caller=cli_caller("ops"))
 
     # then: it queues for the lane as its own holder, and runs only once it owns it
     retried = Execution.objects.get(pk=child)
@@ -332,7 +333,7 @@ def test_a_continued_child_shows_and_releases_the_lane_it_takes(api):
     assert again["lane"]["key"] == KEY and again["lane"]["role"] == "owner"
     assert Lane.objects.get(key=KEY).owner_id == child
     # and: its end releases the lane at once (the terminal transition knows the lane)
-    execution_cancel(execution_id=child, actor="ops")
+    execution_cancel(execution_id=child, caller=cli_caller("ops"))
     assert Lane.objects.get(key=KEY).state == LaneState.FREE
 
 

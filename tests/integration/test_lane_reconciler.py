@@ -8,6 +8,7 @@ import threading
 import pytest
 from django.db import connections
 
+from alfred.principals import cli_caller
 from executions.models import Execution, OutboxEvent, Run, Stage
 from lanes.models import Lane, LaneWaiter
 from lanes.reconciler import Action, lane_reconcile, lanes_release_ready
@@ -92,7 +93,7 @@ def test_a_readiness_failure_after_an_earlier_run_went_past_planning_blocks(api)
     _finish(owner, "failed", "failed", dns={"status": "failed", "started_at": timezone.now()})
     assert lane_reconcile(KEY).action is Action.RECOVERY_REQUIRED
     Lane.objects.filter(key=KEY).update(state="held", reason="")
-    execution_retry(execution_id=owner, actor="ops")
+    execution_retry(execution_id=owner, caller=cli_caller("ops"))
     _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
 
     decision = lane_reconcile(KEY)

@@ -99,10 +99,48 @@ PRODUCTION = {
 }
 
 
-def test_production_settings_pass_check_deploy():
-    result = _manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION)
+@pytest.mark.parametrize("trust_proxy", ["0", "1"])
+def test_production_settings_pass_check_deploy(trust_proxy):
+    env = {**PRODUCTION, "ALFRED_TRUST_PROXY_HEADERS": trust_proxy}
+    result = _manage("check", "--deploy", "--fail-level", "WARNING", **env)
 
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _setting(name: str, **env: str) -> str:
+    code = f"from django.conf import settings; print(repr(settings.{name}))"
+    result = _manage("shell", "--no-imports", "-c", code, **env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+@pytest.mark.parametrize("environment", [PRODUCTION, {"ALFRED_ENV": "development"}])
+def test_the_proxy_ssl_header_is_trusted_only_when_asked(environment):
+    assert _setting("SECURE_PROXY_SSL_HEADER", **environment) == "None"
+    assert _setting(
+        "SECURE_PROXY_SSL_HEADER", **environment, ALFRED_TRUST_PROXY_HEADERS="1"
+    ) == repr(("HTTP_X_FORWARDED_PROTO", "https"))
+
+
+def test_the_cache_is_the_brokers_redis():
+    assert _setting("CACHES['default']['LOCATION']", **PRODUCTION) == repr(
+        PRODUCTION["CELERY_BROKER_URL"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("broker", "cache"),
+    [
+        ("redis://redis:6379/0", "redis://redis:6379/0"),
+        ("rediss://:pw@redis:6380/2", "rediss://:pw@redis:6380/2"),
+        ("redis+socket:///run/alfred/redis.sock", "unix:///run/alfred/redis.sock?db=0"),
+        ("redis+socket:///run/redis.sock?virtual_host=7", "unix:///run/redis.sock?db=7"),
+    ],
+)
+def test_the_cache_url_is_the_brokers_in_redis_py_terms(broker, cache):
+    from alfred.settings import _cache_url
+
+    assert _cache_url(broker) == cache
 
 
 @pytest.mark.parametrize(
@@ -115,6 +153,9 @@ def test_production_settings_pass_check_deploy():
         ({"ALFRED_DEBUG": "1"}, "ALFRED_DEBUG"),
         ({"ALFRED_PUBLIC_URL": "http://alfred.example.com"}, "https://"),
         ({"ALFRED_PROVIDERS": "sandbox"}, "ALFRED_PROVIDERS=sandbox"),
+        ({"ALFRED_ALLOWED_HOSTS": "*"}, "wildcard ALFRED_ALLOWED_HOSTS"),
+        ({"ALFRED_ALLOWED_HOSTS": "alfred.example.com,*.example.com"}, "wildcard"),
+        ({"ALFRED_ALLOWED_HOSTS": "."}, "wildcard ALFRED_ALLOWED_HOSTS"),
     ],
 )
 def test_production_refuses_insecure_defaults(change, message):
@@ -141,7 +182,7 @@ def test_creating_a_second_active_token_of_one_name_is_a_clear_error():
 
     _token_command("create", "--name", "dup", "--role", "integration")
 
-    with pytest.raises(CommandError, match="revoke it first"):
+    with pytest.raises(CommandError, match="rotate or revoke it"):
         _token_command("create", "--name", "dup", "--role", "operator")
 
 
@@ -177,7 +218,7 @@ def test_the_admin_cancels_with_an_audit_entry(admin_client, api):
 
 
 @pytest.mark.django_db(transaction=True)  # the scheduler closes the connection it used
-def test_beat_installs_the_scans_as_periodic_tasks_editable_in_the_admin(admin_client):
+def test_beat_installs_the_scans_as_periodic_tasks_shown_read_only_in_the_admin(admin_client):
     from django_celery_beat.models import PeriodicTask
     from django_celery_beat.schedulers import DatabaseScheduler
 
@@ -192,3 +233,8 @@ def test_beat_installs_the_scans_as_periodic_tasks_editable_in_the_admin(admin_c
     reconcile = PeriodicTask.objects.get(name="lanes-reconcile")
     page = admin_client.get(f"/admin/django_celery_beat/periodictask/{reconcile.pk}/change/")
     assert page.status_code == 200 and b"lanes.tasks.reconcile" in page.content
+    assert b'name="_save"' not in page.content  # not even a superuser switches a scan off
+    refused = admin_client.post(
+        f"/admin/django_celery_beat/periodictask/{reconcile.pk}/change/", {"enabled": ""}
+    )
+    assert refused.status_code == 403 and PeriodicTask.objects.get(pk=reconcile.pk).enabled

@@ -16,7 +16,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from alfred.embedded import state_dir
 from alfred.models import Role
+from alfred.readonly import ReadOnlyInstance, read_only
 from alfred.tokens import token_rotate
+from alfred.users import user_set
 
 DEMO_USER = "operator"
 DEMO_TOKEN = "demo-integration"  # noqa: S105 - a token name, not a secret
@@ -29,8 +31,10 @@ class Command(BaseCommand):
         if settings.PRODUCTION:
             raise CommandError(
                 "alfred_bootstrap sets up the development demo; in production create logins "
-                "with createsuperuser and tokens with alfred_token"
+                "with alfred_user and tokens with alfred_token"
             )
+        if read_only():
+            raise CommandError(str(ReadOnlyInstance()))
         password = self._operator_password()
         _, raw = token_rotate(name=DEMO_TOKEN, role=Role.INTEGRATION)
         base = os.environ.get("ALFRED_LOCAL_URL", settings.ALFRED_PUBLIC_URL)
@@ -75,12 +79,9 @@ class Command(BaseCommand):
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(password + "\n")
             path.chmod(0o600)
-        user_model = get_user_model()
-        user, _ = user_model.objects.get_or_create(
-            username=DEMO_USER, defaults={"is_staff": True, "is_superuser": True}
-        )
-        if not user.check_password(password):
-            user.set_password(password)
-            user.is_staff = user.is_superuser = True
-            user.save()
+        # An operator (the alfred-operators group), not a superuser: it can cancel, retry and
+        # recover lanes, but not add users or switch off the beat schedule.
+        user = get_user_model().objects.filter(username=DEMO_USER).first()
+        keep = user is not None and user.check_password(password)
+        user_set(username=DEMO_USER, role=Role.OPERATOR, password=None if keep else password)
         return password

@@ -4,6 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from alfred.readonly import ReadOnlyInstance
 from lanes.models import Lane
 from lanes.selectors import lane_list, lane_queue
 from lanes.services import LaneOwnerMismatch, lane_recover
@@ -53,6 +54,6 @@ class Command(BaseCommand):
                 )
             except Lane.DoesNotExist:
                 raise CommandError(f"no lane {options['key']!r}") from None
-            except LaneOwnerMismatch as exc:
+            except (LaneOwnerMismatch, ReadOnlyInstance) as exc:
                 raise CommandError(str(exc)) from None
             self.stdout.write(f"{options['key']}: released to {new_owner or 'nobody (free)'}")

@@ -1,0 +1,81 @@
+"""What every Alfred admin page shares (DESIGN §8).
+
+- Roles come from permissions, never from ``is_staff``: the ``alfred-viewers`` group has the
+  ``view_*`` permissions, ``alfred-operators`` also ``executions.operate``, which every
+  action that changes something declares (``allowed_permissions = ("operate",)``).
+- Records are read-only here: receipts, events, audit entries, runs and stages are what
+  happened; lanes and tokens change only through their services (compare-and-swap), so
+  their change forms are read-only too and a Save cannot rewrite a row.
+- A read-only instance (:mod:`alfred.readonly`) offers no write and no action at all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from alfred.principals import OPERATE_PERMISSION, Caller, caller_of
+from alfred.readonly import read_only
+
+
+def admin_caller(request: HttpRequest) -> Caller:
+    caller = caller_of(request.user)
+    if caller is None:  # the admin let in a user with no Alfred permission: act as nobody
+        return Caller(f"user:{request.user.pk}", "", request.user.get_username())
+    return caller
+
+
+class OperatesMixin:
+    """``has_operate_permission`` for ``allowed_permissions = ("operate",)``."""
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return not read_only() and request.user.has_perm(OPERATE_PERMISSION)
+
+
+class ReadOnlyAdmin(OperatesMixin, admin.ModelAdmin):
+    """A record: listed and shown, never added, changed or deleted from here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        # Every shown field, the non-editable ones (ids, auto timestamps) included: a view-only
+        # inline still builds a form from ``fields`` and refuses non-editable ones.
+        return self.fields or ()
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class WritableAdmin(OperatesMixin, admin.ModelAdmin):
+    """Configuration that people edit (webhook endpoints): Django's model permissions, and
+    nothing on a read-only instance."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return not read_only() and super().has_add_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not read_only() and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return not read_only() and super().has_delete_permission(request, obj)

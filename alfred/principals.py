@@ -1,0 +1,75 @@
+"""Who is asking (DESIGN §8): a :class:`Caller` is a stable principal id and a role.
+
+- An API token's principal is ``ApiToken.principal_id`` (``prn_…``), minted when the token is
+  created and carried over only by a rotation (``token_rotate``): a token created later
+  under a name that was used before is a new principal and owns nothing of the old one's.
+- An admin user's principal is ``user:<pk>``; their role comes from permissions, never from
+  ``is_staff``: ``executions.operate`` makes an operator (the ``alfred-operators`` group),
+  ``executions.view_execution`` on a staff user a viewer (``alfred-viewers``).
+- A management command acts as ``cli:<actor>`` with the operator role: whoever can run it
+  has the machine's authority already.
+
+Roles: an integration triggers, and reads, cancels and retries what it owns; a viewer reads
+everything and changes nothing; an operator may do everything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import models
+
+OPERATE_PERMISSION = "executions.operate"
+VIEW_PERMISSION = "executions.view_execution"
+OPERATORS_GROUP = "alfred-operators"
+VIEWERS_GROUP = "alfred-viewers"
+
+
+class Role(models.TextChoices):
+    INTEGRATION = "integration", "Integration"  # trigger; read, cancel, retry its own
+    VIEWER = "viewer", "Viewer"  # read everything, change nothing
+    OPERATOR = "operator", "Operator"  # everything: also approve, roll back, recover lanes
+
+
+@dataclass(frozen=True)
+class Caller:
+    principal: str  # the stable id executions, keys and audit entries are recorded under
+    role: str
+    name: str = ""  # for people: the token's or the user's name, in audit entries
+
+    @property
+    def operates(self) -> bool:
+        return self.role == Role.OPERATOR
+
+    @property
+    def reads_all(self) -> bool:
+        return self.role in (Role.OPERATOR, Role.VIEWER)
+
+    def owns(self, principal: str) -> bool:
+        return principal == self.principal
+
+    def may_act_on(self, owner: str) -> bool:
+        """Cancel, retry or continue an execution owned by ``owner``."""
+        return self.operates or (self.role == Role.INTEGRATION and self.owns(owner))
+
+
+def caller_of(user: Any) -> Caller | None:
+    """The caller behind ``request.user`` (an ApiToken or a Django user), or None: anonymous,
+    inactive, or a user without any Alfred permission."""
+    from alfred.models import ApiToken
+
+    if isinstance(user, ApiToken):
+        return Caller(user.principal_id, user.role, user.name)
+    if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return None
+    principal = f"user:{user.pk}"
+    if user.has_perm(OPERATE_PERMISSION):
+        return Caller(principal, Role.OPERATOR, user.get_username())
+    if user.is_staff and user.has_perm(VIEW_PERMISSION):
+        return Caller(principal, Role.VIEWER, user.get_username())
+    return None
+
+
+def cli_caller(actor: str) -> Caller:
+    return Caller(f"cli:{actor}", Role.OPERATOR, actor)

@@ -1,0 +1,203 @@
+"""Every admin page renders, for an operator and a viewer, on a normal and on a read-only
+instance: the index, each app's index, every changelist, the add page where the role may add,
+and the change page of every object — executions in every status with runs of every kind,
+and everything hanging off them. The net under every later admin change: a page that 500s
+for some object fails here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.db import models
+from django.test import Client, override_settings
+from django.urls import reverse
+from django.utils import timezone
+
+from alfred.tokens import token_create
+from alfred.users import user_set
+from executions.identity import logical_identity
+from executions.models import (
+    AuditEntry,
+    DeliveryKey,
+    Execution,
+    ExecutionStatus,
+    Hook,
+    OutboxEvent,
+    ReceiptStatus,
+    Run,
+    RunKind,
+    RunStatus,
+    StepReceipt,
+    Timer,
+    TimerPurpose,
+    WebhookEndpoint,
+)
+from executions.workflows.registry import get_workflow
+from lanes.models import Lane, LaneState, LaneWaiter
+from tests.factories import StageFactory
+
+pytestmark = pytest.mark.django_db
+PASSWORD = "Zq8!x7pLm2#v"
+RUN_STATUS = {
+    ExecutionStatus.QUEUED: RunStatus.PENDING,
+    ExecutionStatus.RUNNING: RunStatus.RUNNING,
+    ExecutionStatus.WAITING: RunStatus.WAITING,
+    ExecutionStatus.PAUSED: RunStatus.WAITING,
+    ExecutionStatus.SUCCEEDED: RunStatus.SUCCEEDED,
+    ExecutionStatus.FAILED: RunStatus.FAILED,
+    ExecutionStatus.CANCELED: RunStatus.CANCELED,
+    ExecutionStatus.ROLLED_BACK: RunStatus.SUCCEEDED,
+}
+
+
+@pytest.fixture
+def records() -> None:
+    """One execution per status; each has a run of every kind, with stages, receipts,
+    timers, a hook, events and a delivery key; a held lane with a queue; tokens; a webhook."""
+    now = timezone.now()
+    executions = []
+    for number, status in enumerate(ExecutionStatus):
+        subdomain = {"zone": "example.com", "subdomain": f"page{number}"}
+        canonical = get_workflow("add-subdomain").canonicalize(subdomain)
+        terminal = status not in (
+            ExecutionStatus.QUEUED,
+            ExecutionStatus.RUNNING,
+            ExecutionStatus.WAITING,
+            ExecutionStatus.PAUSED,
+        )
+        execution = Execution.objects.create(
+            workflow="add-subdomain",
+            principal="prn_x",
+            input=canonical,
+            logical_identity=logical_identity("add-subdomain", canonical),
+            status=status,
+            finished_at=now if terminal else None,
+            error={"code": "fatal", "message": "given"} if status == "failed" else None,
+            result={"ok": True} if status == "succeeded" else None,
+            lane_key="aws-infrastructure",
+        )
+        for number, kind in enumerate(RunKind, start=1):
+            run = Run.objects.create(
+                execution=execution, number=number, kind=kind, status=RUN_STATUS[status]
+            )
+            StageFactory(run=run, name="plan", position=0, status="succeeded", output={"a": 1})
+            StepReceipt.objects.create(
+                run=run,
+                stage="plan",
+                step_key="read",
+                sequence=1,
+                status=ReceiptStatus.SUCCEEDED,
+                output={"x": 1},
+                mutation={"undo": "none"},
+                fence=1,
+            )
+            Timer.objects.create(
+                run=run, stage="plan", key="t", purpose=TimerPurpose.SLEEP, due_at=now
+            )
+            Hook.objects.create(
+                execution=execution, run=run, stage="plan", name="approve", token=f"h-{run.pk}"
+            )
+        execution.current_run = run
+        execution.save()
+        OutboxEvent.objects.create(
+            execution=execution, sequence=1, key=f"{execution.pk}:1", type="execution.accepted"
+        )
+        DeliveryKey.objects.create(
+            principal="prn_x",
+            key=f"k-{execution.pk}",
+            fingerprint="f",
+            execution=execution,
+            outcome="created",
+        )
+        executions.append(execution)
+    Lane.objects.create(
+        key="aws-infrastructure", state=LaneState.HELD, owner=executions[0], version=3
+    )
+    Lane.objects.create(
+        key="lambda:a:b", state=LaneState.RECOVERY_REQUIRED, owner=executions[1], reason="x"
+    )
+    LaneWaiter.objects.create(lane_id="aws-infrastructure", execution=executions[1], token="t")
+    AuditEntry.objects.create(
+        actor="cli:ops", action="execution.cancel", target_type="execution", target_id="e"
+    )
+    WebhookEndpoint.objects.create(url="https://hooks.example.com/a", secret="whsec_hidden")
+    token_create(name="a-token", role="integration")
+    user_set(username="operator", role="operator", password=PASSWORD)
+    user_set(username="viewer", role="viewer", password=PASSWORD)
+
+
+def _pages() -> list[tuple[str, type[models.Model]]]:
+    return [
+        (f"{model._meta.app_label}.{model._meta.model_name}", model)
+        for model in admin.site._registry
+    ]
+
+
+@pytest.fixture(params=["operator", "viewer"])
+def role(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=[False, True], ids=["normal", "read-only"])
+def read_only(request: pytest.FixtureRequest) -> Any:
+    with override_settings(ALFRED_READ_ONLY=request.param):
+        yield request.param
+
+
+def _login(role: str) -> Client:
+    client = Client()
+    client.force_login(get_user_model().objects.get(username=role))
+    return client
+
+
+def test_the_index_and_every_app_index_render(records, role, read_only):
+    client = _login(role)
+    assert client.get(reverse("admin:index")).status_code == 200
+    for app in {model._meta.app_label for model in admin.site._registry}:
+        response = client.get(reverse("admin:app_list", args=[app]))
+        assert response.status_code in (200, 404), app  # 404: nothing in it for this role
+
+
+@pytest.mark.parametrize(("label", "model"), _pages(), ids=[p[0] for p in _pages()])
+def test_every_changelist_and_change_page_renders(records, role, read_only, label, model):
+    client = _login(role)
+    model_admin = admin.site._registry[model]
+    info = (model._meta.app_label, model._meta.model_name)
+    changelist = client.get(reverse("admin:{}_{}_changelist".format(*info)))
+    if changelist.status_code != 200:
+        # only what the role may not see at all: Django's users and groups for both roles
+        assert changelist.status_code == 403 and model._meta.app_label == "auth", label
+        return
+    assert b"errornote" not in changelist.content
+
+    add = client.get(reverse("admin:{}_{}_add".format(*info)))
+    may_add = model_admin.has_add_permission(_request(client, role))
+    assert add.status_code == (200 if may_add else 403), label
+
+    for obj in model._default_manager.all()[:50]:
+        page = client.get(reverse("admin:{}_{}_change".format(*info), args=[obj.pk]))
+        assert page.status_code == 200, (label, obj.pk, page.content[:300])
+        if model is WebhookEndpoint:
+            assert b"whsec_hidden" not in page.content  # a secret is never shown again
+        if read_only or model_admin.has_change_permission(_request(client, role), obj) is False:
+            assert b'name="_save"' not in page.content, (label, obj.pk)
+
+
+def test_no_action_is_offered_on_a_read_only_instance_or_to_a_viewer(records, role, read_only):
+    client = _login(role)
+    for model, model_admin in admin.site._registry.items():
+        request = _request(client, role)
+        actions = set(model_admin.get_actions(request)) - {"delete_selected"}
+        if read_only or role == "viewer":
+            assert not actions, (model, actions)
+
+
+def _request(client: Client, role: str) -> Any:
+    from django.test import RequestFactory
+
+    request = RequestFactory().get("/admin/")
+    request.user = get_user_model().objects.get(username=role)
+    return request

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib.admin.views.main import ERROR_FLAG
+from django.http import HttpRequest, HttpResponseRedirect
 
 from alfred.principals import OPERATE_PERMISSION, Caller, caller_of
 from alfred.readonly import read_only
@@ -28,10 +29,17 @@ def admin_caller(request: HttpRequest) -> Caller:
 
 
 class OperatesMixin:
-    """``has_operate_permission`` for ``allowed_permissions = ("operate",)``."""
+    """``has_operate_permission`` for ``allowed_permissions = ("operate",)``, and a changelist
+    that answers a crafted filter with Django's "invalid filter" redirect, not a 500."""
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         return not read_only() and request.user.has_perm(OPERATE_PERMISSION)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        try:
+            return super().changelist_view(request, extra_context)  # type: ignore[misc]
+        except OverflowError:  # a date-hierarchy year past datetime's range
+            return HttpResponseRedirect(f"{request.path}?{ERROR_FLAG}=1")
 
 
 class ReadOnlyAdmin(OperatesMixin, admin.ModelAdmin):

@@ -3,7 +3,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from collections.abc import Callable
+from urllib.parse import unquote_plus
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -28,6 +30,8 @@ _FALLBACK_CODES = {
 class ApiGuardMiddleware:
     """The edge of every request, before any view runs and after every answer:
 
+    - outside ``/api/`` (the admin), an address with a control character: 400 (under
+      ``/api/`` the views check their ids and parameters themselves, with problems);
     - a mutation on a read-only instance: 503 — under ``/api/`` the ``read_only_instance``
       problem, elsewhere (the admin) a short page; only the admin's login and logout pass,
       so an operator can still sign in to look;
@@ -47,6 +51,14 @@ class ApiGuardMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if not request.path.startswith("/api/"):
+            if _holds_control_characters(request):
+                # An id or a filter value with a NUL reaches PostgreSQL as an error (the
+                # admin's object pages and filters); no real one holds a control character.
+                return HttpResponse(
+                    "The address holds a control character.\n",
+                    status=400,
+                    content_type="text/plain; charset=utf-8",
+                )
             if _read_only_refuses(request):
                 return HttpResponse(
                     "This Alfred instance is read-only: it serves inspection only.\n",
@@ -110,6 +122,14 @@ class ApiGuardMiddleware:
             if header in response:
                 problem[header] = response[header]
         return problem
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _holds_control_characters(request: HttpRequest) -> bool:
+    query = unquote_plus(request.META.get("QUERY_STRING", ""))
+    return bool(_CONTROL.search(request.path) or _CONTROL.search(query))
 
 
 def _read_only_refuses(request: HttpRequest) -> bool:

@@ -4,8 +4,9 @@ as exactly ``application/json``.
 :class:`StrictJSONParser` refuses, as 400 ``malformed_request`` with a short message of its own:
 
 - a body that is not UTF-8 (or starts with a byte order mark);
-- nesting deeper than :data:`MAX_DEPTH` arrays and objects — checked on the text before it is
-  parsed, so a body of a few thousand ``[`` never reaches the recursive parser;
+- nesting deeper than :data:`MAX_DEPTH` arrays and objects — the parser itself stops at
+  Python's recursion limit (refused the same way), and what it returns is measured without
+  recursion, in one pass over the values;
 - an object with a key twice: JSON leaves the meaning open (the last one wins in Python, the
   first in other parsers), so the body is refused rather than read one way here and another
   way by whoever sent it;
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from typing import IO, Any
 
@@ -45,9 +45,6 @@ MAX_DEPTH = 32
 # with 422, by canonical JSON (executions.identity).
 MAX_NUMBER_DIGITS = 64
 
-# A JSON string (so that brackets inside strings are not counted) or a bracket. Only correct
-# for valid JSON; for invalid JSON the parse that follows refuses the body anyway.
-_STRUCTURE = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
 _UTF8 = ("utf-8", "utf8")
 MAX_MEDIA_TYPE_LENGTH = 256  # as DRF's DefaultContentNegotiation
 
@@ -56,16 +53,17 @@ class _Refused(ValueError):
     """Raised from the decoder's hooks; its message is Alfred's, shown as it is."""
 
 
-def _depth_exceeded(text: str, limit: int) -> bool:
-    depth = 0
-    for match in _STRUCTURE.finditer(text):
-        found = match.group()
-        if found in "[{":
-            depth += 1
-            if depth > limit:
-                return True
-        elif found in "]}":
-            depth -= 1
+def _depth_exceeded(data: Any, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than ``limit`` in ``data`` (linear, no
+    recursion: a scan of the text would have to understand strings, and a regular expression
+    that does backtracks quadratically on an unclosed one)."""
+    pending = [(data, 1)] if isinstance(data, dict | list) else []
+    while pending:
+        value, depth = pending.pop()
+        if depth > limit:
+            return True
+        children = value.values() if isinstance(value, dict) else value
+        pending.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
     return False
 
 
@@ -113,8 +111,7 @@ def json_loads_strict(raw: bytes) -> Any:
         raise ParseError(f"The body is not valid UTF-8 (byte {exc.start}).") from None
     if text.startswith("\ufeff"):
         raise ParseError("The body starts with a byte order mark; send UTF-8 without one.")
-    if _depth_exceeded(text, MAX_DEPTH):
-        raise ParseError(f"The body nests arrays and objects deeper than {MAX_DEPTH} levels.")
+    too_deep = f"The body nests arrays and objects deeper than {MAX_DEPTH} levels."
     try:
         data = json.loads(
             text,
@@ -131,8 +128,10 @@ def json_loads_strict(raw: bytes) -> Any:
         ) from None
     except ValueError:  # pragma: no cover - the hooks above refuse what int()/float() would
         raise ParseError("The body is not valid JSON.") from None
-    except RecursionError:  # pragma: no cover - the depth check runs first
-        raise ParseError(f"The body nests deeper than {MAX_DEPTH} levels.") from None
+    except RecursionError:
+        raise ParseError(too_deep) from None
+    if _depth_exceeded(data, MAX_DEPTH):
+        raise ParseError(too_deep)
     if _holds_lone_surrogate(data):
         raise ParseError("A string holds a lone surrogate escape (\\ud800-\\udfff).")
     return data

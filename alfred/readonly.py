@@ -4,7 +4,10 @@ Three layers hold it: the middleware answers every unsafe HTTP method with 503 (
 ``read_only_instance`` problem; the admin's page) except the admin's login and logout; the
 admin shows no write and no action; and every service that writes on a person's behalf
 (controls, lane recovery, tokens, users) calls :func:`writes_allowed` first, so a management
-command refuses too. Background work that mutates does not run (tasks, ``alfred.asgi``)."""
+command refuses too. Background work that mutates does not run (the stage task, the scans,
+the reconciler, ``alfred.asgi``'s start-up release). Outside this: Django's own commands
+(``migrate``, ``createsuperuser``, ``changepassword``), sessions written by an admin login, and
+the beat scheduler's bookkeeping of its own schedule."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import hashlib
 import re
 import secrets
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from alfred.ids import new_id
@@ -15,7 +15,7 @@ from alfred.readonly import writes_allowed
 
 TOKEN_PREFIX = "alf_"  # noqa: S105 - marks our tokens (secret scanners), not a secret
 # Letters, digits and . _ - @ : ; shown in listings and audit entries, so nothing exotic.
-TOKEN_NAME_RE = re.compile(rf"^[A-Za-z0-9][A-Za-z0-9._@:-]{{0,{TOKEN_NAME_MAX - 1}}}$")
+TOKEN_NAME_RE = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._@:-]{{0,{TOKEN_NAME_MAX - 1}}}")
 
 
 class TokenNameInvalid(ValueError):
@@ -27,7 +27,7 @@ def _digest(raw: str) -> str:
 
 
 def token_name_check(name: str) -> str:
-    if not TOKEN_NAME_RE.match(name):
+    if not TOKEN_NAME_RE.fullmatch(name):
         raise TokenNameInvalid(
             f"a token name is 1–{TOKEN_NAME_MAX} letters, digits or . _ - @ :, "
             "starting with a letter or a digit"
@@ -52,8 +52,18 @@ def token_create(*, name: str, role: str, principal_id: str | None = None) -> tu
     return token, raw
 
 
+def _name_lock(name: str) -> None:
+    """Serialize the changes of one token name until the transaction ends. A row lock would
+    not do: a rotation waiting on the active token's row wakes to find it revoked and the
+    new one, created meanwhile, not locked — it would mint a new principal."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 7231))", [name])
+
+
+@transaction.atomic
 def token_revoke(*, name: str) -> int:
     writes_allowed()
+    _name_lock(name)
     return ApiToken.objects.filter(name=name, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
     )
@@ -63,7 +73,9 @@ def token_revoke(*, name: str) -> int:
 def token_rotate(*, name: str, role: str) -> tuple[ApiToken, str]:
     """Replace the active token of that name with a new secret that acts as the same
     principal (it keeps its executions and keys). With no active token, a new principal."""
-    active = ApiToken.objects.select_for_update().filter(name=name, revoked_at__isnull=True).first()
+    writes_allowed()
+    _name_lock(name)
+    active = ApiToken.objects.filter(name=name, revoked_at__isnull=True).first()
     token_revoke(name=name)
     return token_create(
         name=name, role=role, principal_id=active.principal_id if active is not None else None

@@ -24,10 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from alfred.ids import new_id
 from alfred.principals import Caller
+from alfred.readonly import writes_allowed
 from executions.controls import audit_record
 from executions.engine.dispatch import Dispatch, run_dispatch_on_commit
 from executions.engine.records import execution_insert, run_again
@@ -107,6 +108,7 @@ def execution_accept(
     ``LaneConflict``. A conflict rolls back everything, the key included: the same key may
     be sent again.
     """
+    writes_allowed()
     try:
         workflow = get_workflow(workflow_name)
     except KeyError:
@@ -131,15 +133,7 @@ def execution_accept(
         try:
             acceptance = _accept_once(request)
         except IdentityHeld as exc:
-            with transaction.atomic():
-                audit_record(
-                    caller,
-                    "execution.identity_refused",
-                    exc.execution_id,
-                    f"{workflow.name}: the same operation is owned by another principal",
-                    would_be=exc.outcome,
-                    idempotency_key=idempotency_key,
-                )
+            _audit_refusal(caller, workflow.name, idempotency_key, exc)
             raise
         except IntegrityError as exc:
             constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", None)
@@ -152,6 +146,23 @@ def execution_accept(
             acceptance.execution.refresh_from_db(fields=["start_state", "start_error"])
         return acceptance
     raise AssertionError("unreachable")
+
+
+def _audit_refusal(caller: Caller, workflow: str, key: str, refused: IdentityHeld) -> None:
+    """The refusal's audit entry, in a transaction of its own (the acceptance rolled back).
+    If it cannot be written the refusal still stands: the caller gets its 409, not a 500."""
+    try:
+        with transaction.atomic():
+            audit_record(
+                caller,
+                "execution.identity_refused",
+                refused.execution_id,
+                f"{workflow}: the same operation is owned by another principal",
+                would_be=refused.outcome,
+                idempotency_key=key,
+            )
+    except DatabaseError:
+        log.exception("the audit entry of an identity refusal was not written")
 
 
 def _accept_once(req: _Request) -> Acceptance:

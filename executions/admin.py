@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
@@ -10,6 +11,7 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, WritableAdmin, admin_caller
 from alfred.readonly import ReadOnlyInstance
@@ -37,6 +39,7 @@ from executions.models import (
     WebhookEndpoint,
 )
 
+EVENT_TYPE_RE = re.compile(r"[a-z][a-z_]{0,40}(?:\.[a-z][a-z_]{0,40}){0,3}")
 _REFUSALS = (InvalidState, InvalidInput, LaneConflict, NotPermitted, ReadOnlyInstance)
 
 
@@ -127,10 +130,30 @@ class AuditEntryAdmin(ReadOnlyAdmin):
 
 class WebhookEndpointForm(forms.ModelForm):
     url = forms.URLField(max_length=2000, assume_scheme="https")
+    event_types = forms.CharField(
+        required=False,
+        max_length=2000,
+        help_text="Event types to send, separated by commas (e.g. execution.succeeded, "
+        "execution.failed); empty: every event.",
+    )
 
     class Meta:
         model = WebhookEndpoint
         fields = ["url", "description", "event_types", "active", "allow_private"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk and not self.is_bound:
+            self.initial["event_types"] = ", ".join(self.instance.event_types or [])
+
+    def clean_event_types(self) -> list[str]:
+        types = [t.strip() for t in self.cleaned_data["event_types"].split(",") if t.strip()]
+        for event_type in types:
+            if not EVENT_TYPE_RE.fullmatch(event_type):
+                raise ValidationError(
+                    "an event type is lower-case words joined by dots, like execution.failed"
+                )
+        return sorted(set(types))
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -144,8 +167,9 @@ class WebhookEndpointForm(forms.ModelForm):
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(WritableAdmin):
-    """The signing secret is generated on creation and shown once, in the confirmation
-    message; later it can only be rotated (a new one, shown once)."""
+    """The signing secret is generated on creation and shown once, on a page of its own
+    (``secret.html``: not in a message, which would travel in a cookie); later it can only be
+    rotated (a new one, shown the same way)."""
 
     form = WebhookEndpointForm
     list_display = ["url", "description", "active", "allow_private", "created_at"]
@@ -156,18 +180,24 @@ class WebhookEndpointAdmin(WritableAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         secret = webhook_endpoint_save(obj)
         if secret is not None:
-            self.message_user(
-                request,
-                f"Signing secret for {obj.url} (shown this once; store it now): {secret}",
-                messages.WARNING,
-            )
+            request._alfred_secrets = [(obj, secret)]  # type: ignore[attr-defined]
+
+    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: Any = None) -> Any:
+        secrets = getattr(request, "_alfred_secrets", None)
+        if secrets:
+            return self._show_secrets(request, secrets)
+        return super().response_add(request, obj, post_url_continue)
 
     @admin.action(description="Rotate the signing secret (shown once)", permissions=["change"])
-    def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
-        for endpoint in queryset:
-            secret = webhook_secret_rotate(endpoint.pk)
-            self.message_user(
-                request,
-                f"New signing secret for {endpoint.url} (shown this once): {secret}",
-                messages.WARNING,
-            )
+    def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> Any:
+        return self._show_secrets(
+            request, [(endpoint, webhook_secret_rotate(endpoint.pk)) for endpoint in queryset]
+        )
+
+    def _show_secrets(self, request: HttpRequest, secrets: list[tuple[Any, str]]) -> Any:
+        context = {**self.admin_site.each_context(request), "secrets": secrets}
+        response = TemplateResponse(
+            request, "admin/executions/webhookendpoint/secret.html", context
+        )
+        response["Cache-Control"] = "no-store"
+        return response

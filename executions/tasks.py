@@ -27,6 +27,10 @@ from executions.engine.runner import Outcome, stage_execute, worker_identity
     ignore_result=True,
 )
 def run_stage(self: Any, run_id: str, stage: str) -> str:
+    if settings.ALFRED_READ_ONLY:
+        # A read-only instance changes nothing, its workers included. The message is dropped:
+        # the run stays as it was, and a writable instance's recovery scan publishes it again.
+        return "read_only"
     worker = worker_identity(self.request.hostname or "worker")
     outcome = stage_execute(run_id, stage, worker)
     if outcome is Outcome.STOP:

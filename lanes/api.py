@@ -90,17 +90,20 @@ class LaneDetailApi(APIView):
         return Response(LaneDetailSerializer(lane).data)
 
 
+EXECUTION_ID = r"^exe_[0-9A-HJKMNP-TV-Z]{26}\Z"
+
+
 class LaneRecoverSerializer(serializers.Serializer):
-    # Execution ids: at most the column's 40 characters (CharField refuses NUL itself).
-    expected_owner = serializers.CharField(
+    # Execution ids as alfred.ids makes them: "exe_" and 26 Crockford base32 characters.
+    expected_owner = serializers.RegexField(
+        EXECUTION_ID,
         allow_null=True,
-        max_length=40,
         help_text="The owner you saw: refused (409) if it changed meanwhile.",
     )
     reason = FreeTextField(min_length=3)
-    to = serializers.CharField(
+    to = serializers.RegexField(
+        EXECUTION_ID,
         required=False,
-        max_length=40,
         help_text="A queued execution to hand the lane to (default: the next).",
     )
 

@@ -158,6 +158,13 @@ class LaneOwnerActive(LaneOwnerMismatch):
         )
 
 
+class LaneNotQueued(LaneOwnerMismatch):
+    """``to`` names no execution queued on the lane."""
+
+    def __init__(self, key: str, owner: str | None, to: str) -> None:
+        super().__init__(key, owner, owner, f"{to} is not queued on lane {key}")
+
+
 def _head(key: str) -> str | None:
     """The queued execution next in line (an ended one is not eligible)."""
     from executions.models import ACTIVE_STATUSES
@@ -226,7 +233,7 @@ def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> str | N
     waiters.filter(execution__status__in=sorted(TERMINAL_STATUSES)).delete()
     waiter = (waiters.filter(execution_id=to) if to else waiters.order_by("priority", "id")).first()
     if to and waiter is None:
-        raise LaneOwnerMismatch(lane.key, to, None)
+        raise LaneNotQueued(lane.key, lane.owner_id, to)
     previous = lane.owner_id
     expected = (previous, lane.state, lane.version)
     if waiter is None:

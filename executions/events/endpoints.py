@@ -3,9 +3,11 @@
 A URL must be ``https://`` (``http://`` only outside production), carry no credentials, and
 not aim at a link-local or metadata address (``169.254.0.0/16``, ``fe80::/10``: the cloud
 instance-metadata service) ever, nor at a loopback, private or otherwise reserved address
-unless the endpoint says ``allow_private``. A host name is checked again when a delivery
-resolves it (the relay); here the literal is checked, so an obvious mistake is refused at
-once. A secret is generated here (Standard Webhooks ``whsec_`` + base64 of 24 random bytes),
+unless the endpoint says ``allow_private``. Well-known metadata host names are refused too.
+Other host names are not resolved here (DNS can change after the save, and may not answer
+now): whatever delivers events must check the address it actually connects to.
+
+A secret is generated here (Standard Webhooks ``whsec_`` + base64 of 24 random bytes),
 returned once to whoever created or rotated it, and never shown again."""
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ from alfred.readonly import writes_allowed
 from executions.models import WebhookEndpoint
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+# Cloud instance-metadata services by name (their addresses are link-local, refused below).
+_METADATA_NAMES = frozenset(
+    {
+        "metadata",
+        "metadata.google.internal",
+        "metadata.goog",
+        "instance-data",
+        "instance-data.ec2.internal",
+    }
+)
 
 
 def webhook_secret_new() -> str:
@@ -40,6 +52,8 @@ def endpoint_url_check(url: str, *, allow_private: bool) -> None:
     host = (parts.hostname or "").rstrip(".").lower()
     if not host:
         raise ValidationError("the URL has no host")
+    if host in _METADATA_NAMES:
+        raise ValidationError("an instance-metadata service is never a webhook endpoint")
     try:
         address = ipaddress.ip_address(host)
     except ValueError:

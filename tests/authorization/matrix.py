@@ -176,7 +176,7 @@ ADMIN: tuple[AdminRow, ...] = (
     AdminRow(
         "webhook endpoints: add",
         "/admin/executions/webhookendpoint/add/",
-        {"url": "https://hooks.example.com/alfred", "event_types": "[]", "active": "on"},
+        {"url": "https://hooks.example.com/alfred", "event_types": "", "active": "on"},
         "webhook_added",
         (*_LOGIN, "403", "done", "503"),
     ),

@@ -201,3 +201,93 @@ def _request(client: Client, role: str) -> Any:
     request = RequestFactory().get("/admin/")
     request.user = get_user_model().objects.get(username=role)
     return request
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/admin/executions/execution/%00/change/",
+        "/admin/executions/execution/%00/history/",
+        "/admin/executions/execution/%00/delete/",
+        "/admin/lanes/lane/a%00b/change/",
+        "/admin/alfred/apitoken/%00/change/",
+        "/admin/executions/webhookendpoint/%00/change/",
+        "/admin/executions/execution/?status__exact=%00",
+        "/admin/executions/execution/?workflow__exact=a%00b",
+        "/admin/executions/execution/?q=%00",
+        "/admin/executions/execution/?created_at__year=99999999999999999999",
+        "/admin/executions/execution/?created_at__year=2026&created_at__month=13",
+        "/admin/executions/execution/?nonsense__field=1",
+    ],
+)
+def test_a_crafted_admin_address_is_refused_not_a_500(records, role, path):
+    response = _login(role).get(path)
+
+    assert response.status_code in (302, 400, 404), response.status_code
+    if response.status_code == 302:  # Django's "invalid filter" or "no such object" redirect
+        assert response["Location"].startswith("/admin/")
+
+
+@pytest.mark.parametrize(
+    "event_types", ['["a\\u0000b"]', "[" * 5000, "1e999", "x y", "Execution.Failed"]
+)
+def test_a_webhook_form_refuses_bad_event_types_with_a_message(records, event_types):
+    client = _login("operator")
+
+    response = client.post(
+        "/admin/executions/webhookendpoint/add/",
+        {"url": "https://hooks.example.com/b", "event_types": event_types, "active": "on"},
+    )
+
+    assert response.status_code == 200 and b"errorlist" in response.content
+    assert not WebhookEndpoint.objects.filter(url="https://hooks.example.com/b").exists()
+
+
+def test_a_webhook_secret_is_shown_once_on_its_own_page_and_rotated_the_same_way(records):
+    client = _login("operator")
+
+    created = client.post(
+        "/admin/executions/webhookendpoint/add/",
+        {
+            "url": "https://hooks.example.com/c",
+            "event_types": "execution.failed, execution.succeeded",
+            "active": "on",
+        },
+    )
+
+    endpoint = WebhookEndpoint.objects.get(url="https://hooks.example.com/c")
+    assert created.status_code == 200 and endpoint.secret.encode() in created.content
+    assert endpoint.event_types == ["execution.failed", "execution.succeeded"]
+    assert "no-store" in created["Cache-Control"]
+    assert all(endpoint.secret not in str(c.value) for c in created.cookies.values())
+    change = client.get(f"/admin/executions/webhookendpoint/{endpoint.pk}/change/")
+    assert endpoint.secret.encode() not in change.content
+    assert b"execution.failed, execution.succeeded" in change.content
+
+    rotated = client.post(
+        "/admin/executions/webhookendpoint/",
+        {"action": "rotate_secret", "_selected_action": [endpoint.pk]},
+    )
+    fresh = WebhookEndpoint.objects.get(pk=endpoint.pk).secret
+    assert fresh != endpoint.secret and fresh.encode() in rotated.content
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data/",
+        "https://[fe80::1]/x",
+        "https://metadata.google.internal/computeMetadata/v1/",
+        "https://127.0.0.1/x",
+        "https://10.0.0.8/x",
+        "https://user:pw@hooks.example.com/x",
+        "ftp://hooks.example.com/x",
+    ],
+)
+def test_a_webhook_aimed_at_metadata_or_private_addresses_is_refused(records, url):
+    response = _login("operator").post(
+        "/admin/executions/webhookendpoint/add/", {"url": url, "event_types": "", "active": "on"}
+    )
+
+    assert response.status_code == 200 and b"errorlist" in response.content
+    assert not WebhookEndpoint.objects.filter(url=url).exists()

@@ -197,8 +197,8 @@ def test_admin(world: World, row: matrix.AdminRow, column: str, expected: str) -
         assert response.status_code == 302 and "/admin/login/" in response["Location"]
     elif expected == "refused":
         assert response.status_code in (200, 302), response.status_code
-    elif expected == "done":
-        assert response.status_code == 302, response.content[:2000]
+    elif expected == "done":  # redirected back, or a page of its own (a secret shown once)
+        assert response.status_code in (200, 302), response.content[:2000]
     else:
         assert str(response.status_code) == expected
     assert changed is (expected == "done"), row.changes

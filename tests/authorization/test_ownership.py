@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 from alfred.tokens import token_create, token_revoke, token_rotate
 from executions.models import AuditEntry, DeliveryKey, Execution
 from tests.authorization.test_matrix import _fail
+from tests.factories import ExecutionFactory
 from tests.helpers import SUBDOMAIN, assert_problem, submit
 
 pytestmark = pytest.mark.django_db
@@ -165,6 +166,9 @@ def test_the_migration_moves_name_based_records_to_one_principal_per_name(api):
     execution = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
     Execution.objects.filter(pk=execution).update(principal="token:legacy")
     DeliveryKey.objects.filter(execution_id=execution).update(principal="token:legacy")
+    child: Execution = ExecutionFactory.create(
+        principal=f"execution:{execution}", parent_id=execution, status="succeeded"
+    )
 
     migration.forwards(apps, None)
 
@@ -174,3 +178,42 @@ def test_the_migration_moves_name_based_records_to_one_principal_per_name(api):
     (principal,) = principals
     assert Execution.objects.get(pk=execution).principal == principal
     assert DeliveryKey.objects.get(execution_id=execution).principal == principal
+    assert Execution.objects.get(pk=child.pk).principal == principal  # the root's owner
+
+    # and backwards: what the code before the migration reads
+    migration.backwards(apps, None)
+    assert Execution.objects.get(pk=execution).principal == "token:legacy"
+    assert DeliveryKey.objects.get(execution_id=execution).principal == "token:legacy"
+    assert Execution.objects.get(pk=child.pk).principal == f"execution:{execution}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_rotations_at_once_keep_the_principal():
+    import threading
+    import time
+
+    from django.db import connection, transaction
+
+    from alfred.models import ApiToken
+
+    first, _ = token_create(name="busy", role="integration")
+    started = threading.Event()
+
+    def slow_rotation() -> None:
+        try:
+            with transaction.atomic():
+                token_rotate(name="busy", role="integration")
+                started.set()
+                time.sleep(0.5)  # holds its lock: the other rotation waits behind it
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=slow_rotation)
+    thread.start()
+    assert started.wait(10)
+    token_rotate(name="busy", role="integration")
+    thread.join()
+
+    active = ApiToken.objects.get(name="busy", revoked_at__isnull=True)
+    assert active.principal_id == first.principal_id
+    assert set(ApiToken.objects.values_list("principal_id", flat=True)) == {first.principal_id}

@@ -125,6 +125,17 @@ def test_deeply_nested_json_is_400(api):
     assert not Execution.objects.exists()
 
 
+@pytest.mark.parametrize(
+    "raw", [b'"\\' * 30000, b'["' + b'\\"' * 30000, b"[" * 60000], ids=["open", "escapes", "deep"]
+)
+def test_a_body_near_the_size_limit_that_never_closes_is_400(api, raw):
+    # A regular expression that skips strings backtracks quadratically on these (25 s of CPU
+    # for 64 KB, the web process stalled); the JSON parser reads them in one pass.
+    response = post_raw(api, create_path(), raw)
+
+    bounded_problem(response, 400, "malformed_request")
+
+
 def test_nesting_up_to_the_limit_is_parsed(api):
     # given: MAX_DEPTH levels, the outer object included
     raw = b'{"zone": ' + b"[" * (MAX_DEPTH - 1) + b"]" * (MAX_DEPTH - 1) + b"}"

@@ -273,7 +273,7 @@ def test_an_operator_recovers_a_blocked_lane_with_an_audit_entry(api, operator_a
         "permission_denied",
     )
     stale = operator_api.post(
-        url, {"expected_owner": "exe_other", "reason": "checked"}, format="json"
+        url, {"expected_owner": "exe_" + "0" * 26, "reason": "checked"}, format="json"
     )
     assert_problem(stale, 409, "invalid_state")
     response = operator_api.post(

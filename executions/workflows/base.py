@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, ClassVar
 
 from jsonschema import Draft202012Validator
@@ -190,17 +191,22 @@ class Workflow:
         ``stage_outputs`` maps each stage to its latest succeeded output across all runs."""
         return False
 
+    def __init__(self, stage_code: ModuleType | None = None) -> None:
+        # The module holding the stages as plain functions of ``ctx`` (``stages.py``), each
+        # named as its stage; without one, the ``stage_<name>`` methods (the tests' workflows).
+        self.stage_code = stage_code
+
     def run_stage(self, stage: str, ctx: Any) -> Any:
-        """Run one stage: the method ``stage_<name>(ctx)``. Its return value (JSON) is the
-        stage's output; everything with a side effect goes through ``ctx.step``."""
-        method = getattr(self, f"stage_{stage}", None)
-        if method is None:
+        """Run one stage. Its return value (JSON) is the stage's output; everything with a
+        side effect goes through ``ctx.step``."""
+        function = getattr(self.stage_code, stage, None) or getattr(self, f"stage_{stage}", None)
+        if function is None:
             from executions.engine.errors import FatalError
 
             raise FatalError(
                 f"stage {stage!r} of {self.name} is not implemented yet", code="not_implemented"
             )
-        return method(ctx)
+        return function(ctx)
 
     def describe(self) -> dict[str, Any]:
         return {

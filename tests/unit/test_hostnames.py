@@ -1,4 +1,4 @@
-"""The hostname rules of executions.workflows._fields: IDNA 2008 labels, A-label round trips,
+"""The hostname rules of executions.workflows.fields: IDNA 2008 labels, A-label round trips,
 one script per label, domain names not IP addresses. Pure Python: no database."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from alfred.problems import shown
-from executions.workflows._fields import (
+from executions.workflows.fields import (
     hostname_errors,
     hostname_problem,
     label_scripts,

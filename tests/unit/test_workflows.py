@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from executions.identity import logical_identity
-from executions.workflows._fields import normalize_hostname
+from executions.workflows.fields import normalize_hostname
 from executions.workflows.base import InvalidInput, LaneClaim, Workflow
 from executions.workflows.registry import WORKFLOWS, get_workflow
 

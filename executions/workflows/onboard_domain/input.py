@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from executions.workflows import _fields
-from executions.workflows.add_domain import EXAMPLES, PROPERTIES, AddDomain
+from executions.workflows import fields
+from executions.workflows.add_domain.input import EXAMPLES, PROPERTIES, AddDomain
 
 
 class OnboardDomain(AddDomain):
@@ -31,12 +31,12 @@ class OnboardDomain(AddDomain):
         "aws-infrastructure: one root owner at a time, shared with add-domain and "
         "add-certificate; its child add-certificate runs under this execution's ownership"
     )
-    input_schema: ClassVar[dict[str, Any]] = _fields.object_schema(
+    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
         title="onboard-domain input",
         description="The domain to onboard and how to route it.",
         properties={
             **PROPERTIES,
-            "domain": _fields.hostname_property(
+            "domain": fields.hostname_property(
                 "Domain",
                 "The domain to onboard, e.g. example.com (no wildcard). Alfred creates its "
                 "hosted zone.",
@@ -47,5 +47,3 @@ class OnboardDomain(AddDomain):
         examples=EXAMPLES,
     )
 
-
-workflow = OnboardDomain()

@@ -5,21 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from executions.workflows import _fields
+from executions.workflows import fields
 from executions.workflows.base import FieldError, LaneClaim, Workflow
 
 # Shared with onboard-domain, which takes the same input.
 PROPERTIES: dict[str, dict[str, Any]] = {
-    "domain": _fields.hostname_property(
+    "domain": fields.hostname_property(
         "Domain",
         "The domain to serve, e.g. example.com (no wildcard). Its hosted zone must exist "
         "(onboard-domain creates it).",
         ["example.com", "shop.example.com"],
     ),
-    "ticket_ids": _fields.TICKET_IDS,
-    "kirby_mode": _fields.KIRBY_MODE,
-    "dry_run": _fields.DRY_RUN,
-    "certificate_arn": _fields.CERTIFICATE_ARN,
+    "ticket_ids": fields.TICKET_IDS,
+    "kirby_mode": fields.KIRBY_MODE,
+    "dry_run": fields.DRY_RUN,
+    "certificate_arn": fields.CERTIFICATE_ARN,
 }
 
 EXAMPLES: list[dict[str, Any]] = [
@@ -59,7 +59,7 @@ class AddDomain(Workflow):
         "aws-infrastructure: one root owner at a time, shared with onboard-domain and "
         "add-certificate; its child add-certificate runs under this execution's ownership"
     )
-    input_schema: ClassVar[dict[str, Any]] = _fields.object_schema(
+    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
         title="add-domain input",
         description="The domain to add and how to route it.",
         properties=PROPERTIES,
@@ -68,19 +68,17 @@ class AddDomain(Workflow):
     )
 
     def check_semantics(self, data: Mapping[str, Any]) -> list[FieldError]:
-        return _fields.hostname_errors("/domain", data["domain"])
+        return fields.hostname_errors("/domain", data["domain"])
 
     def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        filled = _fields.with_defaults(self.input_schema, data)
+        filled = fields.with_defaults(self.input_schema, data)
         return {
             **filled,
-            "domain": _fields.normalize_hostname(filled["domain"]),
-            "ticket_ids": _fields.canonical_ticket_ids(filled["ticket_ids"]),
-            "certificate_arn": _fields.canonical_arn(filled["certificate_arn"]),
+            "domain": fields.normalize_hostname(filled["domain"]),
+            "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
+            "certificate_arn": fields.canonical_arn(filled["certificate_arn"]),
         }
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return LaneClaim("aws-infrastructure")
 
-
-workflow = AddDomain()

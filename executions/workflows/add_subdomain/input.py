@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from alfred.problems import shown
-from executions.workflows import _fields
+from executions.workflows import fields
 from executions.workflows.base import FieldError, LaneClaim, Workflow
 
 
@@ -20,7 +20,7 @@ def fqdn(raw_subdomain: str, zone: str) -> str:
     Raises ValueError for the zone apex itself or an absolute name outside the zone.
     """
     absolute = raw_subdomain.strip().endswith(".")
-    name = _fields.normalize_hostname(raw_subdomain)
+    name = fields.normalize_hostname(raw_subdomain)
     if name == zone:
         raise ValueError(f"it names the zone apex {shown(zone)}; give a name below it")
     if name.endswith(f".{zone}"):
@@ -42,16 +42,16 @@ class AddSubdomain(Workflow):
     lane_description: ClassVar[str] = (
         "none: runs without a lane; conflicting DNS is guarded by plan-hash approval instead"
     )
-    input_schema: ClassVar[dict[str, Any]] = _fields.object_schema(
+    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
         title="add-subdomain input",
         description="The name to add and the hosted zone it belongs to.",
         properties={
-            "zone": _fields.hostname_property(
+            "zone": fields.hostname_property(
                 "Zone",
                 "The name of the existing Route53 hosted zone (e.g. example.com).",
                 ["example.com"],
             ),
-            "subdomain": _fields.hostname_property(
+            "subdomain": fields.hostname_property(
                 "Subdomain",
                 "The name to add below the zone: relative label(s) (api, api.eu) or a "
                 "fully-qualified name inside the zone (api.example.com). A name with a "
@@ -59,8 +59,8 @@ class AddSubdomain(Workflow):
                 "fully-qualified name.",
                 ["api", "api.eu", "api.example.com"],
             ),
-            "ticket_ids": _fields.TICKET_IDS,
-            "dry_run": _fields.DRY_RUN,
+            "ticket_ids": fields.TICKET_IDS,
+            "dry_run": fields.DRY_RUN,
         },
         required=["zone", "subdomain"],
         examples=[
@@ -71,13 +71,13 @@ class AddSubdomain(Workflow):
     )
 
     def check_semantics(self, data: Mapping[str, Any]) -> list[FieldError]:
-        errors = _fields.hostname_errors("/zone", data["zone"])
+        errors = fields.hostname_errors("/zone", data["zone"])
         if errors:
             return errors  # the subdomain cannot be placed in an invalid zone
         raw = data["subdomain"]
         try:
-            problem = _fields.hostname_problem(
-                fqdn(raw, _fields.normalize_hostname(data["zone"])), allow_wildcard=False
+            problem = fields.hostname_problem(
+                fqdn(raw, fields.normalize_hostname(data["zone"])), allow_wildcard=False
             )
         except ValueError as exc:
             problem = str(exc)
@@ -86,17 +86,15 @@ class AddSubdomain(Workflow):
         return [FieldError("/subdomain", f"not a valid subdomain: {problem}")]
 
     def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        filled = _fields.with_defaults(self.input_schema, data)
-        zone = _fields.normalize_hostname(filled["zone"])
+        filled = fields.with_defaults(self.input_schema, data)
+        zone = fields.normalize_hostname(filled["zone"])
         return {
             **filled,
             "zone": zone,
             "subdomain": fqdn(filled["subdomain"], zone),
-            "ticket_ids": _fields.canonical_ticket_ids(filled["ticket_ids"]),
+            "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
         }
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return None
 
-
-workflow = AddSubdomain()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from executions.workflows import _fields
+from executions.workflows import fields
 from executions.workflows.base import FieldError, LaneClaim, Workflow
 
 
@@ -27,11 +27,11 @@ class AddCertificate(Workflow):
     lane_description: ClassVar[str] = (
         "aws-infrastructure: one root owner at a time, shared with add-domain and onboard-domain"
     )
-    input_schema: ClassVar[dict[str, Any]] = _fields.object_schema(
+    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
         title="add-certificate input",
         description="The certificate to request or adopt.",
         properties={
-            "domain": _fields.hostname_property(
+            "domain": fields.hostname_property(
                 "Domain",
                 "The certificate's primary name; may be a wildcard (*.example.com).",
                 ["example.com", "*.example.com"],
@@ -42,17 +42,17 @@ class AddCertificate(Workflow):
                 "normalized like the domain; order and duplicates are ignored, and the domain "
                 "itself is dropped from the list.",
                 "type": "array",
-                "items": _fields.hostname_property(
+                "items": fields.hostname_property(
                     "Alternative name", "A subject alternative name.", ["www.example.com"]
                 ),
                 "maxItems": 100,
                 "default": [],
                 "examples": [[], ["www.example.com", "*.example.com"]],
             },
-            "ticket_ids": _fields.TICKET_IDS,
-            "kirby_mode": _fields.KIRBY_MODE,
-            "dry_run": _fields.DRY_RUN,
-            "certificate_arn": _fields.CERTIFICATE_ARN,
+            "ticket_ids": fields.TICKET_IDS,
+            "kirby_mode": fields.KIRBY_MODE,
+            "dry_run": fields.DRY_RUN,
+            "certificate_arn": fields.CERTIFICATE_ARN,
         },
         required=["domain"],
         examples=[
@@ -76,24 +76,24 @@ class AddCertificate(Workflow):
     )
 
     def check_semantics(self, data: Mapping[str, Any]) -> list[FieldError]:
-        errors = _fields.hostname_errors("/domain", data["domain"], allow_wildcard=True)
+        errors = fields.hostname_errors("/domain", data["domain"], allow_wildcard=True)
         for index, name in enumerate(data.get("alternative_names", [])):
-            errors += _fields.hostname_errors(
+            errors += fields.hostname_errors(
                 f"/alternative_names/{index}", name, allow_wildcard=True
             )
         return errors
 
     def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        filled = _fields.with_defaults(self.input_schema, data)
-        domain = _fields.normalize_hostname(filled["domain"])
+        filled = fields.with_defaults(self.input_schema, data)
+        domain = fields.normalize_hostname(filled["domain"])
         return {
             **filled,
             "domain": domain,
-            "alternative_names": _fields.canonical_hostnames(
+            "alternative_names": fields.canonical_hostnames(
                 filled["alternative_names"], exclude=domain
             ),
-            "ticket_ids": _fields.canonical_ticket_ids(filled["ticket_ids"]),
-            "certificate_arn": _fields.canonical_arn(filled["certificate_arn"]),
+            "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
+            "certificate_arn": fields.canonical_arn(filled["certificate_arn"]),
         }
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
@@ -119,5 +119,3 @@ class AddCertificate(Workflow):
         )
         return not done
 
-
-workflow = AddCertificate()

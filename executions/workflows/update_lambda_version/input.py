@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from executions.workflows import _fields
+from executions.workflows import fields
 from executions.workflows.base import LaneClaim, Workflow
 
 # Case is not folded: the lane key is built from these, so two spellings of one fleet must not
@@ -30,7 +30,7 @@ class UpdateLambdaVersion(Workflow):
         "another version while the lane holds or queues a different one fails closed "
         "(409 lane_conflict)"
     )
-    input_schema: ClassVar[dict[str, Any]] = _fields.object_schema(
+    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
         title="update-lambda-version input",
         description="The fleet, the environment and the version to move it to.",
         properties={
@@ -65,8 +65,8 @@ class UpdateLambdaVersion(Workflow):
                 ],
                 "examples": [42, "42"],
             },
-            "ticket_ids": _fields.TICKET_IDS,
-            "dry_run": _fields.DRY_RUN,
+            "ticket_ids": fields.TICKET_IDS,
+            "dry_run": fields.DRY_RUN,
         },
         required=["target", "environment", "version"],
         examples=[
@@ -82,7 +82,7 @@ class UpdateLambdaVersion(Workflow):
     )
 
     def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        filled = _fields.with_defaults(self.input_schema, data)
+        filled = fields.with_defaults(self.input_schema, data)
         version = filled["version"]
         return {
             **filled,
@@ -91,7 +91,7 @@ class UpdateLambdaVersion(Workflow):
             # int() also takes an integral float such as 42.0, which JSON Schema counts as an
             # integer, and a digit string with leading zeros or surrounding whitespace.
             "version": str(int(version.strip() if isinstance(version, str) else version)),
-            "ticket_ids": _fields.canonical_ticket_ids(filled["ticket_ids"]),
+            "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
         }
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
@@ -100,5 +100,3 @@ class UpdateLambdaVersion(Workflow):
             token=canonical["version"],
         )
 
-
-workflow = UpdateLambdaVersion()

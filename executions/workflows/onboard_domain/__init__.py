@@ -1,0 +1,8 @@
+"""onboard-domain: create the hosted zone, then everything add-domain does.
+
+``input.py``: the input contract, its canonical form and the lane.
+"""
+
+from executions.workflows.onboard_domain.input import OnboardDomain
+
+workflow = OnboardDomain()

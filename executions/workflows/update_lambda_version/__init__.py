@@ -1,0 +1,8 @@
+"""update-lambda-version: move every function of a fleet to one published version.
+
+``input.py``: the input contract, its canonical form and the lane.
+"""
+
+from executions.workflows.update_lambda_version.input import UpdateLambdaVersion
+
+workflow = UpdateLambdaVersion()

@@ -43,6 +43,12 @@ def test_a_throttle_keeps_the_providers_retry_after():
     assert isinstance(mapped, RetryableError) and mapped.retry_after == 7.0
 
 
+def test_a_batch_not_applied_so_far_is_retried_only_after_its_in_flight_window():
+    mapped = engine_error(_error(Transient, retry_after_seconds=21.5))  # type: ignore[arg-type]
+
+    assert isinstance(mapped, RetryableError) and mapped.retry_after == 21.5
+
+
 @pytest.mark.parametrize("cls", [NotFound, Rejected])
 def test_a_precondition_in_plan_is_a_readiness_failure(cls):
     with pytest.raises(ReadinessFailure) as raised, provider_errors(readiness="zone_missing"):

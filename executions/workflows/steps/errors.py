@@ -43,7 +43,9 @@ def engine_error(
     checks (plan only); ``check``: the name of that check (default: the provider's)."""
     provider: dict[str, Any] = {"provider": exc.as_dict()}
     if isinstance(exc, Transient):
-        retry_after = exc.details.get("retry_after")
+        # Route53's NotApplied names the in-flight window it MUST NOT be retried within;
+        # GitHub and ArgoCD their Retry-After.
+        retry_after = exc.details.get("retry_after_seconds", exc.details.get("retry_after"))
         return RetryableError(
             str(exc),
             code="provider_transient",

@@ -51,6 +51,8 @@ from executions.models import (
     HookStatus,
     ReceiptStatus,
     Run,
+    Stage,
+    StageStatus,
     StepReceipt,
     Timer,
     TimerPurpose,
@@ -188,6 +190,21 @@ class Context:
             output=output,
             mutation=output if mutation else None,
         )
+        return output
+
+    def output_of(self, stage: str) -> Any:
+        """The output of an earlier stage of this run (a continuation's run carries the
+        outputs of the stages it skips). Fixed once that stage succeeded: a replay reads the
+        same value."""
+        output = (
+            Stage.objects.filter(run_id=self.run_id, name=stage, status=StageStatus.SUCCEEDED)
+            .values_list("output", flat=True)
+            .first()
+        )
+        if output is None:
+            raise FatalError(
+                f"stage {stage!r} has no output in this run", code="stage_output_missing"
+            )
         return output
 
     def now(self) -> datetime:

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from executions.identity import logical_identity
-from executions.workflows.fields import normalize_hostname
 from executions.workflows.base import InvalidInput, LaneClaim, Workflow
+from executions.workflows.fields import normalize_hostname
 from executions.workflows.registry import WORKFLOWS, get_workflow
 
 ARN = "arn:aws:acm:eu-west-1:123456789012:certificate/0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f"

@@ -3,6 +3,7 @@
 ``input.py``: the input contract, its canonical form and the lane; ``stages.py``: the stages.
 """
 
+from executions.workflows.add_subdomain import stages
 from executions.workflows.add_subdomain.input import AddSubdomain
 
-workflow = AddSubdomain()
+workflow = AddSubdomain(stages)

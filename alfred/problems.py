@@ -1,9 +1,14 @@
 """RFC 9457 problem details: every 4xx/5xx of the API is ``application/problem+json`` with a
 stable absolute ``type`` URI, ``title``, ``status``, ``detail`` and a ``code``.
 
-``Problem`` is the one exception services and views raise for a contract error; DRF's own
-exceptions (auth, parse, throttling, 404, 405, 415) are mapped to the same shape by
-:func:`exception_handler`; Django-level errors outside DRF go through :func:`problem_response`.
+``Problem`` is the one exception views raise for a contract error of their own (a malformed
+header or query). A service raises its own exception and knows nothing of HTTP: each app
+registers, in its ``AppConfig.ready``, a :class:`ProblemMap` per exception type (its code,
+detail and extra members) with :func:`problems_register`, and :func:`exception_handler`
+answers from that one table, so every view gives a refusal the same answer and this module
+imports no app (DESIGN §1). DRF's own exceptions (auth, parse, throttling, 404, 405, 415) are
+mapped to the same shape here; Django-level errors outside DRF go through
+:func:`problem_response`.
 
 Every body is bounded here, in :func:`problem_body`, whoever built it: ``detail`` and every
 other string member are cut (an ellipsis marks the cut), ``errors`` keeps its first
@@ -16,14 +21,18 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
+
+from alfred.readonly import ReadOnlyInstance
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +179,80 @@ def problem_response(
     return response
 
 
+E = TypeVar("E", bound=BaseException)
+# DRF's exception handler context: the ``view``, its ``args`` and ``kwargs``, the ``request``.
+ProblemContext = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class ProblemMap(Generic[E]):
+    """How the API answers a service exception of ``exc_type`` (and its subclasses, unless
+    they have a map of their own): the problem ``code``; its ``detail`` — a fixed text, a
+    function of the exception and the handler's context, or None for the exception's own
+    message; and the extra ``members`` of the body, drawn from the exception."""
+
+    exc_type: type[E]
+    code: str
+    detail: str | Callable[[E, ProblemContext], str] | None = None
+    members: Callable[[E], dict[str, Any]] | None = None
+
+    def problem(self, exc: E, context: ProblemContext) -> Problem:
+        if self.detail is None:
+            detail = str(exc)
+        elif isinstance(self.detail, str):
+            detail = self.detail
+        else:
+            detail = self.detail(exc, context)
+        return Problem(self.code, detail, **(self.members(exc) if self.members else {}))
+
+
+_MAPS: dict[type[BaseException], ProblemMap[Any]] = {}
+
+
+def problems_register(*maps: ProblemMap[Any]) -> None:
+    """Add an app's answers to the table. Each exception type is mapped once: a second,
+    different map for it is a configuration error, not a silent override."""
+    for problem_map in maps:
+        if problem_map.code not in CODES:
+            raise ImproperlyConfigured(f"unknown problem code {problem_map.code!r}")
+        registered = _MAPS.setdefault(problem_map.exc_type, problem_map)
+        if registered is not problem_map:
+            raise ImproperlyConfigured(f"{problem_map.exc_type.__qualname__} is mapped twice")
+
+
+def problem_map_for(exc: BaseException) -> ProblemMap[Any] | None:
+    """The map of the nearest class of ``exc`` that has one (a subclass refines its base:
+    ``NotRetryable`` is not ``InvalidState``'s answer), or None."""
+    for klass in type(exc).__mro__:
+        found = _MAPS.get(klass)
+        if found is not None:
+            return found
+    return None
+
+
+def not_found_detail(exc: BaseException, context: ProblemContext) -> str:
+    """The detail of every 404, whether a view raised ``Http404`` or a service found no row
+    the caller may see: DRF's, read per request (it is translatable)."""
+    return str(exceptions.NotFound.default_detail)
+
+
+problems_register(
+    ProblemMap(
+        RequestDataTooBig,
+        "payload_too_large",
+        lambda exc, context: f"The body exceeds {settings.ALFRED_MAX_BODY_BYTES} bytes.",
+        members=lambda exc: {"limit": settings.ALFRED_MAX_BODY_BYTES},
+    ),
+    # The middleware refuses every unsafe method of a read-only instance first, with the same
+    # answer; this keeps a service's own refusal (writes_allowed) from being a 500.
+    ProblemMap(
+        ReadOnlyInstance,
+        "read_only_instance",
+        "This Alfred instance is read-only: it serves inspection only.",
+    ),
+)
+
+
 _DRF_CODES: dict[type[exceptions.APIException], str] = {
     exceptions.ParseError: "malformed_request",
     exceptions.NotAuthenticated: "not_authenticated",
@@ -195,16 +278,13 @@ def _detail_text(detail: Any) -> str:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     request = context.get("request")
     instance = request.path if request is not None else None
-    if isinstance(exc, Http404):
+    mapped = problem_map_for(exc)
+    if mapped is not None:
+        exc = mapped.problem(exc, context)
+    elif isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
         exc = exceptions.PermissionDenied()
-    elif isinstance(exc, RequestDataTooBig):
-        exc = Problem(
-            "payload_too_large",
-            f"The body exceeds {settings.ALFRED_MAX_BODY_BYTES} bytes.",
-            limit=settings.ALFRED_MAX_BODY_BYTES,
-        )
 
     if isinstance(exc, Problem):
         body = problem_body(exc.code, str(exc.detail), instance=instance, **exc.extra)

@@ -14,13 +14,15 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, WritableAdmin, admin_caller
-from alfred.readonly import ReadOnlyInstance
+from alfred.readonly import ReadOnlyInstance, read_only
 from executions.controls import (
+    CONTROLS,
     InvalidInput,
     InvalidState,
     LaneConflict,
     NotPermitted,
     execution_cancel,
+    execution_controls,
     execution_retry,
 )
 from executions.events.endpoints import (
@@ -67,6 +69,24 @@ class ExecutionAdmin(ReadOnlyAdmin):
     inlines = [RunInline, DeliveryKeyInline, EventInline]
     date_hierarchy = "created_at"
     actions = ["cancel", "retry"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        """The model's fields, and on an execution's page the controls this user may use on
+        it now (as the API's links offer them). A display function takes only the object,
+        so the user's is a closure over the request's caller."""
+        fields = [*super().get_readonly_fields(request, obj)]
+        if obj is None:
+            return fields
+        caller = admin_caller(request)
+
+        def allowed_controls(execution: Execution) -> str:
+            if read_only():
+                return "none: this instance is read-only"
+            allowed = execution_controls(execution, caller)
+            return ", ".join(c.name for c in CONTROLS if c.name in allowed) or "none"
+
+        allowed_controls.short_description = "Allowed controls"  # type: ignore[attr-defined]
+        return [*fields, allowed_controls]
 
     @admin.action(description="Cancel the selected executions", permissions=["operate"])
     def cancel(self, request: HttpRequest, queryset: QuerySet[Execution]) -> None:

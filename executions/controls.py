@@ -7,10 +7,15 @@ Who may act (DESIGN §8) is decided here, so the API, the admin and the commands
 operator acts on anything; an integration on what it owns (``Execution.principal``, the
 stable id of the principal that first accepted it); a viewer on nothing. A caller who may
 not read the execution gets ``Execution.DoesNotExist`` (the API's 404), one who may read but
-not act ``NotPermitted`` (403)."""
+not act ``NotPermitted`` (403).
+
+Which states each control acts in is one :class:`Control` rule, checked by the service under
+the row lock and read by :func:`execution_controls` for the resource's links and the admin,
+so what is offered and what is done cannot disagree."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -46,20 +51,64 @@ class NotRetryable(InvalidState):
 
 
 class NotPermitted(Exception):
-    def __init__(self, execution: Execution, action: str) -> None:
-        super().__init__(f"only its owner or an operator may {action} execution {execution.id}")
+    def __init__(self, execution: Execution, action: str, *, operators_only: bool = False) -> None:
+        who = "an operator" if operators_only else "its owner or an operator"
+        super().__init__(f"only {who} may {action} execution {execution.id}")
         self.execution_id = execution.id
 
 
-def _locked_for(caller: Caller, execution_id: str, action: str) -> Execution:
-    """The execution under its row lock, once ``caller`` may ``action`` it."""
+def cancel_allowed(execution: Execution) -> bool:
+    """Anything not yet terminal (a running step finishes first)."""
+    return execution.status not in TERMINAL_STATUSES
+
+
+def retry_allowed(execution: Execution) -> bool:
+    """Failed or canceled. Not rolled back: that is an audit record, never retried."""
+    return execution.status in (ExecutionStatus.FAILED, ExecutionStatus.CANCELED)
+
+
+@dataclass(frozen=True)
+class Control:
+    """A control, the rule for the states it acts in (``allows``) and who may use it: an
+    operator, or (unless ``operators_only``) the execution's owner."""
+
+    name: str
+    allows: Callable[[Execution], bool]
+    operators_only: bool = False
+
+    def usable_by(self, caller: Caller, execution: Execution) -> bool:
+        return caller.may_act_on(execution.principal) and (
+            caller.operates or not self.operators_only
+        )
+
+
+CANCEL = Control("cancel", cancel_allowed)
+RETRY = Control("retry", retry_allowed)
+# Approve and rollback join as operators_only: approve on a paused execution with a pending
+# operator hook, rollback on a succeeded, failed or canceled one.
+CONTROLS: tuple[Control, ...] = (CANCEL, RETRY)
+
+
+def execution_controls(execution: Execution, caller: Caller) -> frozenset[str]:
+    """The names of the controls ``caller`` may use on ``execution`` as it was read: each one
+    the caller may use whose rule the state meets. What the links and the admin offer; the
+    service decides again, under the row lock, by the same two tests."""
+    return frozenset(
+        control.name
+        for control in CONTROLS
+        if control.usable_by(caller, execution) and control.allows(execution)
+    )
+
+
+def _locked_for(caller: Caller, execution_id: str, control: Control) -> Execution:
+    """The execution under its row lock, once ``caller`` may use ``control`` on it."""
     writes_allowed()
     execution = Execution.objects.select_for_update().get(pk=execution_id)
-    if caller.may_act_on(execution.principal):
+    if control.usable_by(caller, execution):
         return execution
     if not caller.reads_all and not execution.keys.filter(principal=caller.principal).exists():
         raise Execution.DoesNotExist(execution_id)
-    raise NotPermitted(execution, action)
+    raise NotPermitted(execution, control.name, operators_only=control.operators_only)
 
 
 @dataclass(frozen=True)
@@ -72,9 +121,9 @@ def execution_cancel(*, execution_id: str, caller: Caller, reason: str = "") -> 
     """A suspended or not yet started run is canceled at once; a running one at its next step
     boundary (the request is recorded on the run, which the step boundary checks)."""
     with transaction.atomic(durable=True):
-        execution = _locked_for(caller, execution_id, "cancel")
-        if execution.status in TERMINAL_STATUSES:
-            raise InvalidState(execution, "cancel")
+        execution = _locked_for(caller, execution_id, CANCEL)
+        if not CANCEL.allows(execution):
+            raise InvalidState(execution, CANCEL.name)
         audit_record(caller, "execution.cancel", execution.id, reason)
         # A queued execution leaves its lane's queue with the cancel, not at the next handover.
         lane_leave(execution_id=execution.id)
@@ -87,11 +136,12 @@ def execution_retry(*, execution_id: str, caller: Caller) -> Execution:
     persisted input still fits the workflow's current schema. A rolled-back execution is an
     audit record: never retried."""
     with transaction.atomic(durable=True):
-        execution = _locked_for(caller, execution_id, "retry")
-        if execution.status == ExecutionStatus.ROLLED_BACK:
-            raise NotRetryable(execution, "retry")
-        if execution.status not in (ExecutionStatus.FAILED, ExecutionStatus.CANCELED):
-            raise InvalidState(execution, "retry")
+        execution = _locked_for(caller, execution_id, RETRY)
+        if not RETRY.allows(execution):
+            refusal = (
+                NotRetryable if execution.status == ExecutionStatus.ROLLED_BACK else InvalidState
+            )
+            raise refusal(execution, RETRY.name)
         workflow = get_workflow(execution.workflow)
         workflow.validate(execution.input)  # InvalidInput: 422, nothing changed
         previous = execution.status
@@ -135,12 +185,19 @@ def audit_record(
 
 
 __all__ = [
+    "CANCEL",
+    "CONTROLS",
+    "RETRY",
+    "Control",
     "InvalidInput",
     "InvalidState",
     "LaneConflict",
     "NotPermitted",
     "NotRetryable",
     "ReadOnlyInstance",
+    "cancel_allowed",
     "execution_cancel",
+    "execution_controls",
     "execution_retry",
+    "retry_allowed",
 ]

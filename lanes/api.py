@@ -1,3 +1,6 @@
+"""The lanes' HTTP views, and how the API answers the lanes services' refusals
+(:data:`PROBLEMS`, registered in ``LanesConfig.ready``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -11,11 +14,37 @@ from rest_framework.views import APIView
 
 from alfred.openapi import JSON, problems
 from alfred.permissions import IsOperator, request_caller
-from alfred.problems import Problem
+from alfred.problems import ProblemContext, ProblemMap, not_found_detail, shown
 from executions.api.serializers import FreeTextField
 from lanes.models import Lane, LaneWaiter
 from lanes.selectors import lane_list, lane_queue
-from lanes.services import LaneOwnerMismatch, lane_recover
+from lanes.services import LaneConflict, LaneOwnerMismatch, lane_recover
+
+
+def _lane_conflict_detail(exc: LaneConflict, context: ProblemContext) -> str:
+    held = "" if exc.token is None else f" to {shown(exc.token)}"
+    return (
+        f"Lane {exc.key} is committed{held} by execution {exc.execution_id}; "
+        "a different value fails closed until it finishes."
+    )
+
+
+PROBLEMS: tuple[ProblemMap[Any], ...] = (
+    # A claim refused at acceptance or retry: names the execution that holds the lane.
+    ProblemMap(
+        LaneConflict,
+        "lane_conflict",
+        _lane_conflict_detail,
+        members=lambda exc: {"execution": exc.execution_id, "lane": exc.key},
+    ),
+    ProblemMap(Lane.DoesNotExist, "not_found", not_found_detail),
+    # Someone acted on the lane first (and LaneOwnerActive, LaneNotQueued): the owner now.
+    ProblemMap(
+        LaneOwnerMismatch,
+        "invalid_state",
+        members=lambda exc: {"lane": exc.key, "owner": exc.actual},
+    ),
+)
 
 
 class LaneWaiterSerializer(serializers.ModelSerializer):
@@ -125,17 +154,12 @@ class LaneRecoverApi(APIView):
         check_lane_key(key)
         form = LaneRecoverSerializer(data=request.data)
         form.is_valid(raise_exception=True)
-        try:
-            lane_recover(
-                key=key,
-                expected_owner=form.validated_data["expected_owner"],
-                actor=request_caller(request).principal,
-                reason=form.validated_data["reason"],
-                to=form.validated_data.get("to"),
-            )
-        except Lane.DoesNotExist:
-            raise Http404 from None
-        except LaneOwnerMismatch as exc:
-            raise Problem("invalid_state", str(exc), lane=key, owner=exc.actual) from None
+        lane_recover(
+            key=key,
+            expected_owner=form.validated_data["expected_owner"],
+            actor=request_caller(request).principal,
+            reason=form.validated_data["reason"],
+            to=form.validated_data.get("to"),
+        )
         lane = lane_list().get(key=key)
         return Response(LaneDetailSerializer(lane).data, status=202)

@@ -8,8 +8,11 @@ class LanesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from alfred.problems import problems_register
         from executions.engine.terminal import execution_finished
+        from lanes.api import PROBLEMS
 
+        problems_register(*PROBLEMS)
         execution_finished.connect(_reconcile_at_once, dispatch_uid="lanes.reconcile")
 
 

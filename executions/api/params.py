@@ -1,6 +1,6 @@
-"""What the API reads from paths and query strings, checked before any query: execution ids,
-integers, and cursors (a bad one is a 400 problem, never a database error or a silent
-default)."""
+"""What the API reads from paths, headers and query strings, checked before any query:
+execution ids, the Idempotency-Key, integers, and cursors (a bad one is a 400 problem, never a
+database error or a silent default)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,12 @@ from alfred.problems import Problem
 
 # What alfred.ids makes: "exe_" and a ULID (26 Crockford base32 characters).
 EXECUTION_ID_RE = re.compile(r"exe_[0-9A-HJKMNP-TV-Z]{26}")
+# Printable ASCII without a comma and without spaces at the ends; long enough for a UUID, a
+# ULID or a hash. No comma: a proxy or server joins two Idempotency-Key headers into "one,two",
+# which would otherwise be accepted as a third key that neither request meant.
+IDEMPOTENCY_KEY_RE = re.compile(
+    r"[\x21-\x2b\x2d-\x7e](?:[\x20-\x2b\x2d-\x7e]{0,253}[\x21-\x2b\x2d-\x7e])?"
+)
 # An integer query parameter: ASCII digits only (int() also takes "٣", " 3", "1_000").
 _DIGITS = re.compile(r"[0-9]{1,9}")
 
@@ -27,6 +33,20 @@ def check_execution_id(execution_id: str) -> str:
     if not EXECUTION_ID_RE.fullmatch(execution_id):
         raise Http404
     return execution_id
+
+
+def idempotency_key(request: Request) -> str:
+    """The request's Idempotency-Key, or a 400 problem when it is missing or not one key."""
+    key = request.headers.get("Idempotency-Key")
+    if not key:
+        raise Problem("idempotency_key_missing", "Send an Idempotency-Key header.")
+    if not IDEMPOTENCY_KEY_RE.fullmatch(key):
+        raise Problem(
+            "idempotency_key_invalid",
+            "Idempotency-Key must be one key: 1–255 printable ASCII characters without a "
+            "comma (two Idempotency-Key headers arrive joined by a comma).",
+        )
+    return key
 
 
 def int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:

@@ -12,7 +12,8 @@ from rest_framework import serializers
 
 from alfred.principals import Caller
 from executions import selectors
-from executions.models import AuditEntry, Execution, ExecutionStatus, OutboxEvent, Stage
+from executions.controls import CONTROLS, execution_controls
+from executions.models import AuditEntry, Execution, OutboxEvent, Stage
 
 
 def _url(name: str, **kwargs: Any) -> str:
@@ -106,18 +107,17 @@ class ExecutionSummarySerializer(serializers.ModelSerializer):
 
 
 def execution_links(execution: Execution, caller: Caller | None = None) -> dict[str, str]:
-    """Links to what the execution supports now: the controls only in states that allow
-    them, and only for a caller who may use them (its owner or an operator)."""
+    """Links to what the execution supports now: self, events, and each control that
+    :func:`executions.controls.execution_controls` says ``caller`` may use in its current
+    state (none without a caller)."""
     links = {
         "self": _url("execution-detail", execution_id=execution.id),
         "events": _url("execution-events", execution_id=execution.id),
     }
-    if caller is not None and not caller.may_act_on(execution.principal):
-        return links
-    if not execution.terminal:
-        links["cancel"] = _url("execution-cancel", execution_id=execution.id)
-    if execution.status in (ExecutionStatus.FAILED, ExecutionStatus.CANCELED):
-        links["retry"] = _url("execution-retry", execution_id=execution.id)
+    allowed = frozenset() if caller is None else execution_controls(execution, caller)
+    for control in CONTROLS:  # in the controls' order
+        if control.name in allowed:
+            links[control.name] = _url(f"execution-{control.name}", execution_id=execution.id)
     return links
 
 

@@ -42,6 +42,8 @@ from executions.engine.errors import (
 )
 from executions.engine.projections import start_state_set
 from executions.engine.registry import claim_refusal, definition_get
+from executions.engine.rollback import STAGES as ROLLBACK_STAGES
+from executions.engine.rollback import rollback_stage
 from executions.engine.terminal import execution_finish
 from executions.events.outbox import event_emit, event_key
 from executions.models import (
@@ -49,6 +51,7 @@ from executions.models import (
     Execution,
     ExecutionStatus,
     Run,
+    RunKind,
     RunStatus,
     Stage,
     StageStatus,
@@ -87,8 +90,12 @@ def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
             wake=_hint(run_id),
             clock=claimed.clock,
         )
+        rollback = claimed.run.kind == RunKind.ROLLBACK
         with ctx.heartbeat():
-            output = definition.run_stage(stage, ctx)
+            if rollback:
+                output = rollback_stage(ctx, claimed.run.number)
+            else:
+                output = definition.run_stage(stage, ctx)
     except Suspend as suspend:
         return _suspend(claimed, stage, suspend)
     except LeaseLost as lost:
@@ -103,7 +110,8 @@ def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
     except Exception as exc:
         log.exception("run %s stage %s raised", run_id, stage)
         return _finish(claimed, stage, ExecutionStatus.FAILED, error=unclassified(exc))
-    return _complete(claimed, stage, output, last=stage == definition.stages[-1])
+    stages = ROLLBACK_STAGES if rollback else definition.stages
+    return _complete(claimed, stage, output, last=stage == stages[-1])
 
 
 def _lock(run_id: str) -> tuple[Execution, Run] | None:
@@ -304,7 +312,12 @@ def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Out
         execution, run = locked
         _stage_end(execution, run, stage_name, StageStatus.SUCCEEDED, output=output)
         if last:
-            execution_finish(execution, ExecutionStatus.SUCCEEDED, result=output)
+            done = (
+                ExecutionStatus.ROLLED_BACK
+                if run.kind == RunKind.ROLLBACK
+                else ExecutionStatus.SUCCEEDED
+            )
+            execution_finish(execution, done, result=output)
             return Outcome.STOP
         # Between stages the run belongs to no worker; if the next stage's message never
         # comes (a lost broker), the recovery scan picks the run up once this grace is over.

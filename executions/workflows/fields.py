@@ -12,57 +12,24 @@ a contract choice, and also a guard: the jsonschema library matches ``pattern`` 
 ``^[a-z-]+$``. Stripping makes such input mean exactly what it would mean without the newline
 instead of yielding a second lane key or identity.
 
-Hostnames (domains, alternative names, zones, subdomains) are checked label by label:
-
-- The canonical form is ASCII: lower-case, no trailing dot, every internationalized label as
-  its A-label (``xn--…``). A name with non-ASCII characters is first mapped by UTS #46
-  (non-transitional: ``ß`` stays ``ß``; full-width letters and ideographic dots are mapped),
-  then each label is encoded under IDNA 2008 (RFC 5891; ``idna.alabel``), which refuses
-  disallowed code points, misplaced joiners and broken bidirectional labels.
-- An A-label sent as such must be one IDNA would produce: it decodes (punycode) to a valid
-  U-label that encodes back to exactly the same A-label. ``xn--zz`` (no valid decoding) and
-  ``xn--abc-`` (a disguised ASCII label) are refused. Other labels with ``--`` in the third
-  and fourth positions are reserved by RFC 5891 but plain LDH, and accepted.
-- Mixed scripts: the letters and marks of one label come from one script (Latin, Cyrillic,
-  Greek, Arabic, ...), so ``pаypal.com`` with a Cyrillic ``а`` is refused, in either form.
-  Following UTS #39's "highly restrictive" level, three combinations of the East Asian
-  scripts are also allowed: Han with Hiragana and Katakana (Japanese), Han with Hangul
-  (Korean) and Han with Bopomofo (Chinese). A character's script is the first word of its
-  Unicode name (``CYRILLIC SMALL LETTER A``), so ``CJK`` and ``IDEOGRAPHIC`` are Han, and
-  ``COMBINING`` marks take the script of the letter they sit on; digits and ``-`` belong to
-  no script. Different labels may use different scripts (``пример.com``). A name entirely in
-  one script that looks like a name in another (a whole-script confusable) passes: that needs
-  a confusables table, not a script rule.
-- At least two labels, at most 253 characters; each label 1-63 characters of ``[a-z0-9-]``
-  not starting or ending with ``-``; the last label (the top-level domain) not all digits, so
-  an IPv4 address such as ``1.2.3.4`` is not a hostname nor a zone.
+Hostnames (domains, alternative names, zones, subdomains) follow the one copy of the rules in
+``providers/hostnames.py`` (IDNA 2008 per label, the A-label as canonical form, the
+mixed-script policy, at least two labels, no all-digit top-level label), which the GitOps
+editors use too; here they are applied with Alfred's own quoting of values in messages.
 """
 
 from __future__ import annotations
 
 import copy
-import re
-import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import idna
-
 from alfred.problems import shown
 from executions.workflows.base import FieldError
+from providers import hostnames
 
-MAX_HOSTNAME_LENGTH = 253
-_LDH_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
-_ACE_PREFIX = "xn--"
-# Unicode-name first words that are not the script's name, and marks that inherit a script.
-_SCRIPT_ALIASES = {"CJK": "Han", "IDEOGRAPHIC": "Han", "KATAKANA-HIRAGANA": "Katakana"}
-_INHERITED = frozenset({"COMBINING"})
-# Beyond a single script, the combinations UTS #39 "highly restrictive" allows.
-_SCRIPT_SETS = (
-    frozenset({"Han", "Hiragana", "Katakana"}),
-    frozenset({"Han", "Hangul"}),
-    frozenset({"Han", "Bopomofo"}),
-)
+MAX_HOSTNAME_LENGTH = hostnames.MAX_HOSTNAME_LENGTH
+label_scripts = hostnames.label_scripts
 _LOOSE_NAME = r"^\s*\S+\s*$"
 
 
@@ -172,116 +139,22 @@ def with_defaults(schema: dict[str, Any], data: Mapping[str, Any]) -> dict[str, 
 
 
 def normalize_hostname(raw: str) -> str:
-    """Strip, lower-case (UTS #46 mapping for a non-ASCII name), drop one trailing dot,
-    encode each non-ASCII label as its A-label. Raises ValueError for a name IDNA rejects.
-
-    Does not validate: see :func:`hostname_problem`."""
-    name = raw.strip()
-    if not name.isascii():
-        try:
-            name = idna.uts46_remap(name, std3_rules=False, transitional=False)
-        except idna.IDNAError as exc:
-            raise ValueError(f"it {_idna_reason(exc)}") from None
-    name = name.lower()
-    if name.endswith("."):
-        name = name[:-1]
-    return ".".join(_ascii_label(label) for label in name.split("."))
-
-
-def _idna_reason(exc: Exception) -> str:
-    """Alfred's words for an ``idna`` refusal (its own messages quote the input)."""
-    if isinstance(exc, idna.IDNABidiError):
-        return "breaks the IDNA rules for right-to-left labels"
-    if isinstance(exc, idna.InvalidCodepointContext):
-        return "uses a joiner or a code point outside the context IDNA 2008 allows it in"
-    if isinstance(exc, idna.InvalidCodepoint):
-        return "holds a code point IDNA 2008 does not allow in a hostname"
-    return "is not a valid internationalized label under IDNA 2008"
-
-
-def _ascii_label(label: str) -> str:
-    if label.isascii():
-        return label
-    try:
-        return idna.alabel(label).decode("ascii")
-    except (idna.IDNAError, UnicodeError) as exc:
-        raise ValueError(f"label {shown(label)} {_idna_reason(exc)}") from None
-
-
-def _script(char: str) -> str | None:
-    """The script of a letter or mark by the first word of its Unicode name; None for what
-    belongs to no script here (digits, '-', combining marks that inherit one)."""
-    if unicodedata.category(char)[0] not in "LM":
-        return None
-    word = unicodedata.name(char, "UNKNOWN").split(" ", 1)[0]
-    if word in _INHERITED:
-        return None
-    return _SCRIPT_ALIASES.get(word, word.title())
-
-
-def label_scripts(ulabel: str) -> frozenset[str]:
-    """The scripts of the letters of one U-label (or ASCII label)."""
-    return frozenset(script for char in ulabel if (script := _script(char)) is not None)
+    """The canonical form of a hostname (ValueError, with Alfred's message, when IDNA
+    refuses it)."""
+    return hostnames.normalize_hostname(raw, show=shown)
 
 
 def script_problem(ulabel: str) -> str | None:
-    """What is wrong with the scripts of one U-label, or None (the module's policy)."""
-    scripts = label_scripts(ulabel)
-    if len(scripts) <= 1 or any(scripts <= allowed for allowed in _SCRIPT_SETS):
-        return None
-    return (
-        f"label {shown(ulabel)} mixes the scripts {', '.join(sorted(scripts))}; "
-        "the letters of one label must come from one script"
-    )
-
-
-def _label_problem(label: str) -> str | None:
-    if not _LDH_LABEL.fullmatch(label):
-        return (
-            f"label {shown(label)} must be 1-63 characters of a-z, 0-9 and '-', "
-            "not starting or ending with '-'"
-        )
-    if not label.startswith(_ACE_PREFIX):
-        return None
-    try:
-        ulabel = idna.ulabel(label)
-        valid = idna.alabel(ulabel).decode("ascii") == label
-    except (idna.IDNAError, UnicodeError, ValueError):
-        valid = False
-    if not valid:
-        return (
-            f"label {shown(label)} is not a valid A-label: its punycode must decode to an "
-            "internationalized label that encodes back to it"
-        )
-    return script_problem(ulabel)
+    return hostnames.script_problem(ulabel, show=shown)
 
 
 def hostname_problem(name: str, *, allow_wildcard: bool) -> str | None:
-    """What is wrong with the normalized ``name`` as a hostname, or None (the rules of the
-    module docstring); a '*' first label only where ``allow_wildcard``."""
-    if len(name) > MAX_HOSTNAME_LENGTH:
-        return f"must be at most {MAX_HOSTNAME_LENGTH} characters once normalized"
-    labels = name.split(".")
-    if labels[0] == "*":
-        if not allow_wildcard:
-            return "a wildcard name is not allowed here"
-        labels = labels[1:]
-    if len(labels) < 2:
-        return "must have at least two labels, e.g. example.com"
-    for label in labels:
-        problem = _label_problem(label)
-        if problem is not None:
-            return problem
-    if labels[-1].isdigit():
-        return "the top-level label must not be all digits (an IP address is not a hostname)"
-    return None
+    """Why the canonical ``name`` is not a valid hostname, or None."""
+    return hostnames.hostname_problem(name, wildcard=allow_wildcard, show=shown)
 
 
 def hostname_errors(pointer: str, raw: str, *, allow_wildcard: bool = False) -> list[FieldError]:
-    try:
-        problem = hostname_problem(normalize_hostname(raw), allow_wildcard=allow_wildcard)
-    except ValueError as exc:
-        problem = str(exc)
+    problem = hostnames.input_problem(raw, wildcard=allow_wildcard, show=shown)
     return [FieldError(pointer, f"not a valid hostname: {problem}")] if problem else []
 
 

@@ -31,16 +31,21 @@ Rules shared by the four editors, which the tests check as properties:
 - **Remove touches only the named entries**; entries that are absent are ignored.
 - **Validation**: a malformed file or an invalid entry raises :class:`~providers.errors.Rejected`
   (``code`` ``malformed_file`` / ``invalid_entry``) with the line where it was found; the result
-  of every edit is parsed again before it is returned. Entries are normalized hostnames
-  (lower-case, IDNA/punycode, at least two labels): normalizing is the caller's job, an
-  editor refuses anything else rather than guess. A YAML file whose round trip through
-  ruamel.yaml is not byte-identical is refused too: Alfred never commits a file it would
-  reformat beyond the lines it means to change.
+  of every edit is parsed again before it is returned. Entries are hostnames in the canonical
+  form of :mod:`providers.hostnames` (lower-case, IDNA A-labels, no trailing dot) that pass its
+  rules: normalizing is the caller's job, an editor refuses anything else rather than guess.
+  An entry Alfred writes or removes is never a wildcard; a Helm hosts list may hold
+  ``*.example.com`` written by hand (read with ``wildcard=True``, kept, owned by nobody); a
+  ``server_name`` list may hold nginx's other forms (wildcards, regexes, ``_``, an IPv4
+  address), kept as nobody's entries. A YAML file whose round trip through ruamel.yaml is not
+  byte-identical is refused too: Alfred never commits a file it would reformat beyond the
+  lines it means to change.
 """
 
 from __future__ import annotations
 
 import io
+import ipaddress
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -52,42 +57,19 @@ from ruamel.yaml.error import CommentMark, YAMLError
 from ruamel.yaml.tokens import CommentToken
 
 from providers.errors import Rejected
+from providers.hostnames import canonical_problem
 
 PROVIDER = "gitops"
-MAX_HOSTNAME_LENGTH = 253
-_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 
 
 # -- entries -------------------------------------------------------------------------------
-
-
-def hostname_problem(name: str, *, allow_wildcard: bool = False) -> str | None:
-    """What is wrong with ``name`` as a normalized hostname, or None."""
-    if not isinstance(name, str) or not name:
-        return "must be a non-empty string"
-    if name != name.strip().lower() or name.endswith("."):
-        return "must be normalized (lower-case, no surrounding whitespace, no trailing dot)"
-    if len(name) > MAX_HOSTNAME_LENGTH:
-        return f"must be at most {MAX_HOSTNAME_LENGTH} characters"
-    labels = name.split(".")
-    if labels[0] == "*" and allow_wildcard:
-        labels = labels[1:]
-    if len(labels) < 2:
-        return "must have at least two labels, e.g. example.com"
-    for label in labels:
-        if not _LABEL.fullmatch(label):
-            return (
-                f"label {label!r} must be 1-63 characters of a-z, 0-9 and '-' "
-                "(IDNA-encoded), not starting or ending with '-'"
-            )
-    return None
 
 
 def check_entries(entries: Iterable[str]) -> list[str]:
     """``entries`` de-duplicated in order; Rejected for one that is not a hostname."""
     seen: dict[str, None] = {}
     for entry in entries:
-        problem = hostname_problem(entry)
+        problem = canonical_problem(entry, wildcard=False)
         if problem:
             raise Rejected(
                 f"invalid entry {entry!r}: {problem}",
@@ -361,7 +343,7 @@ class YamlHostsEditor:
             line = node.lc.item(index)[0] + 1 if index in node.lc.data else None
             if not isinstance(item, str):
                 raise _malformed(f"{self.where}[{index}] is not a hostname: {item!r}", line=line)
-            problem = hostname_problem(str(item), allow_wildcard=True)
+            problem = canonical_problem(str(item), wildcard=True)
             if problem:
                 raise _malformed(f"{self.where}[{index}] {str(item)!r} {problem}", line=line)
             if item in seen:
@@ -564,7 +546,7 @@ class ServerNamesEditor(_BlockEditor):
     """next-deimos's ``server_name`` list: one name per line, a lone ``;`` ends it.
 
     Plain hostnames are entries; other names nginx accepts (``*.example.com``,
-    ``~^regex$``, ``_``) are kept and are nobody's entries."""
+    ``~^regex$``, ``_``, an IPv4 address) are kept and are nobody's entries."""
 
     label = "next-deimos server names"
     block_name = "server_name"
@@ -584,13 +566,23 @@ class ServerNamesEditor(_BlockEditor):
         name = match["name"]
         if name.startswith(("~", "*.", ".")) or name == "_" or name.endswith(".*"):
             return match["indent"], name, None
-        problem = hostname_problem(name)
+        if _is_ipv4(name):  # nginx matches an IP address as a name; not a hostname entry
+            return match["indent"], name, None
+        problem = canonical_problem(name, wildcard=False)
         if problem:
             raise _malformed(f"server name {name!r} {problem}", line=number)
         return match["indent"], name, name
 
     def _render(self, indent: str, entry: str) -> str:
         return f"{indent}{entry}"
+
+
+def _is_ipv4(name: str) -> bool:
+    try:
+        ipaddress.IPv4Address(name)
+    except ValueError:
+        return False
+    return True
 
 
 NGINX_HOSTS = YamlHostsEditor(("server", "hosts"), label="nginx hosts")

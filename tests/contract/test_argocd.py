@@ -1,4 +1,4 @@
-"""Contract: the ArgoCD adapter (providers/argocd.py) against the stand-in or a real server.
+"""Contract: the ArgoCD adapter (providers/argocd/) against the stand-in or a real server.
 
 Unmarked tests only read and run against a real ArgoCD too (ALFRED_CONTRACT_TARGET=real, see
 tests/contract/fixtures/argocd.py); ``standin`` tests move branch heads or inject faults.

@@ -118,4 +118,3 @@ class AddCertificate(Workflow):
             and bool(verify.get("validation_records_in_place"))
         )
         return not done
-

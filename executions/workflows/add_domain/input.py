@@ -81,4 +81,3 @@ class AddDomain(Workflow):
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return LaneClaim("aws-infrastructure")
-

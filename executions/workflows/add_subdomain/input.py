@@ -97,4 +97,3 @@ class AddSubdomain(Workflow):
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return None
-

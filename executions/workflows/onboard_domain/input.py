@@ -46,4 +46,3 @@ class OnboardDomain(AddDomain):
         required=["domain"],
         examples=EXAMPLES,
     )
-

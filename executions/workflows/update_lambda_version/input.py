@@ -99,4 +99,3 @@ class UpdateLambdaVersion(Workflow):
             f"lambda:{canonical['target']}:{canonical['environment']}",
             token=canonical["version"],
         )
-

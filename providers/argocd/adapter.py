@@ -1,41 +1,11 @@
-"""ArgoCD: what an application runs, and whether it has converged on a commit (httpx).
+"""The ArgoCD adapter (httpx): reads an application, watches it converge on a commit, starts
+and stops a sync, and maps ArgoCD's answers onto :mod:`providers.errors`.
 
 Platform routing (DESIGN.md §6) commits Helm values and then waits until the ArgoCD
-applications that render them run that commit. ArgoCD's REST API reports an application as
-``GET /api/v1/applications/{name}``, a ``v1alpha1.Application``; this adapter reads the parts
-that matter into an :class:`ApplicationStatus` and judges them with :func:`assess`.
-
-**Converged on commit X** means all of:
-
-- ``status.sync.status == "Synced"``: the live state equals the desired state. Without it the
-  cluster still runs something else than the manifests ArgoCD rendered.
-- ``status.sync.revision == X`` (for a multi-source application, X is one of
-  ``status.sync.revisions``): the desired state it compared against was rendered from X.
-  "Synced" alone may be about an older commit that ArgoCD has not yet replaced with X (it polls
-  Git every few minutes unless a webhook tells it), so being Synced at an older revision is not
-  being converged on X.
-- ``status.health.status == "Healthy"``: the applied resources are up (Deployments rolled out,
-  Pods ready). Synced-but-Progressing is a rollout still under way; Degraded, Missing or
-  Suspended is not serving the change.
-- no operation running: no ``operation`` field and ``status.operationState.phase`` neither
-  ``Running`` nor ``Terminating``. A sync is Synced as soon as its resources are applied, then
-  waits for them to be healthy and runs PostSync hooks; until it finishes, its result is open.
-- the last operation *at X* did not fail: when ``operationState`` is about X
-  (``syncResult.revision``, or the requested revision of a sync that failed before it produced
-  a result), its phase is ``Succeeded``, not ``Failed`` or ``Error``. A sync can apply every
-  resource (Synced, even Healthy) and still fail in a hook; that failure is X's.
-
-The last operation is normally the sync *at X*. When a commit does not change what an
-application renders, ArgoCD finds it Synced at X at once and starts no operation, so its last
-operation stays an older one — successful or not. Synced at X, Healthy and idle is then the
-evidence: the live state equals X's manifests, and an older operation's outcome (a failed sync
-of a commit that X has since replaced) says nothing about X. Such an operation is therefore not
-a reason; requiring an operation at X, or an older one's success, would wait forever on an
-application that is serving X. Only a failed operation at X blocks, and it makes the wait
-:attr:`Convergence.failed` (ArgoCD will not retry it).
-
-Every condition is evaluated and reported separately (:class:`Reason`), so a workflow that is
-still waiting can say why ("operation_running: Running: waiting for healthy state...").
+applications that render them run that commit. This adapter reads an application into an
+:class:`~providers.argocd.model.ApplicationStatus` and judges it with
+:func:`~providers.argocd.assessment.assess`; :mod:`.assessment`'s docstring says what
+"converged on commit X" means and which sync is Alfred's.
 
 Waiting is handle-based (:mod:`providers.handles`): :meth:`ArgoCD.watch` returns a
 ``convergence`` handle and :meth:`ArgoCD.inspect` re-reads it; a workflow polls it durably with
@@ -43,22 +13,6 @@ Waiting is handle-based (:mod:`providers.handles`): :meth:`ArgoCD.watch` returns
 retry it on its own (auto-sync skips a revision whose sync failed), and *ok* only when converged.
 :meth:`ArgoCD.sync` starts a sync for applications without auto-sync; :meth:`ArgoCD.stop`
 terminates it.
-
-**Which sync is Alfred's.** A sync is requested with the caller's operation identity in the
-request's ``infos`` (``[{"name": "alfred-operation", "value": <operation>}]``,
-``ApplicationSyncRequest.infos``); ArgoCD copies them into the operation it sets
-(``operation.info``) and from there into ``status.operationState.operation.info``. The
-current or last operation is *this* sync's when it is at the revision and carries this
-identity. An operation at the revision that carries another identity, or none (an auto-sync, a
-sync from the UI, a sync of another step), is not this sync's: a revision alone cannot tell a
-sync Alfred started from an older one at the same commit (drift re-synced, a branch reset back
-to a commit whose sync failed long ago). Fallback, for a server that does not echo ``infos``:
-given ``not_before`` (the time of the step's first attempt), an operation at the revision that
-carries *no* identity and started at or after it is taken as this sync's — nothing older can
-be, and a sync of that commit started since is as good as ours. ArgoCD reports ``startedAt``
-to the second, so the comparison is with ``not_before`` truncated to the second, and it
-assumes Alfred's and ArgoCD's clocks agree to within the time between the step's first attempt
-and its POST.
 
 Errors (:mod:`providers.errors`): 401 → Rejected (the token is missing, expired or wrong);
 403 → Rejected (the token's account may not do this — or, when no ``project`` is configured,
@@ -78,12 +32,13 @@ import random
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Self
 from urllib.parse import quote
 
 import httpx
 
+from providers.argocd.assessment import Convergence, SyncOwner, assess, nothing_to_sync
+from providers.argocd.model import OPERATION_INFO, PROVIDER, ApplicationStatus
 from providers.errors import (
     Conflict,
     NotFound,
@@ -94,22 +49,6 @@ from providers.errors import (
     Unknown,
 )
 from providers.handles import Handle, StopUnsupported, handle
-
-PROVIDER: Final = "argocd"
-
-# Reason codes: stable strings (they land in receipts and events).
-OUT_OF_SYNC: Final = "out_of_sync"
-REVISION_MISMATCH: Final = "revision_mismatch"
-UNHEALTHY: Final = "unhealthy"
-OPERATION_RUNNING: Final = "operation_running"
-OPERATION_FAILED: Final = "operation_failed"
-
-# The name of the sync request's ``infos`` item that carries the caller's operation identity.
-OPERATION_INFO: Final = "alfred-operation"
-MAX_OPERATION: Final = 200  # characters of an operation identity
-
-RUNNING_PHASES: Final = frozenset({"Running", "Terminating"})
-FAILED_PHASES: Final = frozenset({"Failed", "Error"})
 
 # gRPC status codes, as ArgoCD's gateway puts them in error bodies ({"error", "code", "message"}).
 _GRPC_CODES: Final = {
@@ -126,294 +65,6 @@ _GRPC_CODES: Final = {
     14: "Unavailable",
     16: "Unauthenticated",
 }
-
-
-@dataclass(frozen=True)
-class Source:
-    repo_url: str
-    target_revision: str  # a branch, tag or commit; "" means HEAD
-    path: str
-
-
-@dataclass(frozen=True)
-class ApplicationStatus:
-    """The parts of a ``v1alpha1.Application`` that say what it runs."""
-
-    name: str
-    project: str
-    sources: tuple[Source, ...]  # spec.source, or spec.sources of a multi-source application
-    sync_status: str  # Synced | OutOfSync | Unknown
-    sync_revision: str | None  # the revision the desired state was rendered from
-    sync_revisions: tuple[str, ...]  # multi-source: one per source
-    health_status: str  # Healthy | Progressing | Degraded | Suspended | Missing | Unknown
-    health_message: str | None
-    operation_running: bool  # an operation is requested or in progress
-    # The current or last operation's phase; None if never, or requested and not yet started.
-    operation_phase: str | None
-    operation_revision: str | None  # syncResult.revision (or the running sync's target)
-    operation_revisions: tuple[str, ...]
-    operation_message: str | None
-    operation_started_at: str | None  # RFC 3339, to the second (metav1.Time)
-    operation_finished_at: str | None
-    operation_info: tuple[dict[str, str], ...]  # the operation's info: [{name, value}]
-    reconciled_at: str | None
-    conditions: tuple[dict[str, str], ...]  # [{type, message}]: ComparisonError, SyncError...
-
-    @property
-    def repo_url(self) -> str | None:
-        return self.sources[0].repo_url if self.sources else None
-
-    @property
-    def target_revision(self) -> str | None:
-        return self.sources[0].target_revision if self.sources else None
-
-    @property
-    def path(self) -> str | None:
-        return self.sources[0].path if self.sources else None
-
-    def at_revision(self, revision: str) -> bool:
-        return revision == self.sync_revision or revision in self.sync_revisions
-
-    def operation_at(self, revision: str) -> bool:
-        return revision == self.operation_revision or revision in self.operation_revisions
-
-    @property
-    def operation_identity(self) -> str | None:
-        """The Alfred operation identity the current or last operation carries, if any."""
-        return next(
-            (item["value"] for item in self.operation_info if item["name"] == OPERATION_INFO),
-            None,
-        )
-
-    @classmethod
-    def from_application(cls, app: Mapping[str, Any]) -> ApplicationStatus:
-        """Read an Application document; absent fields read as ArgoCD's zero values."""
-        metadata = _obj(app.get("metadata"))
-        spec = _obj(app.get("spec"))
-        status = _obj(app.get("status"))
-        sync = _obj(status.get("sync"))
-        health = _obj(status.get("health"))
-        state = _obj(status.get("operationState"))
-        result = _obj(state.get("syncResult"))
-        operation = app.get("operation")
-        raw_sources = spec.get("sources") or ([spec["source"]] if spec.get("source") else [])
-        sources = tuple(
-            Source(
-                repo_url=str(source.get("repoURL") or ""),
-                target_revision=str(source.get("targetRevision") or ""),
-                path=str(source.get("path") or source.get("chart") or ""),
-            )
-            for source in map(_obj, raw_sources)
-        )
-        phase = _str(state.get("phase"))
-        running = bool(operation) or phase in RUNNING_PHASES
-        # ArgoCD's server sets ``operation`` when it accepts a sync; the controller then replaces
-        # operationState with the new operation's (Running). Until it does, operationState
-        # still describes the previous operation: its phase and times are not this one's.
-        previous = bool(operation) and phase not in RUNNING_PHASES
-        # While a sync runs, its target is the requested operation's revision (ArgoCD's auto-sync
-        # requests the resolved commit); once it ran, the result's. A sync that failed before it
-        # produced a result (a manifest generation error) still names its target in the request.
-        requested = _obj(_obj(operation if running and operation else state.get("operation")))
-        wanted = _obj(requested.get("sync"))
-        first, second = (wanted, result) if running else (result, wanted)
-        op_revision = _str(first.get("revision")) or _str(second.get("revision"))
-        op_revisions = tuple(first.get("revisions") or ()) or tuple(second.get("revisions") or ())
-        return cls(
-            name=str(metadata.get("name") or ""),
-            project=str(spec.get("project") or "default"),
-            sources=sources,
-            sync_status=_str(sync.get("status")) or "Unknown",
-            sync_revision=_str(sync.get("revision")),
-            sync_revisions=tuple(str(r) for r in sync.get("revisions") or ()),
-            health_status=_str(health.get("status")) or "Unknown",
-            health_message=_str(health.get("message")),
-            operation_running=running,
-            operation_phase=None if previous else phase,
-            operation_revision=op_revision,
-            operation_revisions=tuple(str(r) for r in op_revisions),
-            operation_message=None if previous else _str(state.get("message")),
-            operation_started_at=None if previous else _str(state.get("startedAt")),
-            operation_finished_at=None if previous else _str(state.get("finishedAt")),
-            operation_info=tuple(
-                {"name": str(item.get("name") or ""), "value": str(item.get("value") or "")}
-                for item in map(_obj, requested.get("info") or ())
-            ),
-            reconciled_at=_str(status.get("reconciledAt")),
-            conditions=tuple(
-                {"type": str(c.get("type") or ""), "message": str(c.get("message") or "")}
-                for c in map(_obj, status.get("conditions") or ())
-            ),
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON for handles and receipts."""
-        data = asdict(self)
-        data["sources"] = [asdict(source) for source in self.sources]
-        for key in ("sync_revisions", "operation_revisions", "operation_info", "conditions"):
-            data[key] = list(data[key])
-        return data
-
-
-@dataclass(frozen=True)
-class Reason:
-    """One convergence condition that does not hold, and what was observed instead."""
-
-    code: str  # OUT_OF_SYNC, REVISION_MISMATCH, UNHEALTHY, OPERATION_RUNNING, OPERATION_FAILED
-    message: str
-
-
-@dataclass(frozen=True)
-class Convergence:
-    application: str
-    revision: str
-    status: ApplicationStatus
-    reasons: tuple[Reason, ...] = field(default=())
-
-    @property
-    def converged(self) -> bool:
-        return not self.reasons
-
-    @property
-    def codes(self) -> frozenset[str]:
-        return frozenset(reason.code for reason in self.reasons)
-
-    @property
-    def failed(self) -> bool:
-        """The sync at this revision failed and nothing is running: ArgoCD's auto-sync does not
-        retry a revision whose sync failed, so this will not converge on its own."""
-        status = self.status
-        return (
-            not status.operation_running
-            and status.operation_phase in FAILED_PHASES
-            and status.operation_at(self.revision)
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "application": self.application,
-            "revision": self.revision,
-            "converged": self.converged,
-            "failed": self.failed,
-            "reasons": [asdict(reason) for reason in self.reasons],
-            "status": self.status.as_dict(),
-        }
-
-
-@dataclass(frozen=True)
-class SyncOwner:
-    """The operation a sync belongs to: its identity, and the time of the step's first attempt
-    (``not_before``) for servers that do not echo a sync request's ``infos``."""
-
-    operation: str
-    not_before: dt.datetime | None = None
-
-    @classmethod
-    def of(cls, operation: object, not_before: object = None) -> SyncOwner:
-        """Checked: :class:`Rejected` (repeating cannot help) for an identity that is not one
-        trimmed line of 1-:data:`MAX_OPERATION` characters, or a time that is not ISO 8601
-        with a time zone."""
-        if (
-            not isinstance(operation, str)
-            or not operation
-            or operation != operation.strip()
-            or len(operation) > MAX_OPERATION
-            or any(ch in operation for ch in "\r\n")
-        ):
-            raise Rejected(
-                "a sync needs the caller's operation identity: one trimmed line of "
-                f"1-{MAX_OPERATION} characters, not {operation!r}",
-                provider=PROVIDER,
-                code="invalid_operation",
-            )
-        if not_before is None:
-            return cls(operation)
-        when = not_before
-        if isinstance(when, str):
-            try:
-                when = dt.datetime.fromisoformat(when)
-            except ValueError:
-                when = None
-        if not isinstance(when, dt.datetime) or when.tzinfo is None:
-            raise Rejected(
-                f"not_before must be an ISO 8601 time with a time zone, not {not_before!r}",
-                provider=PROVIDER,
-                code="invalid_not_before",
-            )
-        return cls(operation, when.astimezone(dt.UTC))
-
-    def owns(self, status: ApplicationStatus, revision: str) -> bool:
-        """Whether the current or last operation of ``status`` is this sync to ``revision``
-        (see the module docstring)."""
-        if not status.operation_at(revision):
-            return False
-        identity = status.operation_identity
-        if identity is not None:
-            return identity == self.operation
-        if self.not_before is None:
-            return False
-        started = _instant(status.operation_started_at)
-        return started is not None and started >= self.not_before.replace(microsecond=0)
-
-    def as_dict(self) -> dict[str, Any]:
-        not_before = self.not_before.isoformat() if self.not_before else None
-        return {"operation": self.operation, "not_before": not_before}
-
-
-def _nothing_to_sync(current: Convergence) -> bool:
-    """The live state already is the revision's manifests (Synced at it) and nothing runs: a
-    sync would apply nothing. This also keeps a retried step from syncing again when its own
-    sync ran but is no longer the last operation (ArgoCD keeps no ``info`` in its history)."""
-    status = current.status
-    return current.converged or (
-        status.sync_status == "Synced"
-        and status.at_revision(current.revision)
-        and not status.operation_running
-    )
-
-
-def assess(status: ApplicationStatus, revision: str) -> Convergence:
-    """Judge ``status`` against "converged on ``revision``" (see the module docstring)."""
-    reasons: list[Reason] = []
-    if status.sync_status != "Synced":
-        detail = "; ".join(f"{c['type']}: {c['message']}" for c in status.conditions)
-        reasons.append(
-            Reason(
-                OUT_OF_SYNC,
-                f"sync status is {status.sync_status}" + (f" ({detail})" if detail else ""),
-            )
-        )
-    if not status.at_revision(revision):
-        observed = status.sync_revision or ", ".join(status.sync_revisions) or "no revision"
-        reasons.append(Reason(REVISION_MISMATCH, f"compared at {observed}, not {revision}"))
-    if status.health_status != "Healthy":
-        reasons.append(
-            Reason(
-                UNHEALTHY,
-                f"health is {status.health_status}"
-                + (f": {status.health_message}" if status.health_message else ""),
-            )
-        )
-    if status.operation_running:
-        reasons.append(
-            Reason(
-                OPERATION_RUNNING,
-                f"operation {status.operation_phase or 'requested'}"
-                + (f" at {status.operation_revision}" if status.operation_revision else "")
-                + (f": {status.operation_message}" if status.operation_message else ""),
-            )
-        )
-    elif status.operation_phase in FAILED_PHASES and status.operation_at(revision):
-        # A failed operation at another revision does not block: see the module docstring.
-        reasons.append(
-            Reason(
-                OPERATION_FAILED,
-                f"last operation {status.operation_phase}"
-                + (f" at {status.operation_revision}" if status.operation_revision else "")
-                + (f": {status.operation_message}" if status.operation_message else ""),
-            )
-        )
-    return Convergence(status.name, revision, status, tuple(reasons))
 
 
 class ArgoCD:
@@ -499,7 +150,7 @@ class ArgoCD:
         """Start a sync of ``name`` to ``revision`` on behalf of ``operation`` (the caller's
         operation identity), for applications that do not sync automatically; a ``sync``
         handle. ``not_before``: the ISO 8601 time of the step's first attempt, needed only for
-        servers that do not echo the request's ``infos`` (see the module docstring).
+        servers that do not echo the request's ``infos`` (see :mod:`.assessment`).
 
         At most one sync per operation: when the current or last operation is this one's
         (its identity, at ``revision``) — running or finished, whatever its outcome — it is
@@ -521,7 +172,7 @@ class ArgoCD:
         owner = SyncOwner.of(operation, not_before)
         current = assess(self.application(name), revision)
         status = current.status
-        if owner.owns(status, revision) or _nothing_to_sync(current):
+        if owner.owns(status, revision) or nothing_to_sync(current):
             return self._sync_handle(current, owner)
         if status.operation_running:
             # Another actor's operation ends on its own (or at the workflow's deadline): a
@@ -735,7 +386,7 @@ class ArgoCD:
                 code=code,
                 details=details,
             ) from exc
-        if owner.owns(current.status, revision) or _nothing_to_sync(current):
+        if owner.owns(current.status, revision) or nothing_to_sync(current):
             return self._sync_handle(current, owner)
         raise Transient(
             f"syncing {name} to {revision}: {exc}; read back, no sync of operation "
@@ -772,7 +423,7 @@ class ArgoCD:
             # convergence's question (the observations carry it), not the sync's.
             status = state.operation_phase or "Unknown"
             done, ok = True, status == "Succeeded"
-        elif _nothing_to_sync(current):
+        elif nothing_to_sync(current):
             # Applied at the revision already (it renders the same, or a sync of it — perhaps
             # this one, superseded as the last operation — ran): whether it is healthy is the
             # convergence's question.
@@ -841,25 +492,6 @@ def _describe(status: ApplicationStatus) -> str:
     if status.operation_identity:
         text += f", operation {status.operation_identity}"
     return text
-
-
-def _instant(value: str | None) -> dt.datetime | None:
-    """An RFC 3339 time from ArgoCD (``2026-01-01T00:00:00Z``); None if absent or unreadable."""
-    if not value:
-        return None
-    try:
-        when = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
-
-
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _str(value: Any) -> str | None:
-    return str(value) if value not in (None, "") else None
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -1,23 +1,8 @@
-"""Route53: hosted zones, the records at a name, and ONE atomic change batch per request.
+"""The Route53 adapter (boto3): hosted zones, the records at a name, and ONE atomic change
+batch per request, its failures mapped onto :mod:`providers.errors`.
 
-Records are normalized so a plan can be hashed and compared: the name (:func:`normalize_name`:
-ASCII lower case without the trailing dot, Route53's ``\\052`` read as ``*``, an escaped dot
-inside a label kept escaped), the type, the TTL (None for an alias), the values sorted, the
-alias target (``hosted_zone_id``, ``dns_name`` normalized like a name,
-``evaluate_target_health``), the set identifier, and in ``routing`` every other member of
-Route53's ``ResourceRecordSet`` exactly as boto3 reads it (``Weight``, ``Region``,
-``GeoLocation``, ``Failover``, ``MultiValueAnswer``, ``HealthCheckId``, ``CidrRoutingConfig``,
-``GeoProximityLocation``, ``AZAffinity``, ``TrafficPolicyInstanceId``, and any member a later
-API version adds), so a record read here can be DELETEd exactly: Route53 refuses a DELETE that
-does not name the record set's current values, routing included.
-
-An alias record has no TTL and no values: :func:`record` refuses them beside an alias
-(``ValueError``; :meth:`Route53.change` reports a malformed change as
-:class:`~providers.errors.Rejected`), since Route53 would never read them back.
-
-A record set that carries ``TrafficPolicyInstanceId`` was made by a traffic policy instance and
-belongs to it: a batch that touches one (as read, or as given) is
-:class:`~providers.errors.Rejected` (``TrafficPolicyRecord``) before anything is sent.
+The values it reads and writes are :mod:`.model`'s; the batch it sends is
+:func:`.batch.compare_and_swap` of the caller's against the records it read first.
 
 **Every batch sent is a compare-and-swap against the records read first.**
 
@@ -94,8 +79,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, NoReturn, TypedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -111,238 +96,34 @@ from providers.aws.clients import (
     retry_throttled,
     translate,
 )
+from providers.aws.route53.batch import (
+    BatchState,
+    compare_and_swap,
+    expected_states,
+    holds,
+    normalize_changes,
+    refuse_traffic_policy_sets,
+    touched,
+)
+from providers.aws.route53.model import (
+    PROVIDER,
+    Change,
+    Key,
+    Record,
+    Zone,
+    key_of,
+    normalize,
+    normalize_name,
+    to_wire,
+    wire_name,
+)
 from providers.errors import Conflict, NotFound, ProviderError, Rejected, Transient, Unknown
 from providers.handles import Handle, StopUnsupported, handle
 
-PROVIDER = "aws.route53"
-# The members of a ResourceRecordSet that Record keeps apart; every other one is routing.
-CORE_MEMBERS = frozenset({"Name", "Type", "TTL", "ResourceRecords", "AliasTarget", "SetIdentifier"})
-TRAFFIC_POLICY = "TrafficPolicyInstanceId"
 # botocore's own default for either timeout, when a change client does not say its own.
 DEFAULT_TIMEOUT = 60.0
 IN_FLIGHT_MARGIN = 5.0
-ACTIONS = ("CREATE", "DELETE", "UPSERT")
 COMMENT_LIMIT = 256
-
-Action = Literal["CREATE", "DELETE", "UPSERT"]
-BatchState = Literal["post", "pre", "neither"]
-Key = tuple[str, str, str | None]
-
-
-class AliasTarget(TypedDict):
-    hosted_zone_id: str
-    dns_name: str
-    evaluate_target_health: bool
-
-
-class Record(TypedDict):
-    name: str
-    type: str
-    ttl: int | None
-    values: list[str]
-    alias: AliasTarget | None
-    set_identifier: str | None
-    routing: dict[str, Any]
-
-
-class Change(TypedDict):
-    action: Action
-    record: Record
-
-
-class Zone(TypedDict):
-    id: str
-    name: str
-    caller_reference: str
-    private: bool
-    record_set_count: int
-    name_servers: list[str]
-
-
-# -- normalization -----------------------------------------------------------------------------
-
-
-_ESCAPE = re.compile(r"\\([0-7]{3})")
-_WIRE_UNESCAPED = re.compile(r"[^a-z0-9_.*\\-]")
-
-
-def normalize_name(name: str) -> str:
-    """A name in a form that compares as Route53 compares names, without the trailing dot.
-
-    An octal escape (``\\ooo``, as Route53 returns every character but a-z, 0-9, ``-``,
-    ``_`` and ``.``) is decoded when it stands for printable ASCII other than ``.`` and
-    ``\\`` (``\\052`` is ``*``); an escaped dot or backslash, a space, a control or
-    non-ASCII character (UTF-8 bytes) is kept as ``\\ooo``. So ``a\\056b.z`` (one label
-    holding a dot) and ``a.b.z`` (two labels) stay two names, while ``*.z`` and ``\\052.z``
-    are one. Only ASCII letters are lower-cased, as DNS does."""
-    out: list[str] = []
-    text = name.strip()
-    i = 0
-    while i < len(text):
-        char = text[i]
-        escape = _ESCAPE.match(text, i) if char == "\\" else None
-        if escape is not None:
-            codes = [int(escape.group(1), 8)]
-            i += 4
-        elif char == ".":
-            out.append(".")  # a label separator
-            i += 1
-            continue
-        else:
-            codes = list(char.encode("utf-8"))
-            i += 1
-        for code in codes:
-            decoded = chr(code)
-            if 0x21 <= code <= 0x7E and decoded not in ".\\":
-                out.append(decoded.lower() if "A" <= decoded <= "Z" else decoded)
-            else:
-                out.append(f"\\{code:03o}")
-    return "".join(out).rstrip(".")
-
-
-def wire_name(name: str) -> str:
-    """A normalized name as Route53 takes it, with the trailing dot: every character but
-    a-z, 0-9, ``-``, ``_``, ``.`` and ``*`` as an octal escape (the escapes of
-    :func:`normalize_name` stay as they are; ``*`` goes as given, as a wildcard is written)."""
-    return _WIRE_UNESCAPED.sub(lambda m: f"\\{ord(m.group()):03o}", name) + "."
-
-
-def record(
-    name: str,
-    type: str,
-    *,
-    ttl: int | None = None,
-    values: Iterable[str] = (),
-    alias: Mapping[str, Any] | None = None,
-    set_identifier: str | None = None,
-    routing: Mapping[str, Any] | None = None,
-) -> Record:
-    """A normalized record (e.g. for a CREATE or UPSERT). ValueError for an alias given a TTL
-    or values: Route53 keeps neither for an alias, so such a record could never be read back
-    as given (and a batch holding it would never be seen as applied)."""
-    listed = sorted(str(v) for v in values)
-    if alias is not None and (ttl is not None or listed):
-        raise ValueError(f"an alias record has no TTL or values: {name} {type} ttl={ttl!r}")
-    return Record(
-        name=normalize_name(name),
-        type=type.upper(),
-        ttl=None if ttl is None else int(ttl),
-        values=listed,
-        alias=None
-        if alias is None
-        else AliasTarget(
-            hosted_zone_id=str(alias["hosted_zone_id"]).removeprefix("/hostedzone/"),
-            dns_name=normalize_name(str(alias["dns_name"])),
-            evaluate_target_health=bool(alias.get("evaluate_target_health", False)),
-        ),
-        set_identifier=set_identifier,
-        routing=dict(routing or {}),
-    )
-
-
-def normalize(raw: Mapping[str, Any]) -> Record:
-    """A record from Route53's ``ResourceRecordSet`` shape, or a :class:`Record` again."""
-    if "Name" not in raw:
-        return record(
-            raw["name"],
-            raw["type"],
-            ttl=raw.get("ttl"),
-            values=raw.get("values") or (),
-            alias=raw.get("alias"),
-            set_identifier=raw.get("set_identifier"),
-            routing=raw.get("routing"),
-        )
-    target = raw.get("AliasTarget")
-    return record(
-        raw["Name"],
-        raw["Type"],
-        ttl=raw.get("TTL"),
-        values=[r["Value"] for r in raw.get("ResourceRecords") or ()],
-        alias=None
-        if target is None
-        else {
-            "hosted_zone_id": target["HostedZoneId"],
-            "dns_name": target["DNSName"],
-            "evaluate_target_health": target.get("EvaluateTargetHealth", False),
-        },
-        set_identifier=raw.get("SetIdentifier"),
-        # Everything else, whatever the routing policy (or a member a later API version adds):
-        # a DELETE must name it all.
-        routing={name: value for name, value in raw.items() if name not in CORE_MEMBERS},
-    )
-
-
-def to_wire(rec: Record) -> dict[str, Any]:
-    """Route53's ``ResourceRecordSet`` shape of a record."""
-    wire: dict[str, Any] = {"Name": wire_name(rec["name"]), "Type": rec["type"]}
-    if rec["set_identifier"] is not None:
-        wire["SetIdentifier"] = rec["set_identifier"]
-    wire.update(rec["routing"])
-    if rec["alias"] is not None:
-        wire["AliasTarget"] = {
-            "HostedZoneId": rec["alias"]["hosted_zone_id"],
-            "DNSName": wire_name(rec["alias"]["dns_name"]),
-            "EvaluateTargetHealth": rec["alias"]["evaluate_target_health"],
-        }
-    else:  # (neither: a set a traffic policy made, which has only its instance id)
-        if rec["ttl"] is not None:
-            wire["TTL"] = rec["ttl"]
-        if rec["values"]:
-            wire["ResourceRecords"] = [{"Value": v} for v in rec["values"]]
-    return wire
-
-
-def key_of(rec: Record) -> Key:
-    return (rec["name"], rec["type"], rec["set_identifier"])
-
-
-_ANY = object()  # an UPSERT's prior value: the batch does not say it
-
-
-def expected_states(changes: Sequence[Change]) -> tuple[dict[Key, Any], dict[Key, Any]]:
-    """(pre-state, post-state) per record set key as far as the batch itself says them: a
-    record, None (absent) or ``_ANY``. Only :meth:`Route53.batch_state` uses the pre-state;
-    :meth:`Route53.change` compares with the records it read before sending instead."""
-    pre: dict[Key, Any] = {}
-    post: dict[Key, Any] = {}
-    for change in changes:
-        key = key_of(change["record"])
-        if key not in pre:
-            pre[key] = {"DELETE": change["record"], "CREATE": None}.get(change["action"], _ANY)
-        post[key] = None if change["action"] == "DELETE" else change["record"]
-    return pre, post
-
-
-def _holds(observed: Mapping[Key, Record], expected: Mapping[Key, Any]) -> bool:
-    return all(want is _ANY or observed.get(key) == want for key, want in expected.items())
-
-
-def compare_and_swap(changes: Sequence[Change], before: Mapping[Key, Record]) -> list[Change]:
-    """The batch to send for ``changes`` planned against the records ``before``: each UPSERT
-    as DELETE (the set as read, if any) + CREATE (step 2 of the module docstring). Route53
-    applies it only while every set it changes is still as read."""
-    state = dict(before)
-    sent: list[Change] = []
-    for change in changes:
-        rec = change["record"]
-        key = key_of(rec)
-        if change["action"] == "UPSERT":
-            prior = state.get(key)
-            if prior is not None:
-                sent.append(Change(action="DELETE", record=prior))
-            sent.append(Change(action="CREATE", record=rec))
-        else:
-            sent.append(change)
-        if change["action"] == "DELETE":
-            state.pop(key, None)
-        else:
-            state[key] = rec
-    return sent
-
-
-def _at(observed: Mapping[Key, Record], changes: Sequence[Change]) -> dict[Key, Record | None]:
-    """The record sets ``changes`` touch, as ``observed`` holds them (None: absent)."""
-    return {key_of(c["record"]): observed.get(key_of(c["record"])) for c in changes}
 
 
 # -- the adapter -------------------------------------------------------------------------------
@@ -470,12 +251,12 @@ class Route53:
         post-state, a pre-state as far as the batch says one (every DELETEd set present
         exactly, every CREATEd set absent; an UPSERT's prior value is not known), or neither.
         :meth:`change` never decides to send on this "pre"."""
-        changes = _normalize_changes(changes)
+        changes = normalize_changes(changes)
         observed = self._observe(zone_id, changes)
         pre, post = expected_states(changes)
-        if _holds(observed, post):
+        if holds(observed, post):
             return "post"
-        return "pre" if _holds(observed, pre) else "neither"
+        return "pre" if holds(observed, pre) else "neither"
 
     def _observe(self, zone_id: str, changes: Sequence[Change]) -> dict[Key, Record]:
         """Every record set at the batch's names (all types), by key."""
@@ -503,12 +284,12 @@ class Route53:
         still hold the pre-state; the caller MUST NOT retry before
         ``details["retry_after_seconds"]`` have passed — see the module docstring) or
         Unknown."""
-        changes = _normalize_changes(changes)
+        changes = normalize_changes(changes)
         comment = f"alfred {operation}"[:COMMENT_LIMIT]
         before = self._observe(zone_id, changes)
-        _refuse_traffic_policy_sets(_at(before, changes).values())
+        refuse_traffic_policy_sets(touched(before, changes).values())
         _, post = expected_states(changes)
-        if _holds(before, post):
+        if holds(before, post):
             return self._recovered_handle(
                 zone_id,
                 changes,
@@ -563,11 +344,11 @@ class Route53:
         except ProviderError as exc:
             raise _unknown(zone_id, changes, sent, cause, before=before, read_error=exc) from cause
         _, post = expected_states(changes)
-        if _holds(observed, post):
+        if holds(observed, post):
             return self._recovered_handle(zone_id, changes, sent, comment, observed, cause=cause)
         # Records at the names that the batch does not change (another type beside ours) do
         # not tell whether it applied.
-        if _at(observed, changes) == _at(before, changes):
+        if touched(observed, changes) == touched(before, changes):
             wait = self.in_flight_window
             raise Transient(
                 f"the change batch failed ambiguously ({describe(cause)}) and the record sets "
@@ -605,7 +386,7 @@ class Route53:
         except ProviderError:
             raise error from cause
         _, post = expected_states(changes)
-        if not _holds(observed, post):
+        if not holds(observed, post):
             raise error from cause
         return self._recovered_handle(zone_id, changes, sent, comment, observed, cause=cause)
 
@@ -834,10 +615,10 @@ class Route53:
 
     def _inspect_recovered(self, previous: Handle) -> Handle:
         observations = dict(previous["observations"])
-        changes = _normalize_changes(observations["changes"])
+        changes = normalize_changes(observations["changes"])
         observed = self._observe(str(observations["zone_id"]), changes)
         observations["records"] = list(observed.values())
-        if not _holds(observed, expected_states(changes)[1]):
+        if not holds(observed, expected_states(changes)[1]):
             status, done, ok = "DRIFTED", True, False
         else:
             status, done = "APPLIED", _settled(observations)
@@ -934,45 +715,6 @@ def _timeout(value: object) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return float(value)
     return DEFAULT_TIMEOUT
-
-
-def _refuse_traffic_policy_sets(records: Iterable[Record | None]) -> None:
-    """Rejected if any of ``records`` was made by a traffic policy instance: it belongs to
-    the instance (DeleteTrafficPolicyInstance removes it; a ChangeResourceRecordSets edit
-    leaves the instance in place and out of step with it); Alfred does not edit it."""
-    managed = [r for r in records if r is not None and TRAFFIC_POLICY in r["routing"]]
-    if managed:
-        raise Rejected(
-            "the batch touches record sets a traffic policy instance manages: "
-            + ", ".join(
-                f"{r['type']} {r['name']}"
-                + (f" ({r['set_identifier']})" if r["set_identifier"] else "")
-                + f" of {r['routing'][TRAFFIC_POLICY]}"
-                for r in managed
-            ),
-            provider=PROVIDER,
-            code="TrafficPolicyRecord",
-            details={"records": managed},
-        )
-
-
-def _normalize_changes(changes: Sequence[Mapping[str, Any]]) -> list[Change]:
-    if not changes:
-        raise Rejected("a change batch needs at least one change", provider=PROVIDER)
-    normalized: list[Change] = []
-    for change in changes:
-        try:
-            action = str(change["action"]).upper()
-            rec = normalize(change["record"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise Rejected(
-                f"malformed change {change!r}: {describe(exc)}", provider=PROVIDER
-            ) from exc
-        if action not in ACTIONS:
-            raise Rejected(f"unknown change action {action!r}", provider=PROVIDER)
-        normalized.append(Change(action=action, record=rec))  # type: ignore[typeddict-item]
-    _refuse_traffic_policy_sets(c["record"] for c in normalized)
-    return normalized
 
 
 # Kinds of handle and the observations each needs.

@@ -1,0 +1,63 @@
+"""The controls (DESIGN §8): each a POST that calls its service in executions.controls and
+answers 202 with the execution as it is now. Who may act and which states allow the move
+are the service's to decide; its refusals are answered from the problem table."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from alfred.openapi import JSON, problems
+from alfred.permissions import request_caller
+from alfred.principals import Caller
+from executions import selectors
+from executions.api.params import check_execution_id
+from executions.api.serializers import CancelRequestSerializer, ExecutionSerializer
+from executions.controls import execution_cancel, execution_retry
+from executions.models import Execution
+
+
+class _ControlApi(APIView):
+    throttle_scope = "control"
+
+    def respond(self, execution: Execution, caller: Caller) -> Response:
+        fresh = selectors.execution_get(execution.id)
+        data = ExecutionSerializer(fresh, context={"caller": caller}).data
+        return Response(data, status=202, headers={"Location": data["links"]["self"]})
+
+
+CONTROL_RESPONSES = {(202, JSON): ExecutionSerializer, **problems(401, 403, 404, 409, 429, 503)}
+
+
+class ExecutionCancelApi(_ControlApi):
+    @extend_schema(
+        operation_id="executions_cancel",
+        summary="Cancel: at once when waiting or queued, at the next step boundary when running",
+        request=CancelRequestSerializer,
+        responses={**CONTROL_RESPONSES, **problems(400, 415, 422)},
+    )
+    def post(self, request: Request, execution_id: str) -> Response:
+        caller = request_caller(request)
+        check_execution_id(execution_id)
+        form = CancelRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        result = execution_cancel(
+            execution_id=execution_id, caller=caller, reason=form.validated_data["reason"]
+        )
+        return self.respond(result.execution, caller)
+
+
+class ExecutionRetryApi(_ControlApi):
+    @extend_schema(
+        operation_id="executions_retry",
+        summary="Retry a failed or canceled execution: a new run, no step cache",
+        request=None,
+        responses={**CONTROL_RESPONSES, **problems(422)},
+    )
+    def post(self, request: Request, execution_id: str) -> Response:
+        caller = request_caller(request)
+        check_execution_id(execution_id)
+        execution = execution_retry(execution_id=execution_id, caller=caller)
+        return self.respond(execution, caller)

@@ -15,6 +15,7 @@ everything and changes nothing; an operator may do everything.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,14 @@ def caller_of(user: Any) -> Caller | None:
     if user.is_staff and user.has_perm(VIEW_PERMISSION):
         return Caller(principal, Role.VIEWER, user.get_username())
     return None
+
+
+def cli_actor(value: str) -> str:
+    """An argparse type for a command's ``--actor``: a short printable name, audited as
+    ``cli:<actor>``."""
+    if not (0 < len(value) <= 100 and value.isprintable()):
+        raise argparse.ArgumentTypeError("1–100 printable characters")
+    return value
 
 
 def cli_caller(actor: str) -> Caller:

@@ -23,7 +23,9 @@ from django.db import transaction
 from alfred.principals import Caller
 from alfred.readonly import ReadOnlyInstance, writes_allowed
 from executions.engine.dispatch import run_dispatch_on_commit
+from executions.engine.hooks import hook_signal_locked
 from executions.engine.records import run_again
+from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.terminal import execution_stop
 from executions.events.outbox import event_emit, event_key
 from executions.lane_holding import execution_lane_claim
@@ -32,6 +34,8 @@ from executions.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,
+    Hook,
+    HookStatus,
     RunKind,
 )
 from executions.workflows.base import InvalidInput
@@ -82,11 +86,28 @@ class Control:
         )
 
 
+def approve_allowed(execution: Execution) -> bool:
+    """Paused on an operator's checkpoint (a pending operator hook)."""
+    return (
+        execution.status == ExecutionStatus.PAUSED
+        and execution.hooks.filter(status=HookStatus.PENDING, operator=True).exists()
+    )
+
+
+def rollback_allowed(execution: Execution) -> bool:
+    """Terminal and not rolled back: an active execution is canceled first (DESIGN §4)."""
+    return execution.status in (
+        ExecutionStatus.SUCCEEDED,
+        ExecutionStatus.FAILED,
+        ExecutionStatus.CANCELED,
+    )
+
+
 CANCEL = Control("cancel", cancel_allowed)
 RETRY = Control("retry", retry_allowed)
-# Approve and rollback join as operators_only: approve on a paused execution with a pending
-# operator hook, rollback on a succeeded, failed or canceled one.
-CONTROLS: tuple[Control, ...] = (CANCEL, RETRY)
+APPROVE = Control("approve", approve_allowed, operators_only=True)
+ROLLBACK = Control("rollback", rollback_allowed, operators_only=True)
+CONTROLS: tuple[Control, ...] = (CANCEL, RETRY, APPROVE, ROLLBACK)
 
 
 def execution_controls(execution: Execution, caller: Caller) -> frozenset[str]:
@@ -169,6 +190,73 @@ def execution_retry(*, execution_id: str, caller: Caller) -> Execution:
         return execution
 
 
+class StalePlan(InvalidState):
+    """The approval names a plan hash that is not the one waiting (DNS changed, or a typo)."""
+
+    def __init__(self, execution: Execution, current: str) -> None:
+        Exception.__init__(
+            self, f"the plan waiting for approval on {execution.id} has another hash"
+        )
+        self.execution_id = execution.id
+        self.status = execution.status
+        self.current = current
+
+
+def execution_approve(
+    *, execution_id: str, caller: Caller, plan_hash: str, reason: str = ""
+) -> Execution:
+    """Answer the pending checkpoint of a paused execution, for exactly the plan named by its
+    hash (operators only). The workflow reads its state again before acting: a plan that
+    changed since opens a new checkpoint, never applies this consent."""
+    with transaction.atomic(durable=True):
+        execution = _locked_for(caller, execution_id, APPROVE)
+        hook = (
+            Hook.objects.select_for_update()
+            .filter(execution=execution, status=HookStatus.PENDING, operator=True)
+            .order_by("-created_at")
+            .first()
+        )
+        if execution.status != ExecutionStatus.PAUSED or hook is None:
+            raise InvalidState(execution, APPROVE.name)
+        current = str(hook.payload.get("plan_hash", ""))
+        if plan_hash != current:
+            raise StalePlan(execution, current)
+        audit_record(caller, "execution.approve", execution.id, reason, plan_hash=plan_hash)
+        hook_signal_locked(
+            hook,
+            idempotency_key=f"approve:{plan_hash}",
+            payload={"plan_hash": plan_hash, "by": caller.principal, "reason": reason},
+            principal=caller.principal,
+        )
+        return execution
+
+
+def execution_rollback(*, execution_id: str, caller: Caller, reason: str) -> Execution:
+    """A run of kind rollback (operators only; DESIGN §4): no step cache; it undoes the
+    mutation receipts of every earlier run, newest first, each through its compensation, and
+    ends ``rolled_back`` — or ``failed`` with the compensation's error (``drifted``: someone
+    changed the resource since), after which it can be asked for again. It takes its lane
+    back ahead of the queue: what it undoes may be half-changed."""
+    with transaction.atomic(durable=True):
+        execution = _locked_for(caller, execution_id, ROLLBACK)
+        if not ROLLBACK.allows(execution):
+            raise InvalidState(execution, "roll back")
+        workflow = get_workflow(execution.workflow)
+        previous = execution.status
+        run = run_again(execution, kind=RunKind.ROLLBACK, stages=ROLLBACK_STAGES)
+        lane = execution_lane_claim(execution, workflow.lane(execution.input), urgent=True)
+        event_emit(
+            execution_id=execution.id,
+            type="execution.rollback_requested",
+            key=event_key(execution.id, f"{run.id}:rollback"),
+            payload={"run": run.id, "from_status": previous, "by": caller.principal},
+        )
+        audit_record(caller, "execution.rollback", execution.id, reason)
+        if lane is None or lane.may_start:
+            run_dispatch_on_commit(run.id)
+        return execution
+
+
 def audit_record(
     caller: Caller, action: str, execution_id: str, reason: str, **data: object
 ) -> None:
@@ -185,9 +273,11 @@ def audit_record(
 
 
 __all__ = [
+    "APPROVE",
     "CANCEL",
     "CONTROLS",
     "RETRY",
+    "ROLLBACK",
     "Control",
     "InvalidInput",
     "InvalidState",
@@ -195,9 +285,12 @@ __all__ = [
     "NotPermitted",
     "NotRetryable",
     "ReadOnlyInstance",
+    "StalePlan",
     "cancel_allowed",
+    "execution_approve",
     "execution_cancel",
     "execution_controls",
     "execution_retry",
+    "execution_rollback",
     "retry_allowed",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 from alfred.problems import ProblemContext, ProblemMap, not_found_detail
 from executions import selectors
 from executions.acceptance import IdempotencyConflict, IdentityHeld, UnknownWorkflow
-from executions.controls import InvalidState, NotPermitted, NotRetryable
+from executions.controls import InvalidState, NotPermitted, NotRetryable, StalePlan
 from executions.models import Execution
 from executions.workflows.base import InvalidInput
 
@@ -57,4 +57,10 @@ PROBLEMS: tuple[ProblemMap[Any], ...] = (
     ProblemMap(NotPermitted, "permission_denied", members=_execution),
     ProblemMap(InvalidState, "invalid_state", members=_execution),
     ProblemMap(NotRetryable, "not_retryable", members=_execution),
+    # Names the hash that is waiting, so the caller can look at that plan and decide.
+    ProblemMap(
+        StalePlan,
+        "stale_plan",
+        members=lambda exc: {"execution": exc.execution_id, "plan_hash": exc.current},
+    ),
 )

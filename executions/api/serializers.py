@@ -55,6 +55,21 @@ class CancelRequestSerializer(serializers.Serializer):
     reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
 
 
+class ApproveRequestSerializer(serializers.Serializer):
+    """``{"plan_hash": "...", "reason": "..."}``: consent to exactly the plan of that hash."""
+
+    plan_hash = serializers.RegexField(
+        r"^[0-9a-f]{64}\Z", help_text="The hash of the pending plan (pending_approval.plan_hash)."
+    )
+    reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
+
+
+class RollbackRequestSerializer(serializers.Serializer):
+    """``{"reason": "..."}``: required, kept in the audit log."""
+
+    reason = FreeTextField(min_length=3, help_text="Why (audit log).")
+
+
 class StageSerializer(serializers.ModelSerializer):
     class Meta:
         model = Stage

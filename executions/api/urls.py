@@ -1,7 +1,12 @@
 from django.urls import path
 
 from executions.api.views.audit import AuditEntryListApi
-from executions.api.views.controls import ExecutionCancelApi, ExecutionRetryApi
+from executions.api.views.controls import (
+    ExecutionApproveApi,
+    ExecutionCancelApi,
+    ExecutionRetryApi,
+    ExecutionRollbackApi,
+)
 from executions.api.views.executions import (
     ExecutionCreateApi,
     ExecutionDetailApi,
@@ -30,6 +35,16 @@ urlpatterns = [
         "executions/<str:execution_id>/retry",
         ExecutionRetryApi.as_view(),
         name="execution-retry",
+    ),
+    path(
+        "executions/<str:execution_id>/approve",
+        ExecutionApproveApi.as_view(),
+        name="execution-approve",
+    ),
+    path(
+        "executions/<str:execution_id>/rollback",
+        ExecutionRollbackApi.as_view(),
+        name="execution-rollback",
     ),
     path(
         "executions/<str:execution_id>/events",

@@ -29,25 +29,35 @@ def hook_signal(
 ) -> SignalResult:
     with transaction.atomic(durable=True):
         hook = Hook.objects.select_for_update().get(token=token)
-        _, created = HookSignal.objects.get_or_create(
-            hook=hook,
-            idempotency_key=idempotency_key,
-            defaults={"payload": payload, "principal": principal},
+        return hook_signal_locked(
+            hook, idempotency_key=idempotency_key, payload=payload, principal=principal
         )
-        if not created:
-            return SignalResult(hook.id, accepted=False)
-        if hook.status == HookStatus.SIGNALLED:
-            return SignalResult(hook.id, accepted=False)
-        if hook.status != HookStatus.PENDING:
-            raise HookClosed(f"hook {hook.id} is {hook.status}")
-        hook.status = HookStatus.SIGNALLED
-        hook.resolved_at = timezone.now()
-        hook.save(update_fields=["status", "resolved_at"])
-        event_emit(
-            execution_id=hook.execution_id,
-            type="hook.signalled",
-            key=event_key(hook.execution_id, f"{hook.id}:signalled"),
-            payload={"hook": hook.id, "name": hook.name, "by": principal},
-        )
-        run_wake(hook.run_id)
+
+
+def hook_signal_locked(
+    hook: Hook, *, idempotency_key: str, payload: dict[str, Any], principal: str
+) -> SignalResult:
+    """Signal ``hook``, locked by the caller, in the caller's transaction (a control that
+    checks the execution and its hook under their locks, then answers the hook)."""
+    _, created = HookSignal.objects.get_or_create(
+        hook=hook,
+        idempotency_key=idempotency_key,
+        defaults={"payload": payload, "principal": principal},
+    )
+    if not created:
+        return SignalResult(hook.id, accepted=False)
+    if hook.status == HookStatus.SIGNALLED:
+        return SignalResult(hook.id, accepted=False)
+    if hook.status != HookStatus.PENDING:
+        raise HookClosed(f"hook {hook.id} is {hook.status}")
+    hook.status = HookStatus.SIGNALLED
+    hook.resolved_at = timezone.now()
+    hook.save(update_fields=["status", "resolved_at"])
+    event_emit(
+        execution_id=hook.execution_id,
+        type="hook.signalled",
+        key=event_key(hook.execution_id, f"{hook.id}:signalled"),
+        payload={"hook": hook.id, "name": hook.name, "by": principal},
+    )
+    run_wake(hook.run_id)
     return SignalResult(hook.id, accepted=True)

@@ -31,7 +31,7 @@ ANON = ("401 not_authenticated", "401 authentication_failed")
 class ApiRow:
     label: str
     method: str
-    path: str  # {queued}, {failed}, {lane}: the world's owner's objects
+    path: str  # {queued}, {failed}, {paused}, {lane}: the world's owner's objects
     cells: tuple[str, ...]  # in COLUMNS order
     body: dict[str, object] | None = None
     changes: str | None = None  # the name of the effect checked on a 2xx (and its absence)
@@ -113,6 +113,38 @@ API: tuple[ApiRow, ...] = (
         "/api/v1/executions/{failed}/retry",
         (*_CONTROL, _RO),
         changes="retried",
+    ),
+    ApiRow(
+        "POST /executions/{id}/approve",
+        "POST",
+        "/api/v1/executions/{paused}/approve",
+        (
+            *ANON,
+            "403 permission_denied",
+            "404 not_found",
+            "202",
+            "403 permission_denied",
+            "202",
+            _RO,
+        ),
+        body={"plan_hash": "{plan_hash}", "reason": "matrix"},
+        changes="approved",
+    ),
+    ApiRow(
+        "POST /executions/{id}/rollback",
+        "POST",
+        "/api/v1/executions/{failed}/rollback",
+        (
+            *ANON,
+            "403 permission_denied",
+            "404 not_found",
+            "202",
+            "403 permission_denied",
+            "202",
+            _RO,
+        ),
+        body={"reason": "matrix"},
+        changes="rolling_back",
     ),
     ApiRow(
         "GET /audit",
@@ -248,6 +280,25 @@ COMMANDS: tuple[CommandRow, ...] = (
     ),
     CommandRow("alfred_user list", ("alfred_user", "list"), "ok", "ok"),
     CommandRow("alfred_user deactivate", ("alfred_user", "deactivate", "viewer"), "ok", "refused"),
+    CommandRow("alfred_executions show", ("alfred_executions", "show", "{queued}"), "ok", "ok"),
+    CommandRow(
+        "alfred_executions approve",
+        ("alfred_executions", "approve", "{paused}", "--plan-hash", "{plan_hash}", "--reason", "m"),
+        "ok",
+        "refused",
+    ),
+    CommandRow(
+        "alfred_executions rollback",
+        ("alfred_executions", "rollback", "{failed}", "--reason", "matrix"),
+        "ok",
+        "refused",
+    ),
+    CommandRow(
+        "alfred_executions cancel", ("alfred_executions", "cancel", "{queued}"), "ok", "refused"
+    ),
+    CommandRow(
+        "alfred_executions retry", ("alfred_executions", "retry", "{failed}"), "ok", "refused"
+    ),
     CommandRow("alfred_bootstrap", ("alfred_bootstrap",), "ok", "refused"),
 )
 

@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 from alfred.models import ApiToken
 from alfred.tokens import token_create, token_revoke
 from alfred.users import user_set
-from executions.models import Execution, ExecutionStatus, RunStatus, WebhookEndpoint
+from executions.models import Execution, ExecutionStatus, Hook, RunStatus, WebhookEndpoint
 from lanes.models import Lane, LaneState
 from tests.authorization import matrix
 from tests.helpers import CERTIFICATE, submit
@@ -38,6 +38,8 @@ class World:
     owner_token: ApiToken
     queued: str
     failed: str
+    paused: str
+    plan_hash: str
     lane: str
     lane_owner: str
     webhook: str
@@ -48,6 +50,8 @@ class World:
         return text.format(
             queued=self.queued,
             failed=self.failed,
+            paused=self.paused,
+            plan_hash=self.plan_hash,
             lane=self.lane,
             lane_owner=self.lane_owner,
             owner_token=self.owner_token.pk,
@@ -63,6 +67,22 @@ def _fail(execution_id: str) -> None:
     execution.error = {"code": "fatal", "message": "given"}
     execution.save()
     execution.runs.update(status=RunStatus.FAILED, finished_at=timezone.now())
+
+
+def _pause(execution_id: str, plan_hash: str) -> None:
+    """Paused on an operator's checkpoint for the plan of ``plan_hash`` (as apply leaves it)."""
+    execution = Execution.objects.get(pk=execution_id)
+    execution.status = ExecutionStatus.PAUSED
+    execution.save()
+    Hook.objects.create(
+        execution=execution,
+        run_id=str(execution.current_run_id),
+        stage="apply",
+        name="approve",
+        token=f"approve-{execution_id}",
+        operator=True,
+        payload={"plan_hash": plan_hash, "plan": {}},
+    )
 
 
 @pytest.fixture
@@ -82,7 +102,10 @@ def world() -> World:
     queued = submit(client, "add-subdomain", {"zone": "example.com", "subdomain": "queued"})
     failed = submit(client, "add-subdomain", {"zone": "example.com", "subdomain": "failed"})
     laned = submit(client, "add-certificate", CERTIFICATE)
+    paused = submit(client, "add-subdomain", {"zone": "example.com", "subdomain": "paused"})
     assert queued.status_code == failed.status_code == laned.status_code == 202
+    plan_hash = "a" * 64
+    _pause(paused.json()["id"], plan_hash)
     _fail(failed.json()["id"])
     _fail(laned.json()["id"])
     lane = Lane.objects.get(owner_id=laned.json()["id"])
@@ -101,6 +124,8 @@ def world() -> World:
         owner_token=owner,
         queued=queued.json()["id"],
         failed=failed.json()["id"],
+        paused=paused.json()["id"],
+        plan_hash=plan_hash,
         lane=lane.key,
         lane_owner=laned.json()["id"],
         webhook=webhook.pk,
@@ -123,6 +148,8 @@ def _client(world: World, column: str, cls: type[Client] = APIClient) -> Client:
 # What each change looks like, read back from the database.
 EFFECTS: dict[str, Callable[[World], bool]] = {
     "canceled": lambda w: Execution.objects.get(pk=w.queued).status == ExecutionStatus.CANCELED,
+    "approved": lambda w: Hook.objects.get(execution_id=w.paused).status == "signalled",
+    "rolling_back": lambda w: Execution.objects.get(pk=w.failed).current_run.kind == "rollback",
     "retried": lambda w: Execution.objects.get(pk=w.failed).status == ExecutionStatus.QUEUED,
     "continued": lambda w: Execution.objects.get(pk=w.failed).status == ExecutionStatus.QUEUED,
     "recovered": lambda w: Lane.objects.get(pk=w.lane).state != LaneState.RECOVERY_REQUIRED,

@@ -11,11 +11,10 @@ from typing import Any
 import boto3
 import pytest
 
-from executions.engine.hooks import hook_signal
-from executions.models import Execution, Hook
+from executions.models import Execution
 from providers.sandbox.aws import AwsStandIn, seed_aws
 from tests.conftest import WorkerProcess, wait_for
-from tests.helpers import submit
+from tests.helpers import assert_problem, submit
 from tests.integration.test_engine import assert_gapless, event_types
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -112,56 +111,184 @@ def test_a_new_name_succeeds_with_one_batch_and_serves_the_alias(
     assert types[-1] == "execution.succeeded"
 
 
-def test_a_plain_a_record_pauses_for_the_plan_then_applies_its_approval(
-    api, aws_worker, standin, route53, zone_id
-):
-    name = f"{_name()}.example.com"
+def _create(route53: Any, zone_id: str, name: str, type_: str, value: str) -> None:
     route53.change_resource_record_sets(
         HostedZoneId=zone_id,
         ChangeBatch={
             "Changes": [
                 {
-                    "Action": "CREATE",
+                    "Action": "UPSERT",
                     "ResourceRecordSet": {
                         "Name": name,
-                        "Type": "A",
+                        "Type": type_,
                         "TTL": 300,
-                        "ResourceRecords": [{"Value": "192.0.2.7"}],
+                        "ResourceRecords": [{"Value": value}],
                     },
                 }
             ]
         },
     )
 
+
+def _paused(api: Any, execution_id: str) -> dict[str, Any]:
+    def pending() -> Any:
+        resource = api.get(f"/api/v1/executions/{execution_id}").json()
+        return resource["status"] == "paused" and resource["pending_approval"] and resource
+
+    return wait_for(pending, timeout=30, interval=0.2)
+
+
+def test_a_plain_a_record_pauses_for_the_plan_and_only_its_hash_applies(
+    api, operator_api, aws_worker, standin, route53, zone_id
+):
+    name = f"{_name()}.example.com"
+    _create(route53, zone_id, name, "A", "192.0.2.7")
+
     body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
-    paused = wait_for(
-        lambda: api.get(f"/api/v1/executions/{body['id']}").json()["status"] == "paused",
-        timeout=30,
-        interval=0.2,
-    )
-    resource = api.get(f"/api/v1/executions/{body['id']}").json()
+    resource = _paused(api, body["id"])
+    pending = resource["pending_approval"]
 
-    assert paused and resource["pending_approval"]["plan_hash"]
-    plan = resource["pending_approval"]["plan"]
-    assert [r["values"] for r in plan["before"] if r["type"] == "A"] == [["192.0.2.7"]]
+    assert [r["values"] for r in pending["plan"]["before"] if r["type"] == "A"] == [["192.0.2.7"]]
     assert _batches(standin, body["id"]) == []
+    approve = f"/api/v1/executions/{body['id']}/approve"
+    assert_problem(
+        api.post(approve, {"plan_hash": pending["plan_hash"]}, format="json"),
+        403,
+        "permission_denied",
+    )
+    stale = assert_problem(
+        operator_api.post(approve, {"plan_hash": "0" * 64}, format="json"), 409, "stale_plan"
+    )
+    assert stale["plan_hash"] == pending["plan_hash"]
 
-    # when: the approval of that hash (what the approve control will send)
-    hook = Hook.objects.get(execution_id=body["id"], status="pending")
-    hook_signal(
-        token=hook.token,
-        idempotency_key="ok",
-        payload={"plan_hash": resource["pending_approval"]["plan_hash"]},
-        principal="ops",
+    answer = operator_api.post(
+        approve, {"plan_hash": pending["plan_hash"], "reason": "checked"}, format="json"
     )
 
+    assert answer.status_code == 202
     execution = _terminal(body["id"])
     assert execution.status == "succeeded", execution.error
     assert len(_batches(standin, body["id"])) == 1
     served = [r for r in _records(route53, zone_id, name) if r["Type"] == "A"]
-    assert [r.get("AliasTarget", {}).get("DNSName") for r in served] == [
-        "d111111abcdef8.cloudfront.net."
-    ]
+    assert [r["AliasTarget"]["DNSName"] for r in served] == ["d111111abcdef8.cloudfront.net."]
+
+
+def test_dns_changed_while_paused_is_a_new_checkpoint_never_the_old_approval(
+    api, operator_api, aws_worker, standin, route53, zone_id
+):
+    name = f"{_name()}.example.com"
+    _create(route53, zone_id, name, "CNAME", "first.example.net")
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
+    first = _paused(api, body["id"])["pending_approval"]["plan_hash"]
+
+    # someone changes the name while the execution waits
+    _create(route53, zone_id, name, "CNAME", "second.example.net")
+    operator_api.post(
+        f"/api/v1/executions/{body['id']}/approve", {"plan_hash": first}, format="json"
+    )
+
+    second = wait_for(
+        lambda: (
+            (p := api.get(f"/api/v1/executions/{body['id']}").json()["pending_approval"])
+            and p["plan_hash"] != first
+            and p
+        ),
+        timeout=30,
+        interval=0.2,
+    )
+    assert _batches(standin, body["id"]) == []  # the old consent applied nothing
+    assert [r["values"] for r in second["plan"]["before"]] == [["second.example.net"]]
+    operator_api.post(
+        f"/api/v1/executions/{body['id']}/approve",
+        {"plan_hash": second["plan_hash"]},
+        format="json",
+    )
+    execution = _terminal(body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert len(_batches(standin, body["id"])) == 1
+
+
+def test_rollback_restores_what_was_there_and_ends_rolled_back(
+    api, operator_api, aws_worker, standin, route53, zone_id
+):
+    name = f"{_name()}.example.com"
+    _create(route53, zone_id, name, "CNAME", "legacy.example.net")
+    before = _records(route53, zone_id, name)
+    key = f"k-{uuid.uuid4()}"
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}, key=key).json()
+    plan_hash = _paused(api, body["id"])["pending_approval"]["plan_hash"]
+    operator_api.post(
+        f"/api/v1/executions/{body['id']}/approve", {"plan_hash": plan_hash}, format="json"
+    )
+    assert _terminal(body["id"]).status == "succeeded"
+
+    assert_problem(
+        api.post(f"/api/v1/executions/{body['id']}/rollback", {"reason": "undo"}, format="json"),
+        403,
+        "permission_denied",
+    )
+    answer = operator_api.post(
+        f"/api/v1/executions/{body['id']}/rollback", {"reason": "wrong name"}, format="json"
+    )
+
+    assert answer.status_code == 202
+    execution = wait_for(
+        lambda: (
+            (e := Execution.objects.get(pk=body["id"])).status in ("rolled_back", "failed") and e
+        ),
+        timeout=60,
+        interval=0.2,
+    )
+    assert execution.status == "rolled_back", execution.error
+    assert _records(route53, zone_id, name) == before  # compared whole
+    assert len(_batches(standin, body["id"])) == 2  # the change, and the one batch back
+    assert_problem(
+        operator_api.post(f"/api/v1/executions/{body['id']}/retry"), 409, "not_retryable"
+    )
+    replay = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}, key=key)
+    assert replay.json()["id"] == body["id"] and replay.json()["status"] == "rolled_back"
+    again = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
+    assert again["id"] != body["id"] and again["predecessor"] == body["id"]
+
+
+def test_a_rollback_over_a_record_changed_since_fails_drifted_and_touches_nothing(
+    api, operator_api, aws_worker, standin, route53, zone_id
+):
+    name = _name()
+    fqdn = f"{name}.example.com"
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
+    assert _terminal(body["id"]).status == "succeeded"
+    route53.change_resource_record_sets(
+        HostedZoneId=zone_id,
+        ChangeBatch={
+            "Changes": [
+                {
+                    "Action": "DELETE",
+                    "ResourceRecordSet": next(
+                        r for r in _records(route53, zone_id, fqdn) if r["Type"] == "AAAA"
+                    ),
+                }
+            ]
+        },
+    )
+    now = _records(route53, zone_id, fqdn)
+
+    operator_api.post(
+        f"/api/v1/executions/{body['id']}/rollback", {"reason": "undo"}, format="json"
+    )
+
+    execution = wait_for(
+        lambda: (
+            (e := Execution.objects.get(pk=body["id"])).terminal
+            and e.current_run.kind == "rollback"
+            and e
+        ),
+        timeout=60,
+        interval=0.2,
+    )
+    assert execution.status == "failed" and execution.error["code"] == "drifted"
+    assert _records(route53, zone_id, fqdn) == now
+    assert len(_batches(standin, body["id"])) == 1
 
 
 def test_a_dry_run_succeeds_and_sends_no_batch(api, aws_worker, standin, route53, zone_id):

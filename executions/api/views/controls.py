@@ -14,8 +14,18 @@ from alfred.permissions import request_caller
 from alfred.principals import Caller
 from executions import selectors
 from executions.api.params import check_execution_id
-from executions.api.serializers import CancelRequestSerializer, ExecutionSerializer
-from executions.controls import execution_cancel, execution_retry
+from executions.api.serializers import (
+    ApproveRequestSerializer,
+    CancelRequestSerializer,
+    ExecutionSerializer,
+    RollbackRequestSerializer,
+)
+from executions.controls import (
+    execution_approve,
+    execution_cancel,
+    execution_retry,
+    execution_rollback,
+)
 from executions.models import Execution
 
 
@@ -60,4 +70,43 @@ class ExecutionRetryApi(_ControlApi):
         caller = request_caller(request)
         check_execution_id(execution_id)
         execution = execution_retry(execution_id=execution_id, caller=caller)
+        return self.respond(execution, caller)
+
+
+class ExecutionApproveApi(_ControlApi):
+    @extend_schema(
+        operation_id="executions_approve",
+        summary="Approve the pending plan, by its hash (operator): 409 stale_plan for another",
+        request=ApproveRequestSerializer,
+        responses={**CONTROL_RESPONSES, **problems(400, 415, 422)},
+    )
+    def post(self, request: Request, execution_id: str) -> Response:
+        caller = request_caller(request)
+        check_execution_id(execution_id)
+        form = ApproveRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        execution = execution_approve(
+            execution_id=execution_id,
+            caller=caller,
+            plan_hash=form.validated_data["plan_hash"],
+            reason=form.validated_data["reason"],
+        )
+        return self.respond(execution, caller)
+
+
+class ExecutionRollbackApi(_ControlApi):
+    @extend_schema(
+        operation_id="executions_rollback",
+        summary="Roll back what the execution changed, from its receipts (operator)",
+        request=RollbackRequestSerializer,
+        responses={**CONTROL_RESPONSES, **problems(400, 415, 422)},
+    )
+    def post(self, request: Request, execution_id: str) -> Response:
+        caller = request_caller(request)
+        check_execution_id(execution_id)
+        form = RollbackRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        execution = execution_rollback(
+            execution_id=execution_id, caller=caller, reason=form.validated_data["reason"]
+        )
         return self.respond(execution, caller)

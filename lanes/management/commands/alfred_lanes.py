@@ -1,21 +1,14 @@
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from alfred.principals import cli_actor
 from alfred.readonly import ReadOnlyInstance
 from lanes.models import Lane
 from lanes.selectors import lane_list, lane_queue
 from lanes.services import LaneOwnerMismatch, lane_recover
-
-
-def _actor(value: str) -> str:
-    """A short printable name: it lands in the audit log as ``cli:<actor>``."""
-    if not (0 < len(value) <= 100 and value.isprintable()):
-        raise argparse.ArgumentTypeError("1–100 printable characters")
-    return value
 
 
 class Command(BaseCommand):
@@ -32,7 +25,7 @@ class Command(BaseCommand):
         recover.add_argument("--reason", required=True)
         recover.add_argument("--to", help="a queued execution to hand the lane to")
         recover.add_argument(
-            "--actor", default="cli", type=_actor, help="who you are, for the audit log"
+            "--actor", default="cli", type=cli_actor, help="who you are, for the audit log"
         )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:

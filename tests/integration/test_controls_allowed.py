@@ -25,7 +25,9 @@ from tests.helpers import SUBDOMAIN, submit
 pytestmark = pytest.mark.django_db
 PASSWORD = "Zq8!x7pLm2#v"
 
-# The rule, written out: cancel while not terminal, retry when failed or canceled.
+# The rule, written out: cancel while not terminal, retry when failed or canceled (its owner
+# or an operator); for operators only, rollback once succeeded, failed or canceled (approve
+# needs a pending checkpoint, which these executions do not have: test_add_subdomain).
 EXPECTED = {
     ExecutionStatus.QUEUED: {"cancel"},
     ExecutionStatus.RUNNING: {"cancel"},
@@ -36,6 +38,12 @@ EXPECTED = {
     ExecutionStatus.CANCELED: {"retry"},
     ExecutionStatus.ROLLED_BACK: set(),
 }
+OPERATOR_ONLY = {
+    ExecutionStatus.SUCCEEDED: {"rollback"},
+    ExecutionStatus.FAILED: {"rollback"},
+    ExecutionStatus.CANCELED: {"rollback"},
+}
+BODIES = {"approve": {"plan_hash": "a" * 64}, "rollback": {"reason": "test"}}
 RUN_STATUS = {
     ExecutionStatus.QUEUED: RunStatus.PENDING,
     ExecutionStatus.RUNNING: RunStatus.RUNNING,
@@ -86,9 +94,10 @@ def test_the_links_offer_exactly_the_controls_the_rule_allows_to_whom_may_act(st
 
     # then: the owner and the operator get the controls of the state, the others none
     assert links(owner_raw) == {"self", "events", *expected}
-    assert links(operator_raw) == {"self", "events", *expected}
+    operator_expected = {*expected, *OPERATOR_ONLY.get(status, set())}
+    assert links(operator_raw) == {"self", "events", *operator_expected}
     assert links(viewer_raw) == {"self", "events"}
-    assert set(listed[0]["links"]) == {"self", "events", *expected}
+    assert set(listed[0]["links"]) == {"self", "events", *operator_expected}
     owner = Caller(execution.principal, Role.INTEGRATION)
     assert execution_controls(execution, owner) == expected
     assert execution_controls(execution, Caller("prn_other", Role.INTEGRATION)) == frozenset()
@@ -105,10 +114,14 @@ def test_a_control_does_exactly_what_it_is_offered_for(api, status, control):
     offered = control in execution_controls(execution, owner)
 
     # when: the owner uses the control through the API
-    response = api.post(f"/api/v1/executions/{execution.id}/{control}")
+    body = BODIES.get(control, {})
+    response = api.post(f"/api/v1/executions/{execution.id}/{control}", body, format="json")
 
-    # then: accepted where offered, refused by the state (409) where not
-    if offered:
+    # then: accepted where offered, refused by the state (409) where not; the operators'
+    # controls refused to the owner (403)
+    if control in BODIES:
+        assert response.status_code == 403, response.content
+    elif offered:
         assert response.status_code == 202, response.content
     else:
         assert response.status_code == 409, response.content
@@ -122,7 +135,7 @@ def test_the_services_refuse_what_the_rule_refuses_whoever_calls():
     _, raw = token_create(name="owner", role="integration")
     execution = _in_status(_bearer(raw), ExecutionStatus.SUCCEEDED)
     operator = Caller("cli:test", Role.OPERATOR, "test")
-    assert execution_controls(execution, operator) == frozenset()
+    assert execution_controls(execution, operator) == frozenset({"rollback"})
 
     # when / then: neither control moves it
     with pytest.raises(InvalidState):
@@ -150,5 +163,5 @@ def test_the_admin_page_shows_the_controls_this_user_may_use():
     # when / then: the operator is offered retry, the viewer nothing
     as_operator, as_viewer = shown("operator"), shown("viewer")
     assert "Allowed controls" in as_operator and "Allowed controls" in as_viewer
-    assert '<div class="readonly">retry</div>' in as_operator
+    assert '<div class="readonly">retry, rollback</div>' in as_operator
     assert '<div class="readonly">none</div>' in as_viewer

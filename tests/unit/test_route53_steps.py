@@ -60,6 +60,7 @@ def test_the_restoring_batch_takes_the_names_back_to_before():
     changes = steps.restore_changes(receipt)
 
     assert steps.post_state(receipt["after"], changes) == [CNAME]
+    assert [c["action"] for c in changes] == ["DELETE", "UPSERT"]  # the alias leaves first
     created = steps.simulate_batch(
         zone=ZONE, changes=[{"action": "UPSERT", "record": ALIASED}], existing=[], operation="o"
     )

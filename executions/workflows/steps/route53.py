@@ -192,14 +192,14 @@ def drift(
 
 
 def restore_changes(receipt: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The batch that takes the receipt's names from ``after`` back to ``before``."""
+    """The batch that takes the receipt's names from ``after`` back to ``before``: the sets
+    Alfred added go first (Route53 applies a batch in order, and a CNAME coming back cannot
+    share its name with the alias records still there), then the sets as they were."""
     before = {_key(r): r for r in receipt["before"]}
     after = {_key(r): r for r in receipt["after"]}
-    changes = [
-        {"action": "UPSERT", "record": dict(r)} for k, r in before.items() if after.get(k) != r
-    ]
+    changes = [{"action": "DELETE", "record": dict(r)} for k, r in after.items() if k not in before]
     changes += [
-        {"action": "DELETE", "record": dict(r)} for k, r in after.items() if k not in before
+        {"action": "UPSERT", "record": dict(r)} for k, r in before.items() if after.get(k) != r
     ]
     return changes
 

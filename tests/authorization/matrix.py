@@ -60,6 +60,17 @@ _READ = (*ANON, "200", "200", "200", "200", "200", "200")
 _MINE = (*ANON, "200", "404 not_found", "200", "200", "200", "200")
 _CONTROL = (*ANON, "202", "404 not_found", "202", "403 permission_denied", "202")
 _RO = "503 read_only_instance"
+# An operator's control on the owner's execution: the owner is refused, another integration
+# cannot even see it, a viewer reads but may not act.
+_OPERATORS_ONLY = (
+    *ANON,
+    "403 permission_denied",
+    "404 not_found",
+    "202",
+    "403 permission_denied",
+    "202",
+    _RO,
+)
 
 API: tuple[ApiRow, ...] = (
     ApiRow("GET /healthz", "GET", "/healthz", ("200",) * 8),
@@ -118,15 +129,7 @@ API: tuple[ApiRow, ...] = (
         "POST /executions/{id}/approve",
         "POST",
         "/api/v1/executions/{paused}/approve",
-        (
-            *ANON,
-            "403 permission_denied",
-            "404 not_found",
-            "202",
-            "403 permission_denied",
-            "202",
-            _RO,
-        ),
+        _OPERATORS_ONLY,
         body={"plan_hash": "{plan_hash}", "reason": "matrix"},
         changes="approved",
     ),
@@ -134,15 +137,7 @@ API: tuple[ApiRow, ...] = (
         "POST /executions/{id}/rollback",
         "POST",
         "/api/v1/executions/{failed}/rollback",
-        (
-            *ANON,
-            "403 permission_denied",
-            "404 not_found",
-            "202",
-            "403 permission_denied",
-            "202",
-            _RO,
-        ),
+        _OPERATORS_ONLY,
         body={"reason": "matrix"},
         changes="rolling_back",
     ),

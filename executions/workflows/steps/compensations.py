@@ -43,10 +43,10 @@ class Mutation:
     def __init__(self, resource: str, action: str) -> None:
         self.resource = resource
         self.action = action
-        self.apply: Callable[..., Any] | None = None
 
     def __call__(self, apply: F) -> F:
-        self.apply = apply
+        """Marks the step function that performs this kind of mutation (documentation in
+        the code: the function and its undo stand side by side)."""
         return apply
 
     def undo(self, compensate: F) -> F:

@@ -57,6 +57,8 @@ CODES: dict[str, tuple[int, str]] = {
     "not_retryable": (409, "Not retryable"),
     "invalid_state": (409, "The execution's state forbids this"),
     "stale_plan": (409, "Stale plan"),
+    "force_required": (409, "The plan needs an approval with force"),
+    "approval_expired": (409, "The approval window closed"),
     "payload_too_large": (413, "Request body too large"),
     "unsupported_media_type": (415, "Unsupported media type"),
     "invalid_input": (422, "Invalid input"),

@@ -44,6 +44,11 @@ ALFRED_LEASE_SECONDS = env.float("ALFRED_LEASE_SECONDS", default=120.0)
 # How long the next stage's message may take (a queue backlog) before the recovery scan
 # publishes the run again.
 ALFRED_HANDOFF_GRACE_SECONDS = env.float("ALFRED_HANDOFF_GRACE_SECONDS", default=60.0)
+# How long a plan waits for an operator's approval before the execution fails
+# (approval_expired). Default: 7 days.
+ALFRED_APPROVAL_TTL_SECONDS = env.float("ALFRED_APPROVAL_TTL_SECONDS", default=7 * 24 * 3600.0)
+if ALFRED_APPROVAL_TTL_SECONDS <= 0:
+    raise ImproperlyConfigured("ALFRED_APPROVAL_TTL_SECONDS: more than 0")
 
 _public_host = ALFRED_PUBLIC_URL.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
 ALLOWED_HOSTS = env.list(

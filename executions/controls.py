@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import transaction
 
 from alfred.principals import Caller
 from alfred.readonly import ReadOnlyInstance, writes_allowed
+from executions.engine.clock import db_now
 from executions.engine.dispatch import run_dispatch_on_commit
 from executions.engine.hooks import hook_signal_locked
 from executions.engine.records import run_again
@@ -202,8 +204,35 @@ class StalePlan(InvalidState):
         self.current = current
 
 
+class ApprovalExpired(InvalidState):
+    """The pending plan's approval window closed (``ALFRED_APPROVAL_TTL_SECONDS``): the
+    execution fails with ``approval_expired`` as its run wakes."""
+
+    def __init__(self, execution: Execution, expires_at: datetime) -> None:
+        Exception.__init__(
+            self, f"the plan waiting on {execution.id} expired at {expires_at.isoformat()}"
+        )
+        self.execution_id = execution.id
+        self.status = execution.status
+        self.expires_at = expires_at
+
+
+class ForceRequired(InvalidState):
+    """The pending plan's batch is over the blast-radius thresholds: its approval must say
+    ``force``."""
+
+    def __init__(self, execution: Execution) -> None:
+        Exception.__init__(
+            self,
+            f"the plan waiting on {execution.id} is over the blast-radius thresholds: "
+            "approve it with force",
+        )
+        self.execution_id = execution.id
+        self.status = execution.status
+
+
 def execution_approve(
-    *, execution_id: str, caller: Caller, plan_hash: str, reason: str = ""
+    *, execution_id: str, caller: Caller, plan_hash: str, force: bool = False, reason: str = ""
 ) -> Execution:
     """Answer the pending checkpoint of a paused execution, for exactly the plan named by its
     hash (operators only). The workflow reads its state again before acting: a plan that
@@ -218,14 +247,27 @@ def execution_approve(
         )
         if execution.status != ExecutionStatus.PAUSED or hook is None:
             raise InvalidState(execution, APPROVE.name)
+        if hook.expires_at is not None and db_now() >= hook.expires_at:
+            raise ApprovalExpired(execution, hook.expires_at)
         current = str(hook.payload.get("plan_hash", ""))
         if plan_hash != current:
             raise StalePlan(execution, current)
-        audit_record(caller, "execution.approve", execution.id, reason, plan_hash=plan_hash)
+        force_required = bool(hook.payload.get("force_required"))
+        if force_required and not force:
+            raise ForceRequired(execution)
+        force = force and force_required
+        audit_record(
+            caller, "execution.approve", execution.id, reason, plan_hash=plan_hash, force=force
+        )
         hook_signal_locked(
             hook,
             idempotency_key=f"approve:{plan_hash}",
-            payload={"plan_hash": plan_hash, "by": caller.principal, "reason": reason},
+            payload={
+                "plan_hash": plan_hash,
+                "force": force,
+                "by": caller.principal,
+                "reason": reason,
+            },
             principal=caller.principal,
         )
         return execution
@@ -278,7 +320,9 @@ __all__ = [
     "CONTROLS",
     "RETRY",
     "ROLLBACK",
+    "ApprovalExpired",
     "Control",
+    "ForceRequired",
     "InvalidInput",
     "InvalidState",
     "LaneConflict",

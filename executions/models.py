@@ -285,6 +285,7 @@ class HookStatus(models.TextChoices):
     PENDING = "pending"
     SIGNALLED = "signalled"
     SUPERSEDED = "superseded"
+    EXPIRED = "expired"
     CANCELED = "canceled"
 
 
@@ -300,6 +301,9 @@ class Hook(models.Model):
     operator = models.BooleanField(default=False, help_text="Pauses the execution for a human.")
     payload = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=HookStatus.choices, default=HookStatus.PENDING)
+    expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Unanswered by then, the wait fails (none: no expiry)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
 
@@ -345,6 +349,7 @@ class TimerPurpose(models.TextChoices):
     POLL = "poll"
     RETRY = "retry"
     DEADLINE = "deadline"
+    EXPIRY = "expiry"
 
 
 class Timer(models.Model):

@@ -11,7 +11,14 @@ from typing import Any
 from alfred.problems import ProblemContext, ProblemMap, not_found_detail
 from executions import selectors
 from executions.acceptance import IdempotencyConflict, IdentityHeld, UnknownWorkflow
-from executions.controls import InvalidState, NotPermitted, NotRetryable, StalePlan
+from executions.controls import (
+    ApprovalExpired,
+    ForceRequired,
+    InvalidState,
+    NotPermitted,
+    NotRetryable,
+    StalePlan,
+)
 from executions.models import Execution
 from executions.workflows.base import InvalidInput
 
@@ -62,5 +69,14 @@ PROBLEMS: tuple[ProblemMap[Any], ...] = (
         StalePlan,
         "stale_plan",
         members=lambda exc: {"execution": exc.execution_id, "plan_hash": exc.current},
+    ),
+    ProblemMap(ForceRequired, "force_required", members=_execution),
+    ProblemMap(
+        ApprovalExpired,
+        "approval_expired",
+        members=lambda exc: {
+            "execution": exc.execution_id,
+            "expires_at": exc.expires_at.isoformat(),
+        },
     ),
 )

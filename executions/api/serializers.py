@@ -56,10 +56,16 @@ class CancelRequestSerializer(serializers.Serializer):
 
 
 class ApproveRequestSerializer(serializers.Serializer):
-    """``{"plan_hash": "...", "reason": "..."}``: consent to exactly the plan of that hash."""
+    """``{"plan_hash": "...", "force": false, "reason": "..."}``: consent to exactly the plan
+    of that hash."""
 
     plan_hash = serializers.RegexField(
         r"^[0-9a-f]{64}\Z", help_text="The hash of the pending plan (pending_approval.plan_hash)."
+    )
+    force = serializers.BooleanField(
+        default=False,
+        help_text="Lift the blast-radius guard for this batch: required (and only honoured) "
+        "when pending_approval.force_required.",
     )
     reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
 
@@ -206,6 +212,8 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             "plan": hook.payload.get("plan"),
             "plan_hash": hook.payload.get("plan_hash"),
             "requested_at": hook.created_at,
+            "expires_at": hook.expires_at,
+            "force_required": bool(hook.payload.get("force_required")),
         }
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))

@@ -289,34 +289,48 @@ class Context:
         token: str,
         payload: dict[str, Any] | None = None,
         operator: bool = False,
+        expires_in: float | None = None,
+        expired_code: str = "hook_expired",
     ) -> dict[str, Any]:
         """Wait for a signal on ``token`` (see ``engine.hooks.hook_signal``) and return its
-        payload. ``operator``: the execution shows as ``paused`` for a human meanwhile."""
+        payload. ``operator``: the execution shows as ``paused`` for a human meanwhile.
+
+        Opening a hook supersedes the execution's other open hooks of that ``name`` (a new
+        checkpoint replaces the one before it). ``expires_in`` seconds after it opened, an
+        unanswered hook expires: a timer wakes the run, the hook becomes ``expired`` and the
+        wait fails with ``FatalError(expired_code)``; a signal after that is refused."""
         key = f"hook:{name}:{token}"
         receipt = self._replay(key, "hook")
         if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
             return _state(receipt)["signal"]
         if receipt is None:
             self._boundary()
+            now = self._clock.now()
+            expires_at = now + timedelta(seconds=expires_in) if expires_in is not None else None
 
             def open_hook() -> None:
                 # A hook of an earlier run of this execution with this token (the same plan)
-                # carries over to this run: a signal it already got still counts; a pending
-                # or a canceled one waits again, for this run.
+                # carries over to this run: a signal it already got still counts; a pending,
+                # superseded, expired or canceled one waits again, for this run.
                 earlier = Hook.objects.filter(token=token).first()
                 if earlier is not None and earlier.execution_id != self.execution_id:
                     raise FatalError(
                         f"hook token {token!r} belongs to execution {earlier.execution_id}",
                         code="hook_token_taken",
                     )
+                Hook.objects.filter(
+                    execution_id=self.execution_id,
+                    name=name,
+                    status__in=(HookStatus.PENDING, HookStatus.SIGNALLED),
+                ).exclude(token=token).update(status=HookStatus.SUPERSEDED, resolved_at=now)
                 if earlier is not None:
-                    reopened = (
-                        HookStatus.SIGNALLED
-                        if earlier.status == HookStatus.SIGNALLED
-                        else HookStatus.PENDING
-                    )
+                    signalled = earlier.status == HookStatus.SIGNALLED
                     Hook.objects.filter(pk=earlier.pk).update(
-                        run_id=self.run_id, stage=self.stage, status=reopened
+                        run_id=self.run_id,
+                        stage=self.stage,
+                        status=HookStatus.SIGNALLED if signalled else HookStatus.PENDING,
+                        expires_at=earlier.expires_at if signalled else expires_at,
+                        resolved_at=earlier.resolved_at if signalled else None,
                     )
                 else:
                     Hook.objects.create(
@@ -327,17 +341,53 @@ class Context:
                         token=token,
                         operator=operator,
                         payload=payload or {},
+                        expires_at=expires_at,
                     )
 
+            expiry = (f"{key}:expiry", TimerPurpose.EXPIRY, expires_at) if expires_at else None
             receipt = self._record(
-                key, "hook", ReceiptStatus.WAITING, also=open_hook, output={"token": token}
+                key,
+                "hook",
+                ReceiptStatus.WAITING,
+                also=open_hook,
+                timer=expiry,
+                output={"token": token},
             )
         hook = Hook.objects.get(token=token)
         if hook.status != HookStatus.SIGNALLED:
+            expired = hook.status == HookStatus.EXPIRED or (
+                hook.status == HookStatus.PENDING
+                and hook.expires_at is not None
+                and self._clock.now() >= hook.expires_at
+            )
+            if expired:
+                self._expire(hook)
+                raise FatalError(
+                    f"{name} was not answered by {hook.expires_at:%Y-%m-%d %H:%M:%S} UTC",
+                    code=expired_code,
+                    hook=hook.id,
+                    expired_at=hook.expires_at.isoformat() if hook.expires_at else None,
+                )
             raise Suspend(f"awaiting {name}", operator=operator)
         signal = hook.signals.order_by("created_at", "id").values_list("payload", flat=True)[0]
         self._resolve(receipt, {"token": token, "signal": signal})
+        self._durably(
+            lambda: (
+                Timer.objects.filter(run_id=self.run_id, stage=self.stage, key=f"{key}:expiry")
+                .filter(status=TimerStatus.PENDING)
+                .update(status=TimerStatus.CANCELED)
+            )
+        )
         return signal
+
+    def _expire(self, hook: Hook) -> None:
+        """Mark ``hook`` expired unless a signal got there first (the approve service refuses
+        from ``expires_at`` on, by the same clock, so none can)."""
+        self._durably(
+            lambda: Hook.objects.filter(pk=hook.pk, status=HookStatus.PENDING).update(
+                status=HookStatus.EXPIRED, resolved_at=self._clock.now()
+            )
+        )
 
     def child(self, key: str, workflow: str, input: dict[str, Any]) -> dict[str, Any]:
         """Start a child execution (same transaction as its receipt, no lane slot) and wait

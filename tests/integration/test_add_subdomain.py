@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import boto3
 import pytest
+from django.utils import timezone
 
-from executions.models import Execution
+from executions.models import Execution, Hook
 from providers.sandbox.aws import AwsStandIn, seed_aws
 from tests.conftest import WorkerProcess, wait_for
 from tests.helpers import assert_problem, submit
@@ -50,6 +52,19 @@ def zone_id(route53: Any) -> str:
 @pytest.fixture
 def aws_worker(standin: AwsStandIn, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerProcess]:
     """A worker whose providers are the stand-in's."""
+    yield from _worker(standin, monkeypatch)
+
+
+@pytest.fixture
+def impatient_worker(
+    standin: AwsStandIn, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[WorkerProcess]:
+    """A worker whose approvals expire after 3 s."""
+    monkeypatch.setenv("ALFRED_APPROVAL_TTL_SECONDS", "3")
+    yield from _worker(standin, monkeypatch)
+
+
+def _worker(standin: AwsStandIn, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerProcess]:
     for name, value in {
         "ALFRED_PROVIDERS": "sandbox",
         "AWS_ENDPOINT_URL": standin.url,
@@ -179,7 +194,8 @@ def test_dns_changed_while_paused_is_a_new_checkpoint_never_the_old_approval(
     name = f"{_name()}.example.com"
     _create(route53, zone_id, name, "CNAME", "first.example.net")
     body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
-    first = _paused(api, body["id"])["pending_approval"]["plan_hash"]
+    pending = _paused(api, body["id"])["pending_approval"]
+    first, first_hook = pending["plan_hash"], pending["hook"]
 
     # someone changes the name while the execution waits
     _create(route53, zone_id, name, "CNAME", "second.example.net")
@@ -198,6 +214,8 @@ def test_dns_changed_while_paused_is_a_new_checkpoint_never_the_old_approval(
     )
     assert _batches(standin, body["id"]) == []  # the old consent applied nothing
     assert [r["values"] for r in second["plan"]["before"]] == [["second.example.net"]]
+    hooks = dict(Hook.objects.filter(execution_id=body["id"]).values_list("id", "status"))
+    assert hooks == {second["hook"]: "pending", first_hook: "superseded"}
     operator_api.post(
         f"/api/v1/executions/{body['id']}/approve",
         {"plan_hash": second["plan_hash"]},
@@ -311,3 +329,126 @@ def test_a_missing_zone_is_a_readiness_failure(api, aws_worker):
     assert execution.status == "failed"
     assert execution.error["code"] == "readiness_failure"
     assert execution.error["readiness"]["code"] == "zone_missing"
+
+
+def test_an_approval_not_given_in_time_fails_approval_expired(
+    api, operator_api, impatient_worker, standin, route53, zone_id
+):
+    name = f"{_name()}.example.com"
+    _create(route53, zone_id, name, "A", "192.0.2.8")
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
+    pending = _paused(api, body["id"])["pending_approval"]
+    assert pending["expires_at"] > pending["requested_at"]
+
+    execution = _terminal(body["id"], timeout=30)
+
+    assert execution.status == "failed" and execution.error["code"] == "approval_expired"
+    assert Hook.objects.get(pk=pending["hook"]).status == "expired"
+    assert_problem(
+        operator_api.post(
+            f"/api/v1/executions/{body['id']}/approve",
+            {"plan_hash": pending["plan_hash"]},
+            format="json",
+        ),
+        409,
+        "invalid_state",
+    )
+    assert _batches(standin, body["id"]) == []
+    assert [r["Type"] for r in _records(route53, zone_id, name)] == ["A"]
+
+
+def test_an_approval_past_its_expiry_is_refused(
+    api, operator_api, aws_worker, standin, route53, zone_id
+):
+    name = f"{_name()}.example.com"
+    _create(route53, zone_id, name, "A", "192.0.2.9")
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
+    pending = _paused(api, body["id"])["pending_approval"]
+    # the window closed a moment ago; the run's expiry timer has not fired yet
+    Hook.objects.filter(pk=pending["hook"]).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    problem = assert_problem(
+        operator_api.post(
+            f"/api/v1/executions/{body['id']}/approve",
+            {"plan_hash": pending["plan_hash"]},
+            format="json",
+        ),
+        409,
+        "approval_expired",
+    )
+
+    assert problem["execution"] == body["id"]
+    assert Hook.objects.get(pk=pending["hook"]).signals.count() == 0
+    assert _batches(standin, body["id"]) == []
+
+
+def test_a_batch_over_the_blast_radius_needs_an_approval_with_force(
+    api, operator_api, aws_worker, standin, route53
+):
+    zone, name = f"blast-{uuid.uuid4().hex[:8]}.com", "www"
+    zone_id = _small_zone(route53, zone, weighted_at=f"{name}.{zone}")
+    body = submit(api, "add-subdomain", {"zone": zone, "subdomain": name}).json()
+    pending = _paused(api, body["id"])["pending_approval"]
+    approve = f"/api/v1/executions/{body['id']}/approve"
+
+    assert pending["force_required"] is True
+    refused = operator_api.post(approve, {"plan_hash": pending["plan_hash"]}, format="json")
+    assert_problem(refused, 409, "force_required")
+    assert _batches(standin, body["id"]) == []
+
+    forced = operator_api.post(
+        approve, {"plan_hash": pending["plan_hash"], "force": True}, format="json"
+    )
+
+    assert forced.status_code == 202
+    execution = _terminal(body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert len(_batches(standin, body["id"])) == 1
+    served = _records(route53, zone_id, f"{name}.{zone}")
+    assert [(r["Type"], "AliasTarget" in r) for r in served] == [("A", True)]
+
+
+def test_a_dry_run_over_the_blast_radius_fails_blast_radius(api, aws_worker, standin, route53):
+    zone, name = f"blast-{uuid.uuid4().hex[:8]}.com", "www"
+    _small_zone(route53, zone, weighted_at=f"{name}.{zone}")
+
+    body = submit(api, "add-subdomain", {"zone": zone, "subdomain": name, "dry_run": True})
+    execution = _terminal(body.json()["id"])
+
+    assert execution.status == "failed" and execution.error["code"] == "blast_radius"
+    assert execution.error["forceable"] is True
+    assert _batches(standin, execution.id) == []
+
+
+def _small_zone(route53: Any, zone: str, *, weighted_at: str) -> str:
+    """A zone of 10 record sets (SOA, NS, the apex alias, 3 TXT, and 4 weighted A at
+    ``weighted_at``): replacing the weighted ones deletes 40% of it."""
+    zone_id = str(
+        route53.create_hosted_zone(Name=zone, CallerReference=f"t-{zone}")["HostedZone"]["Id"]
+    ).removeprefix("/hostedzone/")
+    alias = {
+        "HostedZoneId": "Z2FDTNDATAQYW2",
+        "DNSName": "d111111abcdef8.cloudfront.net.",
+        "EvaluateTargetHealth": False,
+    }
+    records: list[dict[str, Any]] = [{"Name": f"{zone}.", "Type": "A", "AliasTarget": alias}]
+    records += [
+        {"Name": f"t{i}.{zone}.", "Type": "TXT", "TTL": 60, "ResourceRecords": [{"Value": '"x"'}]}
+        for i in range(3)
+    ]
+    records += [
+        {
+            "Name": f"{weighted_at}.",
+            "Type": "A",
+            "TTL": 60,
+            "SetIdentifier": f"w{i}",
+            "Weight": 1,
+            "ResourceRecords": [{"Value": f"192.0.2.{20 + i}"}],
+        }
+        for i in range(4)
+    ]
+    route53.change_resource_record_sets(
+        HostedZoneId=zone_id,
+        ChangeBatch={"Changes": [{"Action": "CREATE", "ResourceRecordSet": r} for r in records]},
+    )
+    return zone_id

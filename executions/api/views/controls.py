@@ -89,6 +89,7 @@ class ExecutionApproveApi(_ControlApi):
             execution_id=execution_id,
             caller=caller,
             plan_hash=form.validated_data["plan_hash"],
+            force=form.validated_data["force"],
             reason=form.validated_data["reason"],
         )
         return self.respond(execution, caller)

@@ -50,6 +50,11 @@ class Command(BaseCommand):
             )
             if name == "approve":
                 control.add_argument("--plan-hash", required=True)
+                control.add_argument(
+                    "--force",
+                    action="store_true",
+                    help="lift the blast-radius guard (when the plan says force_required)",
+                )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         execution_id = options["execution"]
@@ -72,6 +77,7 @@ class Command(BaseCommand):
                     execution_id=execution_id,
                     caller=caller,
                     plan_hash=options["plan_hash"],
+                    force=options["force"],
                     reason=reason,
                 )
             elif action == "rollback":

@@ -10,7 +10,12 @@ The plan aliases the name to what the zone's apex aliases (its A/AAAA alias reco
   policy): the plan replaces them, and waits for an operator to approve its hash. After the
   approval Route53 is read again: the same hash applies; a different one (someone changed the
   name meanwhile) opens a new checkpoint for the new plan, so consent given for one state is
-  never applied to another.
+  never applied to another. A plan unapproved for ``ALFRED_APPROVAL_TTL_SECONDS`` (7 days)
+  fails the execution with ``approval_expired``.
+
+A batch over the blast-radius thresholds (DESIGN §6) needs the approval to say ``force``
+(the pending approval says ``force_required``); a dry run of one fails ``blast_radius``, as
+the real run would without force.
 
 Other record types at the name (TXT, MX, ...) are left as they are. A dry run plans from the
 real zone, simulates the batch, pauses for nobody and changes nothing.
@@ -21,8 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
+
 from executions.engine.errors import FatalError, ReadinessFailure
 from executions.workflows.steps import route53
+from executions.workflows.steps.blast_radius import blast_radius_assess
 from executions.workflows.steps.planning import approval_token, plan_hash
 
 ALIAS_TYPES = ("A", "AAAA")
@@ -61,13 +69,22 @@ def proposal(name: str, state: Mapping[str, Any]) -> dict[str, Any]:
     ]
     changes += [{"action": "UPSERT", "record": d} for d in desired if d not in existing]
     after = route53.post_state(existing, changes)
+    counts, refusal = blast_radius_assess(
+        zone=state["zone"]["name"],
+        record_set_count=state["zone"]["record_set_count"],
+        changes=changes,
+        existing=existing,
+    )
+    if refusal is not None and not refusal.forceable:
+        raise refusal
     return {
         "zone": state["zone"],
         "name": name,
         "before": existing,
         "after": after,
         "changes": changes,
-        "approval_required": bool(replaced),
+        "approval_required": bool(replaced) or refusal is not None,
+        "blast_radius": {**counts, "force_required": refusal is not None},
         "plan_hash": plan_hash(
             proposed={"zone": state["zone"]["id"], "name": name, "records": after},
             existing={"records": existing},
@@ -89,13 +106,19 @@ def plan(ctx: Any) -> dict[str, Any]:
 
 def apply(ctx: Any) -> dict[str, Any]:
     current = ctx.output_of("plan")
-    checkpoint = 0
+    checkpoint, forced = 0, False
     while current["approval_required"] and not ctx.dry_run:
-        ctx.wait_for_hook(
+        signal = ctx.wait_for_hook(
             "approve",
             token=approval_token(ctx.execution_id, current["plan_hash"]),
-            payload={"plan": _shown(current), "plan_hash": current["plan_hash"]},
+            payload={
+                "plan": _shown(current),
+                "plan_hash": current["plan_hash"],
+                "force_required": current["blast_radius"]["force_required"],
+            },
             operator=True,
+            expires_in=settings.ALFRED_APPROVAL_TTL_SECONDS,
+            expired_code="approval_expired",
         )
         state = ctx.step(
             f"reread:{checkpoint}",
@@ -106,6 +129,7 @@ def apply(ctx: Any) -> dict[str, Any]:
         )
         fresh = proposal(current["name"], state)
         if fresh["plan_hash"] == current["plan_hash"]:
+            forced = bool(signal.get("force"))
             break
         checkpoint += 1
         current = fresh  # changed since it was approved: the new plan needs its own consent
@@ -119,6 +143,7 @@ def apply(ctx: Any) -> dict[str, Any]:
         changes=current["changes"],
         existing=current["before"],
         operation=f"{ctx.execution_id} add-subdomain {current['name']}",
+        force=forced,  # the guard refuses a batch over the thresholds unless approved so
         mutation=True,
     )
     handle = ctx.wait_until(

@@ -50,14 +50,23 @@ def blast_radius_check(
     force: bool = False,
 ) -> dict[str, int]:
     """Raise :class:`BlastRadius`, or return the batch's counts (for the plan and receipt)."""
-    for change in changes:
-        record = change["record"]
-        if record["name"] == zone and record["type"] in PROTECTED_APEX_TYPES:
-            raise BlastRadius(
-                f"the batch changes the apex {record['type']} of {zone}: never done by Alfred",
-                forceable=False,
-                record={"name": record["name"], "type": record["type"]},
-            )
+    counts, refusal = blast_radius_assess(
+        zone=zone, record_set_count=record_set_count, changes=changes, existing=existing
+    )
+    if refusal is not None and not (force and refusal.forceable):
+        raise refusal
+    return counts
+
+
+def blast_radius_assess(
+    *,
+    zone: str,
+    record_set_count: int,
+    changes: Sequence[Mapping[str, Any]],
+    existing: Sequence[Mapping[str, Any]],
+) -> tuple[dict[str, int], BlastRadius | None]:
+    """The batch's counts and the guard's refusal without force, if any (what a plan shows
+    before anything is sent: a forceable refusal is asked of an operator at the approval)."""
     present = {_key(record) for record in existing}
     created = {_key(c["record"]) for c in changes if c["action"] == "CREATE"}
     updated: set[tuple[str, str, str | None]] = set()
@@ -69,14 +78,22 @@ def blast_radius_check(
         elif change["action"] == "DELETE":
             (updated if key in created else deleted).add(key)
     counts = {"existing": record_set_count, "updates": len(updated), "deletes": len(deleted)}
-    if force or record_set_count < MIN_EXISTING_RECORDS:
-        return counts
+    for change in changes:
+        record = change["record"]
+        if record["name"] == zone and record["type"] in PROTECTED_APEX_TYPES:
+            return counts, BlastRadius(
+                f"the batch changes the apex {record['type']} of {zone}: never done by Alfred",
+                forceable=False,
+                record={"name": record["name"], "type": record["type"]},
+            )
+    if record_set_count < MIN_EXISTING_RECORDS:
+        return counts, None
     for kind, threshold in (("updates", UPDATE_THRESHOLD), ("deletes", DELETE_THRESHOLD)):
         if counts[kind] > threshold * record_set_count:
-            raise BlastRadius(
+            return counts, BlastRadius(
                 f"the batch {kind[:-1]}s {counts[kind]} of the {record_set_count} record sets "
                 f"of {zone} (more than {threshold:.0%}): an operator must approve it with force",
                 forceable=True,
                 **counts,
             )
-    return counts
+    return counts, None

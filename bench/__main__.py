@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from bench import acceptance, engine, lanes
+from bench import acceptance, add_subdomain, engine, lanes
 
-BENCHMARKS = {"acceptance": acceptance.main, "engine": engine.main, "lanes": lanes.main}
+BENCHMARKS = {
+    "acceptance": acceptance.main,
+    "add_subdomain": add_subdomain.main,
+    "engine": engine.main,
+    "lanes": lanes.main,
+}
 
 
 def main(argv: list[str]) -> int:

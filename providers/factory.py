@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import boto3
-
 from providers.argocd import ArgoCD
 from providers.aws.acm import Acm
-from providers.aws.clients import AwsClients
+from providers.aws.clients import AwsClients, shared_session
 from providers.aws.lambda_ import Lambda
 from providers.aws.route53 import Route53
 from providers.config import ProviderConfig
@@ -31,7 +29,7 @@ class Providers:
         aws = self.config.aws
         session = None
         if aws.access_key_id and aws.secret_access_key:
-            session = boto3.session.Session(
+            session = shared_session(
                 aws_access_key_id=aws.access_key_id,
                 aws_secret_access_key=aws.secret_access_key,
                 aws_session_token=aws.session_token,

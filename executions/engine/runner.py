@@ -56,6 +56,8 @@ from executions.models import (
     Stage,
     StageStatus,
     StartState,
+    Timer,
+    TimerStatus,
 )
 
 log = logging.getLogger(__name__)
@@ -205,6 +207,7 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
         stage.status = StageStatus.RUNNING
         stage.started_at = stage.started_at or now
         stage.save(update_fields=["status", "started_at"])
+        _timers_served(run, stage_name, now)
         if execution.start_state != StartState.STARTED:
             start_state_set(
                 execution, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
@@ -213,6 +216,20 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
             _status_set(execution, ExecutionStatus.RUNNING, run, stage_name)
         _emit(execution.id, run, "stage.started", stage_name, worker=worker)
         return _Claim(run, run.fence, run.wakeups, execution.input, execution.workflow, Clock(now))
+
+
+def _timers_served(run: Run, stage_name: str, now: datetime) -> None:
+    """The stage's timers already due are served by this claim: mark them fired, so that the
+    scanner does not wake the run a second time for them (every near timer also had a
+    countdown hint; one of the two deliveries would only find the run leased). SKIP LOCKED:
+    one the scanner holds right now is the scanner's to fire."""
+    due = list(
+        Timer.objects.select_for_update(skip_locked=True)
+        .filter(run=run, stage=stage_name, status=TimerStatus.PENDING, due_at__lte=now)
+        .values_list("pk", flat=True)
+    )
+    if due:
+        Timer.objects.filter(pk__in=due).update(status=TimerStatus.FIRED, fired_at=now)
 
 
 def _deadline_seconds(workflow: str) -> float | None:

@@ -154,7 +154,7 @@ def execution_cancel(*, execution_id: str, caller: Caller, reason: str = "") -> 
         return CancelResult(execution, immediate=immediate)
 
 
-def execution_retry(*, execution_id: str, caller: Caller) -> Execution:
+def execution_retry(*, execution_id: str, caller: Caller, reason: str = "") -> Execution:
     """A new run (kind retry, no step cache) on a failed or canceled execution, once its
     persisted input still fits the workflow's current schema. A rolled-back execution is an
     audit record: never retried."""
@@ -186,7 +186,7 @@ def execution_retry(*, execution_id: str, caller: Caller) -> Execution:
                 "lane": None if lane is None else {"key": lane.key, "role": lane.role},
             },
         )
-        audit_record(caller, "execution.retry", execution.id, "")
+        audit_record(caller, "execution.retry", execution.id, reason)
         if lane is None or lane.may_start:
             run_dispatch_on_commit(run.id)
         return execution

@@ -37,6 +37,7 @@ from executions.models import (
 )
 from executions.workflows.registry import get_workflow
 from lanes.models import Lane, LaneState, LaneWaiter
+from tests.authorization.test_admin_controls import PLAN_HASH, approval_payload
 from tests.factories import StageFactory
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +57,8 @@ RUN_STATUS = {
 @pytest.fixture
 def records() -> None:
     """One execution per status; each has a run of every kind, with stages, receipts,
-    timers, a hook, events and a delivery key; a held lane with a queue; tokens; a webhook."""
+    timers, a hook (the paused one's current run: add-subdomain's approval checkpoint),
+    events and a delivery key; a held lane with a queue; tokens; a webhook."""
     now = timezone.now()
     executions = []
     for number, status in enumerate(ExecutionStatus):
@@ -97,8 +99,16 @@ def records() -> None:
             Timer.objects.create(
                 run=run, stage="plan", key="t", purpose=TimerPurpose.SLEEP, due_at=now
             )
+            checkpoint = status == ExecutionStatus.PAUSED and kind == RunKind.ROLLBACK  # current
             Hook.objects.create(
-                execution=execution, run=run, stage="plan", name="approve", token=f"h-{run.pk}"
+                execution=execution,
+                run=run,
+                stage="plan",
+                name="approve",
+                token=f"h-{run.pk}",
+                operator=checkpoint,
+                payload=approval_payload() if checkpoint else {},
+                expires_at=now if checkpoint else None,
             )
         execution.current_run = run
         execution.save()
@@ -180,6 +190,11 @@ def test_every_changelist_and_change_page_renders(records, role, read_only, labe
     for obj in model._default_manager.all()[:50]:
         page = client.get(reverse("admin:{}_{}_change".format(*info), args=[obj.pk]))
         assert page.status_code == 200, (label, obj.pk, page.content[:300])
+        if model is Execution and obj.status == ExecutionStatus.PAUSED:
+            assert b'id="pending-approval"' in page.content and PLAN_HASH.encode() in page.content
+            assert (b'class="alfred-control"' in page.content) is (
+                role == "operator" and not read_only
+            )
         if model is WebhookEndpoint:
             assert b"whsec_hidden" not in page.content  # a secret is never shown again
         if read_only or model_admin.has_change_permission(_request(client, role), obj) is False:

@@ -85,7 +85,7 @@ class Command(BaseCommand):
             elif action == "cancel":
                 execution_cancel(execution_id=execution_id, caller=caller, reason=reason)
             else:
-                execution_retry(execution_id=execution_id, caller=caller)
+                execution_retry(execution_id=execution_id, caller=caller, reason=reason)
         except Execution.DoesNotExist:
             raise CommandError(f"no execution {execution_id}") from None
         except StalePlan as exc:

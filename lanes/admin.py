@@ -32,7 +32,7 @@ class LaneAdmin(ReadOnlyAdmin):
         actor = admin_caller(request).principal
         for lane in queryset.exclude(state=LaneState.FREE):
             try:
-                new_owner = lane_recover(
+                recovered = lane_recover(
                     key=lane.key,
                     expected_owner=lane.owner_id,
                     actor=actor,
@@ -42,5 +42,5 @@ class LaneAdmin(ReadOnlyAdmin):
                 self.message_user(request, f"{lane.key}: {exc}", messages.WARNING)
                 continue
             self.message_user(
-                request, f"{lane.key}: released to {new_owner or 'nobody'}", messages.SUCCESS
+                request, f"{lane.key}: released to {recovered.owner or 'nobody'}", messages.SUCCESS
             )

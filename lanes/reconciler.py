@@ -1,7 +1,9 @@
 """The lane reconciler (DESIGN §5): observe a lane's owner — its execution and its bound run —
 and decide retain, release or recovery_required. It runs on every terminal transition (at
 once, for that lane) and from beat over every busy lane (the guarantee); both paths are
-compare-and-swap writes, so two reconcilers racing release a lane once.
+compare-and-swap writes, so two reconcilers racing release a lane once. Each write's change
+goes to the executions side (``lanes.effects``) in the transaction that made it: the events,
+and the next owner's run started on commit.
 
 Decisions:
 - live or suspended run → retain;
@@ -31,6 +33,7 @@ from executions.models import (
     Stage,
     StageStatus,
 )
+from lanes.effects import lane_effects
 from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.services import lane_hand_over, lane_lock, lane_mark_recovery_required
 
@@ -123,7 +126,8 @@ def lane_reconcile(key: str, *, wait: bool = True) -> Decision | None:
             return None  # unknown, or (not waiting) another writer holds it right now
         if lane.state == LaneState.FREE:
             if LaneWaiter.objects.filter(lane_id=key).exists():
-                lane_hand_over(lane, reason="a queued execution waited on a free lane")
+                change = lane_hand_over(lane, reason="a queued execution waited on a free lane")
+                lane_effects().lane_changed(change)
                 return Decision(Action.RELEASE, "lost handoff")
             return None
         if lane.state == LaneState.RECOVERY_REQUIRED:
@@ -133,9 +137,9 @@ def lane_reconcile(key: str, *, wait: bool = True) -> Decision | None:
             # A contradiction may be a transition seen half-way: look once more first.
             decision = _observe(lane)
         if decision.action is Action.RELEASE:
-            lane_hand_over(lane, reason=decision.reason)
+            lane_effects().lane_changed(lane_hand_over(lane, reason=decision.reason))
         elif decision.action is Action.RECOVERY_REQUIRED:
-            lane_mark_recovery_required(lane, reason=decision.reason)
+            lane_effects().lane_changed(lane_mark_recovery_required(lane, reason=decision.reason))
         return decision
 
 
@@ -159,6 +163,19 @@ def _observe(lane: Lane) -> Decision:
                 ever_started and started.filter(position__gt=0).exclude(run_id=run.id).exists()
             )
     return lane_decide(owner, run, stages, ever_started=ever_started, earlier_work=earlier_work)
+
+
+def lane_reconcile_on_finish(
+    sender: Any, *, execution_id: str, lane_key: str | None, **_: Any
+) -> None:
+    """After the commit of every terminal transition (``execution_finished``, connected by
+    ``ExecutionsConfig.ready``): act on that lane now; beat is the guarantee."""
+    if not lane_key:
+        return  # no lane (add-subdomain), or a child under its root's ownership
+    try:
+        lane_reconcile(lane_key)
+    except Exception:
+        log.exception("reconciling %s after %s", lane_key, execution_id)
 
 
 def lanes_reconcile(batch: int = BATCH, *, after: str = "") -> tuple[int, str | None]:
@@ -200,6 +217,7 @@ def lanes_release_ready() -> list[str]:
                 continue  # released by another process meanwhile, or being
             decision = _observe(lane)
             if decision.action is Action.RELEASE:
-                lane_hand_over(lane, reason=f"released at start: {decision.reason}")
+                change = lane_hand_over(lane, reason=f"released at start: {decision.reason}")
+                lane_effects().lane_changed(change)
                 released.append(key)
     return released

@@ -4,10 +4,17 @@ a writer that read a stale lane changes nothing and learns so from the row count
 Callers run inside their own transaction (acceptance is the outermost service); nothing here
 opens a durable transaction but ``lane_recover``.
 
+These services write lanes only, and return what changed (``lanes.effects``). What the
+change means for the executions a lane names — events, the new owner's run, the audit entry
+— is the executions side's: the outermost service hands the change to
+``lane_effects().lane_changed`` before its transaction commits (the reconciler, and
+``lane_recover`` itself). Nothing here imports executions.
+
 Lock order (DESIGN §2): execution rows before the lane row. A claim (acceptance, retry,
 continuation) holds its execution and then takes the lane; whoever writes a lane and the
 executions it names (the reconciler, recovery) locks those executions first, through
-``lane_lock``, never the other way round: the two would otherwise deadlock.
+``lane_lock`` (which locks them through the port), never the other way round: the two would
+otherwise deadlock.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Now
 
 from alfred.readonly import writes_allowed
+from lanes.effects import LaneBlocked, LaneHandedOver, LaneRecovered, lane_effects
 from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.selectors import lane_position
 
@@ -165,12 +173,10 @@ class LaneNotQueued(LaneOwnerMismatch):
         super().__init__(key, owner, owner, f"{to} is not queued on lane {key}")
 
 
-def _head(key: str) -> str | None:
+def _head(key: str, active_statuses: frozenset[str]) -> str | None:
     """The queued execution next in line (an ended one is not eligible)."""
-    from executions.models import ACTIVE_STATUSES
-
     return (
-        LaneWaiter.objects.filter(lane_id=key, execution__status__in=sorted(ACTIVE_STATUSES))
+        LaneWaiter.objects.filter(lane_id=key, execution__status__in=sorted(active_statuses))
         .order_by("priority", "id")
         .values_list("execution_id", flat=True)
         .first()
@@ -183,30 +189,25 @@ def lane_lock(key: str, *, wait: bool = True, also: Iterable[str] = ()) -> Lane 
     first to learn whom to lock; should it name others once locked (a handover or a claim
     in between), the locks are taken again. None: no such lane, or (``wait=False``) one of
     the rows is held by another writer right now."""
-    from executions.models import Execution
-
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("lane_lock must run inside the caller's transaction")
+    effects = lane_effects()
+    active = effects.active_statuses
     locked: set[str] = set()
     for _ in range(10):
         seen = list(Lane.objects.filter(key=key).values_list("owner_id", flat=True))
         if not seen:
             return None
-        wanted = {i for i in (seen[0], _head(key), *also) if i is not None} - locked
+        wanted = {i for i in (seen[0], _head(key, active), *also) if i is not None} - locked
         if wanted:
-            rows = list(
-                Execution.objects.select_for_update(skip_locked=not wait)
-                .filter(pk__in=sorted(wanted))
-                .order_by("pk")
-                .values_list("pk", flat=True)
-            )
+            rows = effects.executions_lock(wanted, skip_locked=not wait)
             if not wait and len(rows) < len(wanted):
                 return None
             locked |= set(rows) | wanted  # ids of executions that do not exist lock nothing
         lane = Lane.objects.select_for_update(skip_locked=not wait).filter(key=key).first()
         if lane is None:
             return None
-        if {lane.owner_id, _head(key)} - {None} <= locked:
+        if {lane.owner_id, _head(key, active)} - {None} <= locked:
             return lane
     raise LaneRaceLost(f"lane {key} kept changing hands while it was being locked")
 
@@ -219,23 +220,18 @@ def lane_leave(*, execution_id: str) -> bool:
     return bool(deleted)
 
 
-def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> str | None:
+def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> LaneHandedOver:
     """Release ``lane`` (locked by the caller through ``lane_lock``, with ``to``) and give it
-    to the next in line — or to the queued execution ``to`` — dispatching that one after
-    commit, in this transaction. Returns the new owner, or None when nobody waits (the lane
-    is free)."""
-    from executions.engine.dispatch import run_dispatch_on_commit
-    from executions.events.outbox import event_emit, event_key
-    from executions.models import TERMINAL_STATUSES, Execution
-
+    to the next in line — or to the queued execution ``to``. Returns the hand-over (its
+    ``owner`` None when nobody waits: the lane is free), which the caller passes to
+    ``lane_effects().lane_changed`` in this transaction."""
     waiters = LaneWaiter.objects.filter(lane_id=lane.key)
     # Only an execution still waiting is eligible: one canceled while queued leaves the queue.
-    waiters.filter(execution__status__in=sorted(TERMINAL_STATUSES)).delete()
+    waiters.exclude(execution__status__in=sorted(lane_effects().active_statuses)).delete()
     waiter = (waiters.filter(execution_id=to) if to else waiters.order_by("priority", "id")).first()
     if to and waiter is None:
         raise LaneNotQueued(lane.key, lane.owner_id, to)
-    previous = lane.owner_id
-    expected = (previous, lane.state, lane.version)
+    expected = (lane.owner_id, lane.state, lane.version)
     if waiter is None:
         _swap(
             lane.key, expected, state=LaneState.FREE, owner_id=None, owner_token=None, reason=reason
@@ -250,82 +246,54 @@ def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> str | N
             reason="",
         )
         waiter.delete()
-    version = lane.version + 1
-    if previous:
-        event_emit(
-            execution_id=previous,
-            type="lane.released",
-            key=event_key(previous, f"lane:{lane.key}:{version}:released"),
-            payload={"lane": lane.key, "reason": reason, "next": waiter and waiter.execution_id},
-        )
-    if waiter is not None:
-        event_emit(
-            execution_id=waiter.execution_id,
-            type="lane.acquired",
-            key=event_key(waiter.execution_id, f"lane:{lane.key}:{version}:acquired"),
-            payload={"lane": lane.key, "after": previous},
-        )
-        run_id = (
-            Execution.objects.filter(pk=waiter.execution_id)
-            .values_list("current_run_id", flat=True)
-            .first()
-        )
-        if run_id:
-            run_dispatch_on_commit(run_id)
-        return waiter.execution_id
-    return None
+    return LaneHandedOver(
+        key=lane.key,
+        version=lane.version + 1,
+        reason=reason,
+        previous=lane.owner_id,
+        owner=waiter.execution_id if waiter is not None else None,
+    )
 
 
-def lane_mark_recovery_required(lane: Lane, *, reason: str) -> None:
-    """Block ``lane`` (locked by the caller through ``lane_lock``) for an operator."""
-    from executions.events.outbox import event_emit, event_key
-
+def lane_mark_recovery_required(lane: Lane, *, reason: str) -> LaneBlocked:
+    """Block ``lane`` (locked by the caller through ``lane_lock``) for an operator. Returns
+    the change, which the caller passes to ``lane_effects().lane_changed`` in this
+    transaction."""
     _swap(
         lane.key,
         (lane.owner_id, lane.state, lane.version),
         state=LaneState.RECOVERY_REQUIRED,
         reason=reason,
     )
-    if lane.owner_id:
-        event_emit(
-            execution_id=lane.owner_id,
-            type="lane.recovery_required",
-            key=event_key(lane.owner_id, f"lane:{lane.key}:{lane.version + 1}:recovery"),
-            payload={"lane": lane.key, "reason": reason},
-        )
+    return LaneBlocked(key=lane.key, version=lane.version + 1, reason=reason, owner=lane.owner_id)
 
 
 def lane_recover(
     *, key: str, expected_owner: str | None, actor: str, reason: str, to: str | None = None
-) -> str | None:
+) -> LaneRecovered:
     """An operator recovers a lane. Names the owner they saw: a lane that changed hands
     meanwhile is refused. An owner that is active again (retried or continued while the lane
     was blocked) gets its lane back and starts — or, with ``to``, goes back to the head of
     the queue while ``to`` takes the lane; an owner that has started already is never
     displaced (``LaneOwnerActive``). Otherwise the lane goes to the next in line, or to
-    ``to``. Audited."""
-    from executions.engine.dispatch import run_dispatch_on_commit
-    from executions.models import ACTIVE_STATUSES, AuditEntry, Execution, ExecutionStatus
-
+    ``to``. Audited: the executions side records the recovery with its events and starts the
+    run, in this transaction (``lane_effects().lane_changed``)."""
     writes_allowed()
+    effects = lane_effects()
     with transaction.atomic(durable=True):
         lane = lane_lock(key, also=[to] if to else [])
         if lane is None:
             raise Lane.DoesNotExist(f"no lane {key}")
         if lane.owner_id != expected_owner:
             raise LaneOwnerMismatch(key, expected_owner, lane.owner_id)
-        owner = Execution.objects.filter(pk=lane.owner_id).first() if lane.owner_id else None
-        active = owner is not None and owner.status in ACTIVE_STATUSES
-        if active and to is None:
-            assert owner is not None  # noqa: S101 - active implies an owner
+        owner = effects.execution_standing(lane.owner_id) if lane.owner_id else None
+        resumed, handed_over = None, None
+        if owner is not None and owner.active and to is None:
             _swap(key, (lane.owner_id, lane.state, lane.version), state=LaneState.HELD, reason="")
-            if owner.current_run_id:
-                run_dispatch_on_commit(owner.current_run_id)
-            new_owner: str | None = owner.id
+            resumed = owner.id
         else:
-            if active:
-                assert owner is not None  # noqa: S101 - active implies an owner
-                if owner.status != ExecutionStatus.QUEUED:
+            if owner is not None and owner.active:
+                if owner.started:
                     raise LaneOwnerActive(key, owner.id, owner.status)
                 # Not started: it keeps its request, at the head of the queue.
                 LaneWaiter.objects.create(
@@ -334,13 +302,14 @@ def lane_recover(
                     token=lane.owner_token,
                     priority=LaneWaiter.PRIORITY_URGENT,
                 )
-            new_owner = lane_hand_over(lane, reason=f"recovered by {actor}: {reason}", to=to)
-        AuditEntry.objects.create(
+            handed_over = lane_hand_over(lane, reason=f"recovered by {actor}: {reason}", to=to)
+        recovered = LaneRecovered(
+            key=key,
             actor=actor,
-            action="lane.recover",
-            target_type="lane",
-            target_id=key,
             reason=reason,
-            data={"owner": expected_owner, "next": new_owner},
+            expected_owner=expected_owner,
+            resumed=resumed,
+            handed_over=handed_over,
         )
-        return new_owner
+        effects.lane_changed(recovered)
+        return recovered

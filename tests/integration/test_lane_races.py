@@ -66,7 +66,10 @@ def test_recover_to_another_execution_requeues_a_retried_owner_that_has_not_star
     execution_retry(execution_id=owner, caller=cli_caller("ops"))
 
     # when: an operator hands the lane to the other execution
-    assert lane_recover(key=KEY, expected_owner=owner, actor="ops", reason="e2 first", to=other)
+    recovered = lane_recover(
+        key=KEY, expected_owner=owner, actor="ops", reason="e2 first", to=other
+    )
+    assert recovered.owner == other
 
     # then: the retried owner waits at the head of the queue, and runs nowhere meanwhile —
     # neither the recovery scan nor any message starts it
@@ -109,7 +112,7 @@ def test_a_child_retried_after_its_root_ended_holds_the_lane_itself(api):
     Execution.objects.filter(pk=child).update(status="failed")
     _started(root)
     execution_cancel(execution_id=root, caller=cli_caller("ops"))
-    assert lane_recover(key=KEY, expected_owner=root, actor="ops", reason="next") is None
+    assert lane_recover(key=KEY, expected_owner=root, actor="ops", reason="next").owner is None
     other = submit(api, "test-infra", {"label": "other"}).json()["id"]
     assert Lane.objects.get(key=KEY).owner_id == other
 

@@ -420,9 +420,9 @@ def test_recovering_a_lane_whose_owner_was_retried_gives_it_back(api, operator_a
 
     from lanes.services import lane_recover
 
-    new_owner = lane_recover(key=KEY, expected_owner=owner, actor="ops", reason="finish it")
+    recovered = lane_recover(key=KEY, expected_owner=owner, actor="ops", reason="finish it")
 
-    assert new_owner == owner
+    assert (recovered.resumed, recovered.owner) == (owner, owner)
     lane = Lane.objects.get(key=KEY)
     assert (lane.state, lane.owner_id) == ("held", owner)
     assert LaneWaiter.objects.get().execution_id == queued

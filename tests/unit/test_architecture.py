@@ -1,6 +1,7 @@
 """The dependency rules of DESIGN §1, read from the source (every import, a function's own
 included): the engine imports no workflow and no provider, providers import no Django
-model and nothing of Alfred's apps, lanes import no workflow and no provider, and the
+model and nothing of Alfred's apps, lanes import no workflow and no provider — and of
+executions only what two modules read at module level, never inside a function — and the
 engine's modules import one another without a circle."""
 
 from __future__ import annotations
@@ -20,8 +21,14 @@ def _modules(package: str) -> dict[str, Path]:
     }
 
 
-def _imports(path: Path) -> Iterator[str]:
-    for node in ast.walk(ast.parse(path.read_text())):
+def _imports(path: Path, *, in_functions: bool = False) -> Iterator[str]:
+    """Every module ``path`` imports, or (``in_functions``) those imported in a function."""
+    tree = ast.parse(path.read_text())
+    roots: list[ast.AST] = [tree]
+    if in_functions:
+        functions = (ast.FunctionDef, ast.AsyncFunctionDef)
+        roots = [node for node in ast.walk(tree) if isinstance(node, functions)]
+    for node in (found for root in roots for found in ast.walk(root)):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -29,11 +36,13 @@ def _imports(path: Path) -> Iterator[str]:
             yield from (f"{node.module}.{alias.name}" for alias in node.names)
 
 
-def _offenders(package: str, forbidden: tuple[str, ...]) -> list[str]:
+def _offenders(
+    package: str, forbidden: tuple[str, ...], *, in_functions: bool = False
+) -> list[str]:
     return sorted(
         f"{module} imports {imported}"
         for module, path in _modules(package).items()
-        for imported in _imports(path)
+        for imported in set(_imports(path, in_functions=in_functions))
         if imported.startswith(forbidden)
     )
 
@@ -49,6 +58,31 @@ def test_providers_know_no_django_model_and_none_of_alfreds_apps():
 
 def test_lanes_know_no_workflow_and_no_provider():
     assert _offenders("lanes", ("executions.workflows", "providers")) == []
+
+
+# What of executions a lanes module may import, at module level: the reconciler observes an
+# owner's execution, run and stages to decide; the API shares the executions' free-text field.
+LANES_SEE_OF_EXECUTIONS = {
+    "lanes.reconciler": ("executions.models", "executions.engine.errors"),
+    "lanes.api": ("executions.api.serializers",),
+}
+
+
+def test_lanes_reach_executions_through_their_port_not_by_importing_them():
+    # Everything else — locking the executions a lane names, the events and runs a lane
+    # change means — goes through lanes.effects, which the executions app installs: the
+    # dependency points executions → lanes, and no import hides in a function.
+    assert _offenders("lanes", ("executions",), in_functions=True) == []
+    assert (
+        sorted(
+            f"{module} imports {imported}"
+            for module, path in _modules("lanes").items()
+            for imported in set(_imports(path))
+            if imported.startswith("executions")
+            and not imported.startswith(LANES_SEE_OF_EXECUTIONS.get(module, ()))
+        )
+        == []
+    )
 
 
 def test_the_engine_has_no_import_circle():

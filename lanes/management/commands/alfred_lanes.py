@@ -48,7 +48,7 @@ class Command(BaseCommand):
         elif action == "recover":
             owner = None if options["owner"] == "none" else options["owner"]
             try:
-                new_owner = lane_recover(
+                recovered = lane_recover(
                     key=options["key"],
                     expected_owner=owner,
                     actor=f"cli:{options['actor']}",
@@ -59,4 +59,4 @@ class Command(BaseCommand):
                 raise CommandError(f"no lane {options['key']!r}") from None
             except (LaneOwnerMismatch, ReadOnlyInstance) as exc:
                 raise CommandError(str(exc)) from None
-            self.stdout.write(f"{options['key']}: released to {new_owner or 'nobody (free)'}")
+            self.stdout.write(f"{options['key']}: released to {recovered.owner or 'nobody (free)'}")

@@ -15,7 +15,7 @@ from rest_framework.views import APIView
 from alfred.openapi import JSON, problems
 from alfred.permissions import IsOperator, request_caller
 from alfred.problems import ProblemContext, ProblemMap, not_found_detail, shown
-from executions.api.serializers import FreeTextField
+from alfred.text import FreeTextField
 from lanes.models import Lane, LaneWaiter
 from lanes.selectors import lane_list, lane_queue
 from lanes.services import LaneConflict, LaneOwnerMismatch, lane_recover

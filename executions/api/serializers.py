@@ -3,7 +3,6 @@ the controls: a workflow's input is parsed by its JSON Schema, not by serializer
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.urls import reverse
@@ -11,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from alfred.principals import Caller
+from alfred.text import FreeTextField
 from executions import selectors
 from executions.controls import CONTROLS, execution_controls
 from executions.models import AuditEntry, Execution, OutboxEvent, Stage
@@ -18,35 +18,6 @@ from executions.models import AuditEntry, Execution, OutboxEvent, Stage
 
 def _url(name: str, **kwargs: Any) -> str:
     return reverse(name, kwargs=kwargs)
-
-
-MAX_REASON_LENGTH = 1000
-# C0 controls but NUL (which CharField refuses itself, as it does lone surrogates), tab and
-# newline; DEL and C1; and the bidirectional overrides and isolates that would make an audit
-# entry read differently from what it holds.
-_FORBIDDEN_IN_TEXT = re.compile("[\x01-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def check_free_text(value: str) -> None:
-    """The rule for every free text of the API (operator reasons): no control character but
-    tab and newline, no bidirectional override; the length is the field's."""
-    found = _FORBIDDEN_IN_TEXT.search(value)
-    if found is not None:
-        raise serializers.ValidationError(
-            f"Control characters other than tab and newline are not allowed "
-            f"(found U+{ord(found.group()):04X})."
-        )
-
-
-class FreeTextField(serializers.CharField):
-    """A client's free text (a reason for the audit log): a string, surrounding whitespace
-    trimmed, at most ``max_length`` characters (longer is refused, never cut: the audit log
-    keeps what was sent or nothing), and :func:`check_free_text`."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        kwargs.setdefault("max_length", MAX_REASON_LENGTH)
-        super().__init__(**kwargs)
-        self.validators.append(check_free_text)
 
 
 class CancelRequestSerializer(serializers.Serializer):

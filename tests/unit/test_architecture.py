@@ -64,7 +64,6 @@ def test_lanes_know_no_workflow_and_no_provider():
 # owner's execution, run and stages to decide; the API shares the executions' free-text field.
 LANES_SEE_OF_EXECUTIONS = {
     "lanes.reconciler": ("executions.models", "executions.engine.errors"),
-    "lanes.api": ("executions.api.serializers",),
 }
 
 

@@ -452,3 +452,7 @@ class Laned(TestWorkflow):
 
 
 WORKFLOWS.append(Laned())
+
+# add-subdomain's kill points at the Route53 adapter's edge, installed only in the workers
+# started to ask for them (tests/kill_points.py); imported last, as it uses kill_point above.
+import tests.kill_points  # noqa: E402, F401

@@ -22,6 +22,7 @@ from django.conf import settings
 from executions.workflows.steps.blast_radius import blast_radius_check
 from executions.workflows.steps.compensations import Drifted, mutation
 from executions.workflows.steps.errors import provider_errors
+from executions.workflows.steps.planning import approval_token, plan_hash
 from providers.aws.route53 import Change, Route53
 from providers.factory import Providers
 
@@ -207,17 +208,51 @@ def restore_changes(receipt: Mapping[str, Any]) -> list[dict[str, Any]]:
 @CHANGE.undo
 def undo_batch(ctx: Any, receipt: Mapping[str, Any]) -> dict[str, Any]:
     """Compensate a batch: the names must hold exactly the receipt's ``after``; then ONE batch
-    back to ``before``, and the wait for INSYNC. A simulated batch has nothing to undo."""
+    back to ``before``, and the wait for INSYNC. A simulated batch has nothing to undo.
+
+    A batch whose landing was recovered after a lost answer (``ownership: unproven``: the
+    names held its result, but no read can tell who put it there) is not reversed on the
+    receipt's word: the rollback pauses for an operator to approve the restoring batch, shown
+    as a plan (records before → after, its hash), and reads the names again once approved."""
     if receipt.get("simulated"):
         return {"restored": [], "simulated": True}
     zone = receipt["undo"]["zone"]
-    current = ctx.step("read", read_records, zone["id"], receipt["undo"]["names"], dry_run=False)
+    names = receipt["undo"]["names"]
+    current = ctx.step("read", read_records, zone["id"], names, dry_run=False)
     differences = drift(receipt["after"], current)
     if differences:
         raise Drifted(RESOURCE, differences)
     changes = restore_changes(receipt)
     if not changes:
         return {"restored": []}
+    if (receipt.get("handle") or {}).get("observations", {}).get("ownership") == "unproven":
+        digest = plan_hash(
+            proposed={"zone": zone["id"], "records": receipt["before"]},
+            existing={"records": current},
+        )
+        ctx.wait_for_hook(
+            "confirm",
+            token=approval_token(ctx.execution_id, digest),
+            payload={
+                "plan": {
+                    "zone": zone["name"],
+                    "name": ", ".join(names),
+                    "before": current,
+                    "after": receipt["before"],
+                    "changes": changes,
+                },
+                "plan_hash": digest,
+                "why": "the batch's landing was recovered after a lost answer: nothing proves "
+                "the records it left are Alfred's",
+            },
+            operator=True,
+            expires_in=settings.ALFRED_APPROVAL_TTL_SECONDS,
+            expired_code="approval_expired",
+        )
+        current = ctx.step("reread", read_records, zone["id"], names, dry_run=False)
+        differences = drift(receipt["after"], current)
+        if differences:
+            raise Drifted(RESOURCE, differences)
     restored = ctx.step(
         "restore",
         apply_batch,

@@ -46,8 +46,10 @@ from lanes.services import LaneConflict, lane_leave
 
 
 class InvalidState(Exception):
-    def __init__(self, execution: Execution, action: str) -> None:
-        super().__init__(f"cannot {action} an execution that is {execution.status}")
+    """The execution's state forbids ``action`` (or, given, ``message`` says what)."""
+
+    def __init__(self, execution: Execution, action: str = "", *, message: str = "") -> None:
+        super().__init__(message or f"cannot {action} an execution that is {execution.status}")
         self.execution_id = execution.id
         self.status = execution.status
 
@@ -196,11 +198,9 @@ class StalePlan(InvalidState):
     """The approval names a plan hash that is not the one waiting (DNS changed, or a typo)."""
 
     def __init__(self, execution: Execution, current: str) -> None:
-        Exception.__init__(
-            self, f"the plan waiting for approval on {execution.id} has another hash"
+        super().__init__(
+            execution, message=f"the plan waiting for approval on {execution.id} has another hash"
         )
-        self.execution_id = execution.id
-        self.status = execution.status
         self.current = current
 
 
@@ -209,11 +209,10 @@ class ApprovalExpired(InvalidState):
     execution fails with ``approval_expired`` as its run wakes."""
 
     def __init__(self, execution: Execution, expires_at: datetime) -> None:
-        Exception.__init__(
-            self, f"the plan waiting on {execution.id} expired at {expires_at.isoformat()}"
+        super().__init__(
+            execution,
+            message=f"the plan waiting on {execution.id} expired at {expires_at.isoformat()}",
         )
-        self.execution_id = execution.id
-        self.status = execution.status
         self.expires_at = expires_at
 
 
@@ -222,13 +221,11 @@ class ForceRequired(InvalidState):
     ``force``."""
 
     def __init__(self, execution: Execution) -> None:
-        Exception.__init__(
-            self,
-            f"the plan waiting on {execution.id} is over the blast-radius thresholds: "
+        super().__init__(
+            execution,
+            message=f"the plan waiting on {execution.id} is over the blast-radius thresholds: "
             "approve it with force",
         )
-        self.execution_id = execution.id
-        self.status = execution.status
 
 
 def execution_approve(

@@ -93,4 +93,4 @@ class Command(BaseCommand):
         except REFUSALS as exc:
             raise CommandError(str(exc)) from None
         status = Execution.objects.values_list("status", flat=True).get(pk=execution_id)
-        self.stdout.write(f"{execution_id}: {action} done; now {status}")
+        self.stdout.write(f"{execution_id}: {action} recorded; now {status}")

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
-import boto3
 import pytest
 from django.utils import timezone
 
 from executions.models import Execution, Hook
-from providers.sandbox.aws import AwsStandIn, seed_aws
+from providers.sandbox.aws import AwsStandIn
+from tests import aws_world
 from tests.conftest import WorkerProcess, wait_for
 from tests.helpers import assert_problem, submit
 from tests.integration.test_engine import assert_gapless, event_types
@@ -24,60 +24,33 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[AwsStandIn]:
-    aws = AwsStandIn(route53_change_delay=0.3).start()
-    seed_aws(aws.url)
-    try:
+    with aws_world.standin_started() as aws:
         yield aws
-    finally:
-        aws.stop()
 
 
 @pytest.fixture
 def route53(standin: AwsStandIn) -> Any:
-    return boto3.client(
-        "route53",
-        endpoint_url=standin.url,
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
+    return aws_world.client(standin, "route53")
 
 
 @pytest.fixture
 def zone_id(route53: Any) -> str:
-    zones = route53.list_hosted_zones_by_name(DNSName="example.com")["HostedZones"]
-    return str(zones[0]["Id"]).removeprefix("/hostedzone/")
+    return aws_world.zone_id_of(route53)
 
 
 @pytest.fixture
-def aws_worker(standin: AwsStandIn, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerProcess]:
-    """A worker whose providers are the stand-in's."""
-    yield from _worker(standin, monkeypatch)
+def aws_worker(standin: AwsStandIn) -> Iterator[WorkerProcess]:
+    """A worker whose providers are the stand-in's, for one test: it is stopped before the
+    test database is flushed (a worker still running would hold locks the flush needs)."""
+    with aws_world.aws_worker(standin, "aws") as worker:
+        yield worker
 
 
 @pytest.fixture
-def impatient_worker(
-    standin: AwsStandIn, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[WorkerProcess]:
+def impatient_worker(standin: AwsStandIn) -> Iterator[WorkerProcess]:
     """A worker whose approvals expire after 3 s."""
-    monkeypatch.setenv("ALFRED_APPROVAL_TTL_SECONDS", "3")
-    yield from _worker(standin, monkeypatch)
-
-
-def _worker(standin: AwsStandIn, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkerProcess]:
-    for name, value in {
-        "ALFRED_PROVIDERS": "sandbox",
-        "AWS_ENDPOINT_URL": standin.url,
-        "AWS_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-    }.items():
-        monkeypatch.setenv(name, value)
-    proc = WorkerProcess("aws").start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
+    with aws_world.aws_worker(standin, "impatient", ALFRED_APPROVAL_TTL_SECONDS="3") as worker:
+        yield worker
 
 
 def _batches(standin: AwsStandIn, execution_id: str) -> list[Any]:

@@ -21,11 +21,11 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 
 from executions.models import Execution, OutboxEvent
-from providers.sandbox.aws import AwsStandIn, seed_aws
+from providers.sandbox.aws import AwsStandIn
+from tests import aws_world
 from tests.conftest import WorkerProcess, wait_for
 from tests.engine_workflows import KILL_POINTS, counters
 from tests.helpers import submit
@@ -46,17 +46,8 @@ FORWARD_STAGES = {"plan": 1, "apply": 1, "verify": 1}
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[AwsStandIn]:
-    aws = AwsStandIn(route53_change_delay=0.3).start()
-    seed_aws(aws.url)
-    try:
+    with aws_world.standin_started() as aws:
         yield aws
-    finally:
-        aws.stop()
-
-
-def _ready(worker: WorkerProcess) -> WorkerProcess:
-    wait_for(lambda: "ready." in worker.output(), timeout=60, interval=0.1)
-    return worker
 
 
 @pytest.fixture(scope="module")
@@ -64,49 +55,26 @@ def kills_worker(standin: AwsStandIn, django_db_setup: None) -> Iterator[WorkerP
     """One worker for the module (starting one takes longer than most runs here): the
     stand-in's providers, the kill points installed, and a recovered change settled after
     1 s instead of Route53's 60 s. After the test database exists: the worker is given its
-    name."""
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in {
-            "ALFRED_PROVIDERS": "sandbox",
-            "AWS_ENDPOINT_URL": standin.url,
-            "AWS_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            ENABLE: "1",
-            SETTLE: "1",
-        }.items():
-            env.setenv(name, value)
-        worker = WorkerProcess("kills")
-        try:
-            yield _ready(worker.start())
-        finally:
-            worker.stop()
+    name. Every test here ends with its executions terminal, so the worker is idle when the
+    database is flushed between tests."""
+    with aws_world.aws_worker(standin, "kills", **{ENABLE: "1", SETTLE: "1"}) as worker:
+        yield worker
 
 
 @pytest.fixture
 def aws_worker(kills_worker: WorkerProcess) -> WorkerProcess:
     """The module's worker, started again if a test killed all of it."""
-    assert kills_worker.proc is not None
-    if kills_worker.proc.poll() is not None:
-        _ready(kills_worker.start())
-    return kills_worker
+    return aws_world.alive(kills_worker)
 
 
 @pytest.fixture
 def route53(standin: AwsStandIn) -> Any:
-    return boto3.client(
-        "route53",
-        endpoint_url=standin.url,
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
+    return aws_world.client(standin, "route53")
 
 
 @pytest.fixture
 def zone_id(route53: Any) -> str:
-    zones = route53.list_hosted_zones_by_name(DNSName="example.com")["HostedZones"]
-    return str(zones[0]["Id"]).removeprefix("/hostedzone/")
+    return aws_world.zone_id_of(route53)
 
 
 def _name() -> str:

@@ -1,0 +1,79 @@
+"""What the workflow tests against the AWS stand-in share: the stand-in seeded like `make run`
+(example.com with an apex A+AAAA alias, the Lambda fleets), a boto3 client on it, and a real
+Celery worker whose providers are the stand-in's.
+
+A worker takes seconds to start, longer than most runs: a test module starts one for all its
+tests (:func:`aws_worker`), after the test database exists (``django_db_setup``), and starts
+it again should a test have killed it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import boto3
+import pytest
+
+from providers.sandbox.aws import AwsStandIn, seed_aws
+from tests.conftest import WorkerProcess, wait_for
+
+REGION = "us-east-1"
+
+
+@contextmanager
+def standin_started(**options: Any) -> Iterator[AwsStandIn]:
+    aws = AwsStandIn(**{"route53_change_delay": 0.3, **options}).start()
+    seed_aws(aws.url)
+    try:
+        yield aws
+    finally:
+        aws.stop()
+
+
+def client(standin: AwsStandIn, service: str) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=standin.url,
+        region_name=REGION,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+
+
+def zone_id_of(route53: Any, zone: str = "example.com") -> str:
+    zones = route53.list_hosted_zones_by_name(DNSName=zone)["HostedZones"]
+    return str(zones[0]["Id"]).removeprefix("/hostedzone/")
+
+
+def ready(worker: WorkerProcess) -> WorkerProcess:
+    wait_for(lambda: "ready." in worker.output(), timeout=60, interval=0.1)
+    return worker
+
+
+@contextmanager
+def aws_worker(standin: AwsStandIn, name: str, **env: str) -> Iterator[WorkerProcess]:
+    """A started (and ready) worker on the stand-in's providers, with ``env`` on top."""
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in {
+            "ALFRED_PROVIDERS": "sandbox",
+            "AWS_ENDPOINT_URL": standin.url,
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            **env,
+        }.items():
+            patch.setenv(key, value)
+        worker = WorkerProcess(name)
+        try:
+            yield ready(worker.start())
+        finally:
+            worker.stop()
+
+
+def alive(worker: WorkerProcess) -> WorkerProcess:
+    """``worker``, started again (same environment) if a test killed all of it."""
+    assert worker.proc is not None
+    if worker.proc.poll() is not None:
+        ready(worker.start())
+    return worker

@@ -158,7 +158,13 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
         if stage is None:
             return _fail_locked(execution, FatalError(f"no stage {stage_name!r}", code="bad_stage"))
         if stage.status == StageStatus.SUCCEEDED:
-            return Outcome.NEXT  # a redelivered message for work already done
+            # A redelivered message for work already done. Its chain goes on only while the
+            # next stage has not started: the next stage's message may have been lost with
+            # the worker; once that stage started, it is a worker's, a timer's or a hook's.
+            after = [s for s in stages.values() if s.position > stage.position]
+            if after and after[0].status != StageStatus.PENDING:
+                return Outcome.STOP
+            return Outcome.NEXT
         if any(
             s.status != StageStatus.SUCCEEDED
             for s in stages.values()

@@ -123,6 +123,20 @@ def test_a_scanner_fires_timers_by_the_databases_clock_not_its_own(api, monkeypa
     assert Timer.objects.filter(status="pending").count() == 1
 
 
+def test_a_redelivered_finished_stage_goes_on_only_while_the_next_has_not_started(api):
+    # given: a run whose plan is done and whose wait has not started
+    body = submit(api, "test-waits", {"label": "again", "mode": "sleep", "seconds": 90}).json()
+    assert _deliver(body["id"], "plan") is Outcome.NEXT
+
+    # then: plan's message again goes on (the wait's message may have been lost)
+    assert _deliver(body["id"], "plan") is Outcome.NEXT
+
+    # and once the wait started (it sleeps on a timer), plan's message again stops there
+    assert _deliver(body["id"], "wait") is Outcome.STOP
+    assert _deliver(body["id"], "plan") is Outcome.STOP
+    assert Timer.objects.filter(status="pending").count() == 1
+
+
 def test_a_wait_woken_before_its_time_arms_its_timer_again(api):
     # given: a run asleep for 90 s whose timer fired early (a skewed scanner, a stray wake)
     body = submit(api, "test-waits", {"label": "early", "mode": "sleep", "seconds": 90}).json()

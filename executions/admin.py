@@ -279,7 +279,7 @@ def _approve(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
         execution_id=execution_id,
         caller=caller,
         plan_hash=data["plan_hash"],
-        force=data["force"],
+        force=bool(data.get("force")),
         reason=data["reason"],
     )
     return f"approved the plan {data['plan_hash']}"
@@ -425,6 +425,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
         approval = pending_approval(execution) if control == "approve" else None
         if approval is not None and not form.is_bound:
             form.initial.setdefault("plan_hash", approval["plan_hash"])
+        if control == "approve" and not (approval or {}).get("force_required"):
+            form.fields.pop("force", None)  # only a plan over the blast radius asks for it
         context = {
             **self.admin_site.each_context(request),
             "title": f"{page.title}: {execution.pk}",

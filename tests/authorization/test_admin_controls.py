@@ -412,6 +412,7 @@ def test_an_operator_gets_each_confirmation_page(request, state, control):
     if control == "approve":
         assert f'name="plan_hash" value="{PLAN_HASH}"' in html
         assert _rows(html, "plan-row") == PLAN_TABLE
+        assert 'name="force"' not in html  # asked only of a plan over the blast radius
     if control == "rollback":
         assert "<strong>apply</strong> aws.route53.batch" in html  # the mutation it undoes
 

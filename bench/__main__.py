@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from bench import acceptance, add_subdomain, engine, lanes
+from bench import acceptance, add_subdomain, engine, lanes, update_lambda_version
 
 BENCHMARKS = {
     "acceptance": acceptance.main,
     "add_subdomain": add_subdomain.main,
     "engine": engine.main,
     "lanes": lanes.main,
+    "update_lambda_version": update_lambda_version.main,
 }
 
 

@@ -276,7 +276,12 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
     previous_status = execution.status
     # Stages whose output an earlier run persisted are skipped; the last stage (verify)
     # always runs again: success needs a post-condition observed now.
-    done = {k: v for k, v in _stage_outputs(execution).items() if k != req.workflow.stages[-1]}
+    skips = req.workflow.continuation_skips
+    done = {
+        k: v
+        for k, v in _stage_outputs(execution).items()
+        if k != req.workflow.stages[-1] and (skips is None or k in skips)
+    }
     run = run_again(
         execution,
         kind=RunKind.CONTINUATION,

@@ -136,6 +136,11 @@ class Workflow:
     # A failed or canceled execution asked for again (new key, same identity) is continued:
     # a new run on the same execution that skips stages whose output is persisted and valid.
     supports_continuation: ClassVar[bool] = True
+    # The stages a continuation may skip when an earlier run persisted their output (None:
+    # any but the last, verify). A workflow whose plan freezes compare-and-swap tokens
+    # (update-lambda-version's RevisionIds) plans again instead: stale tokens would only be
+    # refused.
+    continuation_skips: ClassVar[tuple[str, ...] | None] = None
     # A run still going after this long fails with code timed_out (None: no deadline).
     deadline_seconds: ClassVar[float | None] = 24 * 3600
 

@@ -25,6 +25,9 @@ class UpdateLambdaVersion(Workflow):
         "previous versions from the receipts."
     )
     stages: ClassVar[tuple[str, ...]] = ("plan", "update_aliases", "await_updates", "verify")
+    # A continuation plans again: the plan's RevisionIds are compare-and-swap tokens, and
+    # after a refusal (alias_changed) the old ones would be refused again.
+    continuation_skips: ClassVar[tuple[str, ...] | None] = ()
     lane_description: ClassVar[str] = (
         "lambda:<target>:<environment>, claimed with the version as token: a request for "
         "another version while the lane holds or queues a different one fails closed "

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv run test lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-update-lambda-version clean migrations-check
+.PHONY: help install venv run test lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-update-lambda-version clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -19,6 +19,7 @@ help:
 	@echo "make bench             run the benchmarks (python -m bench; reports in bench/reports)"
 	@echo "make bench-engine      the engine's per-step cost and throughput vs a bare chain"
 	@echo "make bench-add-subdomain  a no-operator add-subdomain end to end, split by stage"
+	@echo "make bench-add-certificate  a certificate requested, validated and issued, by stage"
 	@echo "make bench-update-lambda-version  a fleet's alias moved end to end, split by stage"
 	@echo "make clean             delete local state (.alfred/: database, broker, demo login)"
 
@@ -70,6 +71,9 @@ bench-acceptance: $(STAMP)
 
 bench-add-subdomain: $(STAMP)
 	$(BIN)/python -m bench add_subdomain
+
+bench-add-certificate: $(STAMP)
+	$(BIN)/python -m bench add_certificate
 
 bench-update-lambda-version: $(STAMP)
 	$(BIN)/python -m bench update_lambda_version

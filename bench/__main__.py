@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import sys
 
-from bench import acceptance, add_subdomain, engine, lanes, update_lambda_version
+from bench import (
+    acceptance,
+    add_certificate,
+    add_subdomain,
+    engine,
+    lanes,
+    update_lambda_version,
+)
 
 BENCHMARKS = {
     "acceptance": acceptance.main,
+    "add_certificate": add_certificate.main,
     "add_subdomain": add_subdomain.main,
     "engine": engine.main,
     "lanes": lanes.main,

@@ -65,6 +65,7 @@ class Certificate(TypedDict):
     not_after: str | None
     in_use_by: list[str]
     validation: list[DomainValidation]
+    failure_reason: str | None  # ACM's FailureReason once FAILED (None otherwise)
 
 
 class ValidationRecords(TypedDict):
@@ -121,9 +122,12 @@ class Acm:
         *,
         alternative_names: Iterable[str] = (),
         idempotency_token: str,
+        tags: Mapping[str, str] | None = None,
     ) -> Handle:
         """Request a DNS-validated certificate for ``domain`` (+ ``alternative_names``). A repeat
-        with the same token returns the same certificate (see the module docstring)."""
+        with the same token returns the same certificate (see the module docstring). ``tags``
+        go in the request itself, so a certificate found again after a lost response has them
+        too (``acm:AddTagsToCertificate``)."""
         domain = domain.lower().rstrip(".")
         names = [n.lower().rstrip(".") for n in alternative_names]
         kwargs: dict[str, Any] = {
@@ -134,6 +138,8 @@ class Acm:
         sans = list(dict.fromkeys([domain, *names]))
         if len(sans) > 1:
             kwargs["SubjectAlternativeNames"] = sans
+        if tags:
+            kwargs["Tags"] = [{"Key": key, "Value": value} for key, value in tags.items()]
         arn = self._call("RequestCertificate", **kwargs)["CertificateArn"]
         result = self._certificate_handle(self._describe_new(arn))
         result["observations"]["idempotency_token"] = kwargs["IdempotencyToken"]
@@ -340,4 +346,5 @@ def _certificate(raw: Mapping[str, Any]) -> Certificate:
         not_after=_iso(raw.get("NotAfter")),
         in_use_by=list(raw.get("InUseBy") or []),
         validation=validation,
+        failure_reason=str(raw["FailureReason"]) if raw.get("FailureReason") else None,
     )

@@ -186,6 +186,42 @@ def worker() -> Iterator[WorkerProcess]:
         proc.stop()
 
 
+@pytest.fixture(scope="module")
+def module_worker(django_db_setup: None) -> Iterator[WorkerProcess]:
+    """One worker for a test module (starting and stopping one costs about 5 s, more than
+    most runs): the module opts in with ``worker = shared_worker``-style fixtures below."""
+    proc = WorkerProcess("module").start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def shared_worker(module_worker: WorkerProcess) -> Iterator[WorkerProcess]:
+    """The module's worker for one test (started again if the test killed it). Before the
+    test database is flushed, the worker must be idle: nothing queued or running (a worker
+    mid-transaction holds locks the flush needs). Waiting and paused runs hold nothing."""
+    assert module_worker.proc is not None
+    if module_worker.proc.poll() is not None:
+        module_worker.start()
+    yield module_worker
+    quiesce()
+
+
+def quiesce(timeout: float = 30.0) -> None:
+    """Wait until no execution is queued or running, and a moment for what follows a commit
+    (a lane's hand-over, the chain's next message)."""
+    from executions.models import Execution
+
+    wait_for(
+        lambda: not Execution.objects.filter(status__in=("queued", "running")).exists(),
+        timeout=timeout,
+        interval=0.05,
+    )
+    time.sleep(0.3)
+
+
 def wait_for(predicate: Any, timeout: float = 20.0, interval: float = 0.05) -> Any:
     deadline = time.monotonic() + timeout
     while True:

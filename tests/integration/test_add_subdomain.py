@@ -15,7 +15,7 @@ from django.utils import timezone
 from executions.models import Execution, Hook
 from providers.sandbox.aws import AwsStandIn
 from tests import aws_world
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.helpers import assert_problem, submit
 from tests.integration.test_engine import assert_gapless, event_types
 
@@ -38,19 +38,27 @@ def zone_id(route53: Any) -> str:
     return aws_world.zone_id_of(route53)
 
 
-@pytest.fixture
-def aws_worker(standin: AwsStandIn) -> Iterator[WorkerProcess]:
-    """A worker whose providers are the stand-in's, for one test: it is stopped before the
-    test database is flushed (a worker still running would hold locks the flush needs)."""
+@pytest.fixture(scope="module")
+def module_worker(standin: AwsStandIn, django_db_setup: None) -> Iterator[WorkerProcess]:
     with aws_world.aws_worker(standin, "aws") as worker:
         yield worker
 
 
 @pytest.fixture
-def impatient_worker(standin: AwsStandIn) -> Iterator[WorkerProcess]:
-    """A worker whose approvals expire after 3 s."""
+def aws_worker(module_worker: WorkerProcess) -> Iterator[WorkerProcess]:
+    """The module's worker on the stand-in's providers, idle again before the database is
+    flushed (see ``tests.conftest.shared_worker``)."""
+    yield aws_world.alive(module_worker)
+    quiesce()
+
+
+@pytest.fixture
+def impatient_worker(standin: AwsStandIn, module_worker: WorkerProcess) -> Iterator[WorkerProcess]:
+    """A worker whose approvals expire after 3 s, instead of the module's for this test."""
+    module_worker.stop()
     with aws_world.aws_worker(standin, "impatient", ALFRED_APPROVAL_TTL_SECONDS="3") as worker:
         yield worker
+        quiesce()
 
 
 def _batches(standin: AwsStandIn, execution_id: str) -> list[Any]:

@@ -14,6 +14,13 @@ from tests.helpers import submit
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 
+@pytest.fixture
+def worker(shared_worker: WorkerProcess) -> WorkerProcess:
+    """One worker for the module: every test here ends idle (its executions terminal, or
+    waiting on a timer or a hook)."""
+    return shared_worker
+
+
 def finished(execution_id: str, worker: WorkerProcess, timeout: float = 60) -> Execution:
     def terminal() -> Execution | None:
         execution = Execution.objects.get(pk=execution_id)

@@ -8,12 +8,19 @@ import pytest
 
 from executions.engine.hooks import hook_signal
 from executions.models import Execution, Hook, HookSignal
-from tests.conftest import wait_for
+from tests.conftest import WorkerProcess, wait_for
 from tests.engine_workflows import effects
 from tests.helpers import assert_problem, submit
 from tests.integration.test_engine import event_types, finished
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def worker(shared_worker: WorkerProcess) -> WorkerProcess:
+    """One worker for the module: every test here ends idle (its executions terminal, or
+    waiting on a timer or a hook)."""
+    return shared_worker
 
 
 def status_becomes(execution_id: str, status: str, timeout: float = 30) -> None:

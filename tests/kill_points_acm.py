@@ -29,106 +29,18 @@ points use), so that a test can wait for its message, delivered again, to be don
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Callable
-from typing import Any
-
-from celery.signals import task_postrun, task_prerun, task_success
 
 from providers.aws.acm import Acm
 from providers.aws.route53 import Route53
-from tests.engine_workflows import KILL_POINTS, counters, kill_point
+from tests.kill_edges import EdgeKills
 from tests.kill_points import KILLED, SETTLE, _settling
 
 ENABLE = "ALFRED_TEST_ACM_KILL_POINTS"
 WORKFLOW = "add-certificate"
-RUN_STAGE = "executions.tasks.run_stage"
 
-# The task this pool process runs now: its id, its stage and its execution's domain.
-_task: tuple[str, str, str] | None = None
-_depth = 0  # adapter calls in progress: only the outermost one is a kill point
+KILLS = EdgeKills(WORKFLOW, lambda data: str(data["domain"]), KILLED)
 _installed = False
-
-
-def _kill(label: str, point: str) -> None:
-    r = counters()
-    if _task is not None and (
-        r.sismember(KILL_POINTS, f"{label}:{point}")
-        or r.sismember(KILL_POINTS, f"{label}:worker:{point}")
-    ):
-        r.rpush(KILLED, _task[0])
-    kill_point(label, point)
-
-
-def _edge(original: Callable[..., Any], point: str) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        global _depth
-        outermost = _depth == 0
-        _depth += 1
-        try:
-            result = original(self, *args, **kwargs)
-        finally:
-            _depth -= 1
-        if outermost and _task is not None and counters().scard(KILL_POINTS):
-            _kill(_task[2], f"{point}:{_task[1]}")
-        return result
-
-    return call
-
-
-def _nested(original: Callable[..., Any]) -> Callable[..., Any]:
-    """``original`` counted as an adapter call: the reads inside it are not points."""
-
-    @functools.wraps(original)
-    def call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        global _depth
-        _depth += 1
-        try:
-            return original(self, *args, **kwargs)
-        finally:
-            _depth -= 1
-
-    return call
-
-
-def _domain(run_id: Any) -> str | None:
-    from executions.models import Run
-
-    row = Run.objects.filter(pk=run_id).values_list("execution__workflow", "execution__input")
-    workflow, data = row.first() or (None, None)
-    return str(data["domain"]) if workflow == WORKFLOW and data else None
-
-
-def _on_prerun(sender: Any = None, task_id: str | None = None, args: Any = None, **_: Any) -> None:
-    global _task
-    if getattr(sender, "name", None) != RUN_STAGE:
-        return
-    _task = None
-    if not args or len(args) < 2 or not counters().scard(KILL_POINTS):
-        return
-    domain = _domain(args[0])
-    if domain is None:
-        return
-    _task = (str(task_id), str(args[1]), domain)
-    _kill(domain, f"before:{args[1]}")
-
-
-def _on_success(sender: Any = None, **_: Any) -> None:
-    if getattr(sender, "name", None) != RUN_STAGE or _task is None:
-        return
-    from executions.models import Stage, StageStatus
-
-    run_id, stage = sender.request.args[0], sender.request.args[1]
-    if Stage.objects.filter(run_id=run_id, name=stage, status=StageStatus.SUCCEEDED).exists():
-        _kill(_task[2], f"after:{stage}")
-
-
-def _on_postrun(sender: Any = None, **_: Any) -> None:
-    global _task
-    if getattr(sender, "name", None) == RUN_STAGE:
-        _task = None
 
 
 def install() -> None:
@@ -137,16 +49,14 @@ def install() -> None:
     if _installed or os.environ.get(ENABLE) != "1":
         return
     _installed = True
-    Acm.request = _edge(Acm.request, "request")  # type: ignore[method-assign]
-    Acm.describe = _edge(Acm.describe, "describe")  # type: ignore[method-assign]
-    Acm.delete = _edge(Acm.delete, "delete")  # type: ignore[method-assign]
-    Acm.validation_records = _nested(Acm.validation_records)  # type: ignore[method-assign]
-    Route53.change = _edge(Route53.change, "change")  # type: ignore[method-assign]
+    Acm.request = KILLS.edge(Acm.request, "request")  # type: ignore[method-assign]
+    Acm.describe = KILLS.edge(Acm.describe, "describe")  # type: ignore[method-assign]
+    Acm.delete = KILLS.edge(Acm.delete, "delete")  # type: ignore[method-assign]
+    Acm.validation_records = KILLS.nested(Acm.validation_records)  # type: ignore[method-assign]
+    Route53.change = KILLS.edge(Route53.change, "change")  # type: ignore[method-assign]
     if os.environ.get(SETTLE):
         Route53.__init__ = _settling(Route53.__init__, float(os.environ[SETTLE]))  # type: ignore[method-assign]
-    task_prerun.connect(_on_prerun, weak=False)
-    task_success.connect(_on_success, weak=False)
-    task_postrun.connect(_on_postrun, weak=False)
+    KILLS.connect()
 
 
 install()

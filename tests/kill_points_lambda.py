@@ -30,26 +30,18 @@ froze the alias's RevisionId, before Alfred's update.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-from collections.abc import Callable
-from typing import Any
-
-from celery.signals import task_postrun, task_prerun, task_success
 
 from providers.aws.lambda_ import Lambda
-from tests.engine_workflows import KILL_POINTS, counters, kill_point
+from tests.engine_workflows import counters
+from tests.kill_edges import EdgeKills
 
 KILLED = "alfred-test:lambda-killed-tasks"  # the ids of the tasks killed, in order
 FOREIGN = "alfred-test:lambda-foreign"  # target -> the alias move a foreign writer makes
 ENABLE = "ALFRED_TEST_LAMBDA_KILL_POINTS"
 WORKFLOW = "update-lambda-version"
-RUN_STAGE = "executions.tasks.run_stage"
 
-# The task this pool process runs now: its id, its stage, the execution's target.
-_task: tuple[str, str, str] | None = None
-_depth = 0
 _installed = False
 
 
@@ -60,7 +52,9 @@ def foreign_change_arm(target: str, *, function: str, alias: str, version: str) 
     counters().hset(FOREIGN, target, json.dumps(payload))
 
 
-def _foreign(target: str) -> None:
+def _foreign(target: str, stage: str) -> None:
+    if stage != "update_aliases":
+        return
     r = counters()
     raw = r.hget(FOREIGN, target)
     if raw is None or not r.hdel(FOREIGN, target):
@@ -73,72 +67,13 @@ def _foreign(target: str) -> None:
     )
 
 
-def _kill(label: str, point: str) -> None:
-    r = counters()
-    if _task is not None and (
-        r.sismember(KILL_POINTS, f"{label}:{point}")
-        or r.sismember(KILL_POINTS, f"{label}:worker:{point}")
-    ):
-        r.rpush(KILLED, _task[0])
-    kill_point(label, point)
-
-
-def _edge(original: Callable[..., Any], point: str) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def call(self: Lambda, *args: Any, **kwargs: Any) -> Any:
-        global _depth
-        outermost = _depth == 0
-        _depth += 1
-        try:
-            result = original(self, *args, **kwargs)
-        finally:
-            _depth -= 1
-        if outermost and _task is not None and counters().scard(KILL_POINTS):
-            _kill(_task[2], f"{point}:{_task[1]}")
-        return result
-
-    return call
-
-
-def _target_of(run_id: Any) -> str | None:
-    from executions.models import Run
-
-    row = Run.objects.filter(pk=run_id).values_list("execution__workflow", "execution__input")
-    workflow, data = row.first() or (None, None)
-    return str(data["target"]) if workflow == WORKFLOW else None
-
-
-def _on_prerun(sender: Any = None, task_id: str | None = None, args: Any = None, **_: Any) -> None:
-    global _task
-    if getattr(sender, "name", None) != RUN_STAGE or not args or len(args) < 2:
-        return
-    if not counters().scard(KILL_POINTS) and not counters().hlen(FOREIGN):
-        return  # nothing armed: no database read for every other stage
-    target = _target_of(args[0])
-    if target is None:
-        return
-    _task = (str(task_id), str(args[1]), target)
-    if args[1] == "update_aliases":
-        _foreign(target)
-    _kill(target, f"before:{args[1]}")
-
-
-def _on_success(sender: Any = None, **_: Any) -> None:
-    if getattr(sender, "name", None) != RUN_STAGE or _task is None:
-        return
-    if not counters().scard(KILL_POINTS):
-        return
-    from executions.models import Stage, StageStatus
-
-    run_id, stage = sender.request.args[0], sender.request.args[1]
-    if Stage.objects.filter(run_id=run_id, name=stage, status=StageStatus.SUCCEEDED).exists():
-        _kill(_task[2], f"after:{stage}")
-
-
-def _on_postrun(sender: Any = None, **_: Any) -> None:
-    global _task
-    if getattr(sender, "name", None) == RUN_STAGE:
-        _task = None
+KILLS = EdgeKills(
+    WORKFLOW,
+    lambda data: str(data["target"]),
+    KILLED,
+    before_claim=_foreign,
+    armed=lambda: bool(counters().hlen(FOREIGN)),
+)
 
 
 def install() -> None:
@@ -147,14 +82,12 @@ def install() -> None:
     if _installed or os.environ.get(ENABLE) != "1":
         return
     _installed = True
-    Lambda.fleet = _edge(Lambda.fleet, "read")  # type: ignore[method-assign]
-    Lambda.alias = _edge(Lambda.alias, "read")  # type: ignore[method-assign]
-    Lambda.update_alias = _edge(Lambda.update_alias, "update")  # type: ignore[method-assign]
-    Lambda.restore = _edge(Lambda.restore, "restore")  # type: ignore[method-assign]
-    Lambda.inspect = _edge(Lambda.inspect, "poll")  # type: ignore[method-assign]
-    task_prerun.connect(_on_prerun, weak=False)
-    task_success.connect(_on_success, weak=False)
-    task_postrun.connect(_on_postrun, weak=False)
+    Lambda.fleet = KILLS.edge(Lambda.fleet, "read")  # type: ignore[method-assign]
+    Lambda.alias = KILLS.edge(Lambda.alias, "read")  # type: ignore[method-assign]
+    Lambda.update_alias = KILLS.edge(Lambda.update_alias, "update")  # type: ignore[method-assign]
+    Lambda.restore = KILLS.edge(Lambda.restore, "restore")  # type: ignore[method-assign]
+    Lambda.inspect = KILLS.edge(Lambda.inspect, "poll")  # type: ignore[method-assign]
+    KILLS.connect()
 
 
 install()

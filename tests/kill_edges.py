@@ -1,0 +1,131 @@
+"""What the workflows' kill points share (:mod:`tests.kill_points`, ``_acm``, ``_lambda``): the
+stage task a pool process runs, kill points after an adapter's outermost call returns, and
+``before:``/``after:<stage>`` points around a stage task, each labelled the way the tests arm
+them (a workflow's own label: its subdomain, domain or fleet).
+
+A point is armed as a member ``<label>:<point>`` of
+:data:`~tests.engine_workflows.KILL_POINTS` (``<label>:worker:<point>`` kills the whole worker);
+each task killed is noted in its list first, so that a test can wait for its message,
+delivered again, to be done.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery.signals import task_postrun, task_prerun, task_success
+
+from tests.engine_workflows import KILL_POINTS, counters, kill_point
+
+RUN_STAGE = "executions.tasks.run_stage"
+Names = Callable[[tuple[Any, ...], dict[str, Any], Any], set[str]]
+
+
+@dataclass
+class EdgeKills:
+    """Kill points of one workflow. ``label`` maps an execution's canonical input to the
+    label its points are armed under; ``killed``: the Redis list of the tasks killed;
+    ``armed``: whether anything is armed now besides kill points (a foreign writer)."""
+
+    workflow: str
+    label: Callable[[dict[str, Any]], str]
+    killed: str
+    before_claim: Callable[[str, str], None] | None = None  # (label, stage)
+    armed: Callable[[], bool] = lambda: False
+    task: tuple[str, str, str] | None = None  # (task id, stage, label) running now
+    _depth: int = field(default=0, repr=False)
+
+    def kill(self, label: str, point: str) -> None:
+        r = counters()
+        if self.task is not None and (
+            r.sismember(KILL_POINTS, f"{label}:{point}")
+            or r.sismember(KILL_POINTS, f"{label}:worker:{point}")
+        ):
+            r.rpush(self.killed, self.task[0])
+        kill_point(label, point)
+
+    def edge(
+        self, original: Callable[..., Any], point: str, names: Names | None = None
+    ) -> Callable[..., Any]:
+        """``original`` with the kill point ``<point>:<stage>`` after it returns, when it is
+        the outermost adapter call of a stage of this workflow; labelled by the execution,
+        or by each name ``names`` finds in the call (add-subdomain's names)."""
+
+        @functools.wraps(original)
+        def call(adapter: Any, *args: Any, **kwargs: Any) -> Any:
+            outermost = self._depth == 0
+            self._depth += 1
+            try:
+                result = original(adapter, *args, **kwargs)
+            finally:
+                self._depth -= 1
+            if outermost and self.task is not None and counters().scard(KILL_POINTS):
+                labels = {self.task[2]} if names is None else names(args, kwargs, result)
+                for label in sorted(labels):
+                    self.kill(label, f"{point}:{self.task[1]}")
+            return result
+
+        return call
+
+    def nested(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        """``original`` counted as an adapter call: the calls inside it are not points."""
+
+        @functools.wraps(original)
+        def call(adapter: Any, *args: Any, **kwargs: Any) -> Any:
+            self._depth += 1
+            try:
+                return original(adapter, *args, **kwargs)
+            finally:
+                self._depth -= 1
+
+        return call
+
+    def connect(self) -> None:
+        task_prerun.connect(self._on_prerun, weak=False)
+        task_success.connect(self._on_success, weak=False)
+        task_postrun.connect(self._on_postrun, weak=False)
+
+    def _label_of(self, run_id: Any) -> str | None:
+        from executions.models import Run
+
+        row = Run.objects.filter(pk=run_id).values_list("execution__workflow", "execution__input")
+        workflow, data = row.first() or (None, None)
+        return self.label(data) if workflow == self.workflow and data else None
+
+    def _on_prerun(
+        self, sender: Any = None, task_id: str | None = None, args: Any = None, **_: Any
+    ) -> None:
+        if getattr(sender, "name", None) != RUN_STAGE:
+            return
+        self.task = None
+        if not args or len(args) < 2:
+            return
+        if not counters().scard(KILL_POINTS) and not self.armed():
+            return  # nothing armed: no database read for every other stage
+        label = self._label_of(args[0])
+        if label is None:
+            return
+        self.task = (str(task_id), str(args[1]), label)
+        if self.before_claim is not None:
+            self.before_claim(label, str(args[1]))
+        self.kill(label, f"before:{args[1]}")
+
+    def _on_success(self, sender: Any = None, **_: Any) -> None:
+        """``after:<stage>`` once the stage has succeeded (a stage task also returns when the
+        stage suspends on a wait)."""
+        if getattr(sender, "name", None) != RUN_STAGE or self.task is None:
+            return
+        if not counters().scard(KILL_POINTS):
+            return
+        from executions.models import Stage, StageStatus
+
+        run_id, stage = sender.request.args[0], sender.request.args[1]
+        if Stage.objects.filter(run_id=run_id, name=stage, status=StageStatus.SUCCEEDED).exists():
+            self.kill(self.task[2], f"after:{stage}")
+
+    def _on_postrun(self, sender: Any = None, **_: Any) -> None:
+        if getattr(sender, "name", None) == RUN_STAGE:
+            self.task = None

@@ -137,6 +137,23 @@ def test_a_redelivered_finished_stage_goes_on_only_while_the_next_has_not_starte
     assert Timer.objects.filter(status="pending").count() == 1
 
 
+def test_a_claim_serves_its_stages_due_timers_so_the_scanner_wakes_nobody_twice(api):
+    # given: a run asleep whose timer is due (its countdown hint delivers the stage)
+    body = submit(api, "test-waits", {"label": "served", "mode": "sleep", "seconds": 90}).json()
+    assert _deliver(body["id"], "plan") is Outcome.NEXT
+    assert _deliver(body["id"], "wait") is Outcome.STOP
+    now = timezone.now()
+    Timer.objects.filter(status="pending").update(due_at=now)
+    StepReceipt.objects.filter(kind="sleep").update(output={"due": now.isoformat()})
+
+    # when: the hinted delivery claims the stage
+    _deliver(body["id"], "wait")
+
+    # then: the timer it served is fired, and the scanner finds nothing left to wake
+    assert list(Timer.objects.values_list("status", flat=True)) == ["fired"]
+    assert timers_fire() == 0
+
+
 def test_a_wait_woken_before_its_time_arms_its_timer_again(api):
     # given: a run asleep for 90 s whose timer fired early (a skewed scanner, a stray wake)
     body = submit(api, "test-waits", {"label": "early", "mode": "sleep", "seconds": 90}).json()

@@ -49,6 +49,14 @@ ALFRED_HANDOFF_GRACE_SECONDS = env.float("ALFRED_HANDOFF_GRACE_SECONDS", default
 ALFRED_APPROVAL_TTL_SECONDS = env.float("ALFRED_APPROVAL_TTL_SECONDS", default=7 * 24 * 3600.0)
 if ALFRED_APPROVAL_TTL_SECONDS <= 0:
     raise ImproperlyConfigured("ALFRED_APPROVAL_TTL_SECONDS: more than 0")
+# The platform edge add-domain and onboard-domain point a domain at: A and AAAA alias records
+# to this target (a load balancer's or a CloudFront distribution's DNS name and the hosted
+# zone id AWS gives it). Unset: those workflows fail their plan (platform_edge_missing).
+ALFRED_PLATFORM_EDGE = {
+    "dns_name": env.str("ALFRED_PLATFORM_EDGE_DNS_NAME", default="").strip().rstrip(".").lower(),
+    "hosted_zone_id": env.str("ALFRED_PLATFORM_EDGE_ZONE_ID", default="").strip(),
+    "evaluate_target_health": env.bool("ALFRED_PLATFORM_EDGE_EVALUATE_HEALTH", default=False),
+}
 
 _public_host = ALFRED_PUBLIC_URL.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
 ALLOWED_HOSTS = env.list(

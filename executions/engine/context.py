@@ -417,6 +417,33 @@ class Context:
         self._resolve(receipt, state)
         return state
 
+    def rollback_child(self, key: str, child_id: str) -> dict[str, Any]:
+        """Roll the child ``child_id`` back through its own rollback run (asked for in the
+        transaction of this receipt, dispatched after commit; it runs under its root's
+        lane) and wait for it: returns ``{"id", "status", "error"}``, ``status`` being
+        ``rolled_back`` when it undid everything."""
+        from executions.engine.rollback import child_rollback_start, child_rollback_state
+
+        receipt = self._replay(key, "child_rollback")
+        if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
+            return _state(receipt)
+        if receipt is None:
+            self._boundary()
+            started: dict[str, Any] = {}
+
+            def start_rollback() -> None:
+                started.update(child_rollback_start(self.execution_id, child_id))
+
+            receipt = self._record(
+                key, "child_rollback", ReceiptStatus.WAITING, also=start_rollback, output=started
+            )
+        recorded = _state(receipt)
+        state = child_rollback_state(recorded["id"], recorded["run"])
+        if state is None:
+            raise Suspend(f"awaiting the rollback of child {child_id}")
+        self._resolve(receipt, state)
+        return state
+
     # --- recording ------------------------------------------------------------------------
 
     def _replay(self, key: str, kind: str) -> StepReceipt | None:

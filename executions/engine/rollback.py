@@ -15,11 +15,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
+
+from executions.engine.dispatch import run_dispatch_on_commit
+from executions.engine.errors import FatalError
+from executions.engine.records import run_again
 from executions.engine.registry import compensation_get
-from executions.models import ReceiptStatus, RunKind, StepReceipt
+from executions.events.outbox import event_emit, event_key
+from executions.models import (
+    ACTIVE_STATUSES,
+    Execution,
+    ExecutionStatus,
+    ReceiptStatus,
+    RunKind,
+    StepReceipt,
+)
 
 STAGE = "rollback"
 STAGES = (STAGE,)
+CHILD = "execution.child"  # the resource a rolled-back child is noted under
+CHILD_SETTLE_POLL_SECONDS = 1.0
+CHILD_SETTLE_TIMEOUT_SECONDS = 3600.0
 
 
 class _Scoped:
@@ -45,18 +61,19 @@ class _Scoped:
     def wait_for_hook(self, name: str, **kwargs: Any) -> Any:
         return self._ctx.wait_for_hook(self._prefix + name, **kwargs)
 
+    def rollback_child(self, key: str, child_id: str) -> Any:
+        return self._ctx.rollback_child(self._prefix + key, child_id)
+
 
 def receipts_to_undo(execution_id: str, before_run: int) -> list[StepReceipt]:
-    """The mutation receipts a rollback undoes, in the order it undoes them."""
+    """The mutation receipts a rollback undoes and the children it rolls back (their
+    ``child`` receipts, whatever their state), in the order it undoes them: newest run
+    first, and within a run the reverse of the order they were recorded in."""
     return list(
-        StepReceipt.objects.filter(
-            run__execution_id=execution_id,
-            run__number__lt=before_run,
-            mutation__isnull=False,
-            status=ReceiptStatus.SUCCEEDED,
-        )
+        StepReceipt.objects.filter(run__execution_id=execution_id, run__number__lt=before_run)
+        .filter(Q(mutation__isnull=False, status=ReceiptStatus.SUCCEEDED) | Q(kind="child"))
         .exclude(run__kind=RunKind.ROLLBACK)
-        .order_by("-run__number", "-sequence")
+        .order_by("-run__number", "-id")
     )
 
 
@@ -75,16 +92,99 @@ def _undone_before(execution_id: str, before_run: int) -> set[str]:
 def rollback_stage(ctx: Any, run_number: int) -> dict[str, Any]:
     undone = _undone_before(ctx.execution_id, run_number)
     restored = []
+    children: set[str] = set()
     for receipt in receipts_to_undo(ctx.execution_id, run_number):
-        mutation = receipt.mutation or {}
         if str(receipt.pk) in undone:
             continue
-        compensate = compensation_get(str(mutation.get("resource")), str(mutation.get("action")))
-        result = compensate(_Scoped(ctx, f"undo:{receipt.pk}:"), mutation)
-        ctx.step(f"undone:{receipt.pk}", _note, receipt.pk, mutation["resource"], result)
-        restored.append({"receipt": receipt.pk, "resource": mutation["resource"]})
+        scoped = _Scoped(ctx, f"undo:{receipt.pk}:")
+        if receipt.kind == "child":
+            child = receipt.output if isinstance(receipt.output, dict) else {}
+            child_id = child.get("id")
+            if not child_id or child.get("adopted") or child_id in children:
+                continue
+            children.add(child_id)
+            resource, result = CHILD, _child_rollback(scoped, str(child_id))
+        else:
+            mutation = receipt.mutation or {}
+            resource = str(mutation.get("resource"))
+            compensate = compensation_get(resource, str(mutation.get("action")))
+            result = compensate(scoped, mutation)
+        ctx.step(f"undone:{receipt.pk}", _note, receipt.pk, resource, result)
+        restored.append({"receipt": receipt.pk, "resource": resource})
     return {"undone": restored}
+
+
+def _child_rollback(ctx: Any, child_id: str) -> dict[str, Any]:
+    ctx.wait_until(
+        "settled",
+        lambda: _settled(child_id),
+        every=CHILD_SETTLE_POLL_SECONDS,
+        timeout=CHILD_SETTLE_TIMEOUT_SECONDS,
+    )
+    ended = ctx.rollback_child("rollback", child_id)
+    if ended["status"] != ExecutionStatus.ROLLED_BACK:
+        error = ended.get("error") or {}
+        raise FatalError(
+            f"child {child_id} was not rolled back ({ended['status']}): "
+            f"{error.get('message') or 'no error recorded'}",
+            code=str(error.get("code") or "child_rollback_failed"),
+            child=child_id,
+            child_error=error or None,
+        )
+    return {"child": child_id, "status": ended["status"]}
+
+
+def _settled(child_id: str) -> dict[str, Any] | None:
+    """A probe: the child once it is terminal (a child canceled with its parent may still be
+    stopping at its next step boundary)."""
+    status = Execution.objects.filter(pk=child_id).values_list("status", flat=True).first()
+    if status is None:
+        raise FatalError(f"child {child_id} does not exist", code="child_missing")
+    return None if status in ACTIVE_STATUSES else {"status": status}
 
 
 def _note(receipt: int, resource: str, result: Any) -> dict[str, Any]:
     return {"receipt": receipt, "resource": resource, "result": result}
+
+
+def child_rollback_start(parent_id: str, child_id: str) -> dict[str, Any]:
+    """Ask for a rollback run of ``child_id`` (a terminal child of ``parent_id``), in the
+    caller's transaction, dispatched after commit: the child undoes its own receipts under
+    its root's lane. A child already rolled back needs none (``run`` None).
+
+    The child's row is locked after the parent's run (the receipt's renewal): out of the
+    usual order, which is safe because the child is terminal (settled), so no transition of
+    its own — the only writer that locks a child and then its parent's run — races it."""
+    child = Execution.objects.select_for_update().get(pk=child_id, parent_id=parent_id)
+    if child.status == ExecutionStatus.ROLLED_BACK:
+        return {"id": child_id, "run": None}
+    if child.status in ACTIVE_STATUSES:
+        raise FatalError(
+            f"child {child_id} is still {child.status}: it cannot be rolled back yet",
+            code="child_active",
+            child=child_id,
+        )
+    previous = child.status
+    run = run_again(child, kind=RunKind.ROLLBACK, stages=STAGES)
+    event_emit(
+        execution_id=child.id,
+        type="execution.rollback_requested",
+        key=event_key(child.id, f"{run.id}:rollback"),
+        payload={"run": run.id, "from_status": previous, "by": f"execution:{parent_id}"},
+    )
+    run_dispatch_on_commit(run.id)
+    return {"id": child_id, "run": run.id}
+
+
+def child_rollback_state(child_id: str, run_id: str | None) -> dict[str, Any] | None:
+    """None while the child's rollback run is going; else how the child ended."""
+    child = (
+        Execution.objects.filter(pk=child_id).values("status", "error", "current_run_id").first()
+    )
+    if child is None:
+        raise FatalError(f"child {child_id} does not exist", code="child_missing")
+    if child["status"] in ACTIVE_STATUSES:
+        return None
+    if run_id is not None and child["current_run_id"] != run_id:
+        return {"id": child_id, "status": "superseded", "error": None}
+    return {"id": child_id, "status": child["status"], "error": child["error"]}

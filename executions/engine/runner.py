@@ -376,6 +376,38 @@ def _stage_end(
         status=status, output=output, error=error, finished_at=timezone.now()
     )
     _emit(execution.id, run, f"stage.{status}", stage, **({"error": error} if error else {}))
+    if status == StageStatus.SUCCEEDED and isinstance(output, dict):
+        _assistance_add(execution, run, stage, output.get("assistance"))
+
+
+def _assistance_add(execution: Execution, run: Run, stage: str, items: Any) -> None:
+    """A stage asks a person for help by listing it in its output (``assistance``: objects
+    with a ``kind``): each is added to the execution's ``assistance`` once (a stage that
+    completes again after a crash adds nothing new), with an event, in the stage's
+    transaction."""
+    if not isinstance(items, list):
+        return
+    known = list(execution.assistance or [])
+    fresh = [
+        {**item, "stage": stage, "run": run.id}
+        for item in items
+        if isinstance(item, dict) and not any(_same_help(item, held) for held in known)
+    ]
+    if not fresh:
+        return
+    execution.assistance = known + fresh
+    execution.save(update_fields=["assistance", "updated_at"])
+    for position, item in enumerate(fresh, start=len(known)):
+        event_emit(
+            execution_id=execution.id,
+            type="execution.assistance",
+            key=event_key(execution.id, f"assistance:{position}"),
+            payload=item,
+        )
+
+
+def _same_help(item: dict[str, Any], held: Any) -> bool:
+    return isinstance(held, dict) and all(held.get(k) == v for k, v in item.items())
 
 
 def _fail_locked(execution: Execution, failure: FatalError) -> Outcome:

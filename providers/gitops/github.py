@@ -447,6 +447,11 @@ class GitHubRepository:
             raise StopUnsupported("a noop commit made no change; there is nothing to stop")
         raise StopUnsupported(f"commit {sha} cannot be stopped; compensate by removing its entries")
 
+    def contains(self, ref: str, sha: str) -> bool:
+        """Does ``ref`` (a branch or a commit SHA) include commit ``sha`` (equal to it, or
+        descended from it)? False for a commit either side does not know."""
+        return sha == ref or self._descends(sha, ref)
+
     def _descends(self, sha: str, branch: str) -> bool:
         """Is ``sha`` an ancestor of (or equal to) the head of ``branch``?"""
 

@@ -107,6 +107,10 @@ class Repository(Protocol):
         """The message of commit ``sha`` (compensation reads the entries a commit owns)."""
         ...
 
+    def contains(self, ref: str, sha: str) -> bool:
+        """Does ``ref`` (a branch or a commit) include commit ``sha``?"""
+        ...
+
     def inspect(self, handle: Handle) -> Handle:
         """Is the handle's commit on its branch, and where is the head now?"""
         ...

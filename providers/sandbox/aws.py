@@ -544,7 +544,12 @@ def _zone_records(zone: str) -> list[dict[str, Any]]:
         ALB_ZONE_ID_US_EAST_1, "dualstack.acme-edge-alb-1234567890.us-east-1.elb.amazonaws.com."
     )
     names = (zone, f"www.{zone}", f"shop.{zone}", f"www.shop.{zone}", f"magazine.{zone}")
-    return [{"Name": f"{name}.", "Type": "A", "AliasTarget": alb} for name in names]
+    # a dualstack load balancer: A and AAAA, as add-domain writes them
+    return [
+        {"Name": f"{name}.", "Type": kind, "AliasTarget": alb}
+        for name in names
+        for kind in ("A", "AAAA")
+    ]
 
 
 def _code(function: str, version: int) -> bytes:

@@ -19,7 +19,7 @@ from typing import Any, Self
 
 from providers.sandbox.argocd import ArgoCDStandIn
 from providers.sandbox.argocd import seed_demo as seed_argocd
-from providers.sandbox.aws import AwsStandIn, seed_aws
+from providers.sandbox.aws import ALB_ZONE_ID_US_EAST_1, AwsStandIn, seed_aws
 from providers.sandbox.github import GitHubStandIn
 
 logger = logging.getLogger(__name__)
@@ -28,6 +28,8 @@ REGION = "us-east-1"
 AWS_KEY = "sandbox"  # any value: the stand-in does not check signatures
 GITHUB_TOKEN = "sandbox-github-token"  # noqa: S105 - a local stand-in's fixed token
 ARGOCD_TOKEN = "sandbox-argocd-token"  # noqa: S105
+# The platform edge the sandbox's domains alias to (acme.com's, as seeded).
+EDGE_DNS_NAME = "dualstack.acme-edge-alb-1234567890.us-east-1.elb.amazonaws.com"
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,14 @@ class Sandbox:
         ports: Ports | None = None,
         route53_change_delay: float = 2.0,
         converge_delay: float = 3.0,
+        **aws_options: Any,
     ) -> None:
+        """``aws_options``: more of :class:`AwsStandIn`'s (``acm_issue_delay``...)."""
         ports = ports or Ports()
         self.root = root
-        self.aws = AwsStandIn(host=host, port=ports.aws, route53_change_delay=route53_change_delay)
+        self.aws = AwsStandIn(
+            host=host, port=ports.aws, route53_change_delay=route53_change_delay, **aws_options
+        )
         self.github = GitHubStandIn(
             root=root / "github", token=GITHUB_TOKEN, host=host, port=ports.github
         )
@@ -113,4 +119,6 @@ class Sandbox:
             "ALFRED_GITHUB_TOKEN": GITHUB_TOKEN,
             "ALFRED_ARGOCD_URL": self.argocd.url,
             "ALFRED_ARGOCD_TOKEN": ARGOCD_TOKEN,
+            "ALFRED_PLATFORM_EDGE_DNS_NAME": EDGE_DNS_NAME,
+            "ALFRED_PLATFORM_EDGE_ZONE_ID": ALB_ZONE_ID_US_EAST_1,
         }

@@ -1,8 +1,9 @@
 """onboard-domain: create the hosted zone, then everything add-domain does.
 
-``input.py``: the input contract, its canonical form and the lane.
+``input.py``: the input contract, its canonical form and the lane; ``stages.py``: the stages.
 """
 
+from executions.workflows.onboard_domain import stages
 from executions.workflows.onboard_domain.input import OnboardDomain
 
-workflow = OnboardDomain()
+workflow = OnboardDomain(stages)

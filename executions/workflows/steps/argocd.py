@@ -1,0 +1,101 @@
+"""ArgoCD moves for the workflows: which applications carry a routing concern, what they run
+(plan's read), and the probe a durable wait polls until every one of them has converged on a
+commit of Alfred's.
+
+The applications of a concern are configured (``ALFRED_ARGOCD_NGINX_APPS`` for nginx-hosts,
+``ALFRED_ARGOCD_KIRBY_APPS`` for kirby-routing); the booking files are deployed to production
+nginx by people (Platform assistance), so no application carries them here.
+
+**Converged on commit X** is ``providers.argocd.assess``'s judgement — Synced and Healthy at
+the revision, no operation running, no failed operation at it — with one widening: an
+application that already runs a later commit of the same branch (someone committed after
+Alfred, and ArgoCD moved on before the wait looked) is judged at that revision, provided it
+includes X. Requiring X exactly would wait forever for a state the application has left. A
+sync that failed at the judged revision fails the wait (``argocd_sync_failed``): ArgoCD does
+not retry it on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from executions.engine.errors import FatalError
+from executions.workflows.steps.errors import provider_errors
+from executions.workflows.steps.gitops import ROLE, repository
+from providers.argocd import ArgoCD, assess
+from providers.factory import Providers
+from providers.gitops import KIRBY_ROUTING, NGINX_HOSTS
+
+CONVERGE_POLL_SECONDS = 2.0
+CONVERGE_TIMEOUT_SECONDS = 1800.0
+
+
+def applications_of(scope: str) -> tuple[str, ...]:
+    config = settings.ALFRED_PROVIDERS.argocd
+    return {NGINX_HOSTS.scope: config.nginx_apps, KIRBY_ROUTING.scope: config.kirby_apps}.get(
+        scope, ()
+    )
+
+
+def _argocd() -> ArgoCD:
+    with provider_errors():
+        return Providers(settings.ALFRED_PROVIDERS).argocd()
+
+
+def read_applications(scope: str) -> list[dict[str, Any]]:
+    """Plan's read: each application carrying ``scope``, with what it runs now. An
+    application ArgoCD does not show (or an ArgoCD that is not configured) is a readiness
+    failure ``argocd_application_missing`` naming it. Reads only: a dry run reads too."""
+    names = applications_of(scope)
+    if not names:
+        return []
+    found = []
+    with (
+        provider_errors(
+            readiness="argocd_application_missing", check=f"ArgoCD applications of {scope}"
+        ),
+        _argocd() as argocd,
+    ):
+        for name in names:
+            status = argocd.application(name)
+            found.append(
+                {
+                    "application": name,
+                    "sync_status": status.sync_status,
+                    "revision": status.sync_revision,
+                    "health": status.health_status,
+                }
+            )
+    return found
+
+
+def converged_on(scope: str, sha: str) -> dict[str, Any] | None:
+    """A probe for ``ctx.wait_until``: every application of ``scope`` converged on commit
+    ``sha`` (or on a later commit of its branch that includes it), with the revision each was
+    judged at; None while any is not. FatalError ``argocd_sync_failed`` when a sync at the
+    judged revision failed."""
+    judged = []
+    with _argocd() as argocd, provider_errors():
+        for name in applications_of(scope):
+            status = argocd.application(name)
+            revision = sha
+            if not status.at_revision(sha) and status.sync_revision:
+                with repository(ROLE[scope], dry_run=False) as (repo, _):
+                    if repo.contains(status.sync_revision, sha):
+                        revision = status.sync_revision
+            convergence = assess(status, revision)
+            if convergence.failed:
+                raise FatalError(
+                    f"the ArgoCD sync of {name} at {revision[:12]} failed: "
+                    + "; ".join(r.message for r in convergence.reasons),
+                    code="argocd_sync_failed",
+                    application=name,
+                    revision=revision,
+                    convergence=convergence.as_dict(),
+                )
+            if not convergence.converged:
+                return None
+            judged.append({"application": name, "revision": revision, "commit": sha})
+    return {"commit": sha, "applications": judged}

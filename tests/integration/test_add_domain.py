@@ -5,6 +5,7 @@ branch, ArgoCD's operations."""
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution
+from executions.models import Execution, StepReceipt
 from providers.gitops.concerns import (
     CALIPSO_CORS_PATH,
     DEIMOS_SERVER_NAMES_PATH,
@@ -103,9 +104,7 @@ def test_add_domain_with_kirby_routing_succeeds_end_to_end(api, platform):
         judged = routed[scope]["converged"]["applications"]
         assert [j["application"] for j in judged] == [app]
         ops = [
-            op
-            for op in platform.argocd.operations(app)
-            if op["revision"] == judged[0]["revision"]
+            op for op in platform.argocd.operations(app) if op["revision"] == judged[0]["revision"]
         ]
         assert ops and all(op["started_at"] >= started for op in ops), sha
     # one booking commit touching both files, and the assistance
@@ -137,3 +136,182 @@ def test_a_domain_already_on_the_platform_books_nothing_and_asks_for_no_help(api
     assert platform.github.commit_count(world.BOOKING_REPO, world.BRANCH) == before
     assert world.helm_commits(platform, execution.id) == []
     assert world.batches_of(platform, execution.id) == []
+
+
+def _zones_named(platform: Sandbox, name: str) -> list[Any]:
+    route53 = platform.aws.route53
+    return [z for z in route53._zones.values() if z.name.rstrip(".") == name]
+
+
+def _served(platform: Sandbox, name: str) -> list[str]:
+    """The alias targets of the A and AAAA record sets at ``name``, in any zone."""
+    found = []
+    for zone in list(platform.aws.route53._zones.values()):
+        for kind in ("A", "AAAA"):
+            rrset = zone.rrsets.get((f"{name}.", kind, None))
+            if rrset is not None and rrset.alias is not None:
+                found.append(f"{kind} {rrset.alias.dns_name}")
+    return found
+
+
+def _rollback(operator_api: Any, execution_id: str) -> Execution:
+    response = operator_api.post(
+        f"/api/v1/executions/{execution_id}/rollback", {"reason": "test"}, format="json"
+    )
+    assert response.status_code == 202, response.content
+    return terminal(execution_id, rollback=True)
+
+
+def test_onboard_domain_creates_one_zone_reports_its_delegation_then_adds_the_domain(api, platform):
+    # given: a domain with no hosted zone
+    domain = f"o{uuid.uuid4().hex[:8]}.org"
+    assert _zones_named(platform, domain) == []
+
+    # when
+    body = submit(api, "onboard-domain", {"domain": domain}).json()
+    execution = terminal(body["id"])
+
+    # then
+    assert execution.status == "succeeded", execution.error
+    [zone] = _zones_named(platform, domain)
+    kinds = [a["kind"] for a in execution.assistance]
+    assert kinds == ["registrar_delegation", "platform_nginx_deployment"]
+    delegation = execution.assistance[0]
+    assert delegation["name_servers"] and delegation["zone"] == zone.id
+    assert [c.workflow for c in Execution.objects.filter(parent_id=execution.id)] == [
+        "add-certificate"
+    ]
+    assert len(world.helm_commits(platform, execution.id)) == 1  # nginx hosts; no Kirby
+    assert len(world.booking_commits(platform, execution.id)) == 1
+    assert _served(platform, domain) and _served(platform, f"www.{domain}")
+    assert execution.result["verified"] is True
+
+
+def test_add_domain_rolls_back_exactly_what_it_owns_and_its_child_certificate(
+    api, operator_api, platform
+):
+    # given: a domain added, then a hand-made entry beside its own in the same file
+    domain = _domain()
+    execution = terminal(
+        submit(api, "add-domain", {"domain": domain, "kirby_mode": "enabled"}).json()["id"]
+    )
+    assert execution.status == "succeeded", execution.error
+    child = Execution.objects.get(parent_id=execution.id)
+    [certificate] = certificates_of(platform.aws, child.id)
+    nginx = world.helm_file(platform, NGINX_VALUES_PATH)
+    handmade = f"hand-{uuid.uuid4().hex[:6]}.example.org"
+    platform.github.commit_files(
+        world.HELM_REPO,
+        world.BRANCH,
+        {
+            NGINX_VALUES_PATH: nginx.replace(
+                f"    - {domain}\n", f"    - {domain}\n    - {handmade}\n"
+            )
+        },
+        "chore: a teammate adds a host\n",
+    )
+
+    # when
+    execution = _rollback(operator_api, execution.id)
+
+    # then
+    assert execution.status == "rolled_back", execution.error
+    nginx = world.helm_file(platform, NGINX_VALUES_PATH)
+    assert f"- {domain}\n" not in nginx and f"- www.{domain}\n" not in nginx
+    assert f"- {handmade}" in nginx
+    assert domain not in world.helm_file(platform, MYSTIQUE_VALUES_PATH)
+    assert domain.replace(".", "\\\\.") not in world.booking_file(platform, CALIPSO_CORS_PATH)
+    assert domain not in world.booking_file(platform, DEIMOS_SERVER_NAMES_PATH)
+    subjects = sorted(
+        c["subject"]
+        for c in world.helm_commits(platform, execution.id)
+        + world.booking_commits(platform, execution.id)
+        if c["parsed"].type == "revert"
+    )
+    assert subjects == [
+        f"revert(kirby-routing): remove {domain}",
+        f"revert(nginx-booking): remove {domain}",
+        f"revert(nginx-hosts): remove {domain}",
+    ]
+    assert _served(platform, domain) == [] and _served(platform, f"www.{domain}") == []
+    child.refresh_from_db()
+    assert child.status == "rolled_back"
+    assert certificates_of(platform.aws, child.id) == []
+    assert certificate["CertificateArn"]
+    assert_gapless(execution.id)
+
+
+def test_onboard_domain_rolls_back_to_no_zone(api, operator_api, platform):
+    domain = f"o{uuid.uuid4().hex[:8]}.org"
+    execution = terminal(submit(api, "onboard-domain", {"domain": domain}).json()["id"])
+    assert execution.status == "succeeded", execution.error
+
+    execution = _rollback(operator_api, execution.id)
+
+    assert execution.status == "rolled_back", execution.error
+    assert _zones_named(platform, domain) == []
+    assert Execution.objects.get(parent_id=execution.id).status == "rolled_back"
+
+
+def test_faults_during_a_run_repeat_no_commit_batch_or_zone(api, platform):
+    # given: a lost CreateHostedZone response, a lost commit response (the first Helm
+    # commit's), an application that converges late
+    domain = f"o{uuid.uuid4().hex[:8]}.org"
+    platform.aws.faults.arm("CreateHostedZone", "lose_response", times=1)
+    platform.github.faults.arm("update_ref", "lose_response", times=1)
+    platform.argocd.faults.arm("application:nginx-ingress", "never_converge", times=None)
+
+    # when
+    execution_id = submit(api, "onboard-domain", {"domain": domain}).json()["id"]
+    wait_for(
+        lambda: Execution.objects.filter(
+            pk=execution_id,
+            current_run__stages__name="routing",
+            current_run__stages__status="waiting",
+        ).exists(),
+        timeout=60,
+        interval=0.2,
+    )
+    time.sleep(2.0)  # still converging: polled again and again, holding no worker between
+    # ... and someone else commits to the booking branch just before Alfred's commit lands
+    platform.github.faults.arm("update_ref", "concurrent_ref_update", times=1)
+    platform.argocd.faults.clear()
+    execution = terminal(execution_id)
+
+    # then
+    assert execution.status == "succeeded", execution.error
+    assert len(_zones_named(platform, domain)) == 1
+    assert len(world.helm_commits(platform, execution.id)) == 1
+    assert len(world.batches_of(platform, execution.id)) == 1
+    [booking] = world.booking_commits(platform, execution.id)
+    updates = platform.github.ref_updates(world.BOOKING_REPO)
+    concurrent = [u for u in updates if u["source"] == "fault"]
+    assert concurrent and booking["parents"] == [concurrent[-1]["new"]]
+    assert not any(u["forced"] for u in platform.github.ref_updates())
+    deimos = world.booking_file(platform, DEIMOS_SERVER_NAMES_PATH)
+    assert domain in deimos and f"www.{domain}" in deimos
+    routing = _output(execution.id, "routing")["commits"][0]
+    assert routing["converged"]["applications"][0]["application"] == "nginx-ingress"
+    wait = StepReceipt.objects.get(
+        run__execution_id=execution.id, stage="routing", step_key="converged:nginx-hosts"
+    )
+    assert wait.output["polls"] >= 2
+
+
+def test_three_queued_domains_run_one_after_another_children_inside(api, platform):
+    # when
+    ids = [submit(api, "add-domain", {"domain": _domain()}).json()["id"] for _ in range(3)]
+    executions = [terminal(i, timeout=120) for i in ids]
+
+    # then: each root ran after the one before had finished, its child inside its window
+    assert [e.status for e in executions] == ["succeeded"] * 3
+    windows = []
+    for execution in executions:
+        runs = execution.runs.order_by("number")
+        started = min(s.started_at for s in runs[0].stages.all() if s.started_at)
+        child = Execution.objects.get(parent_id=execution.id)
+        child_started = min(s.started_at for s in child.runs.get().stages.all() if s.started_at)
+        assert started <= child_started <= child.finished_at <= execution.finished_at
+        windows.append((started, execution.finished_at))
+    for (_, finished), (next_started, _) in itertools.pairwise(windows):
+        assert finished <= next_started

@@ -455,6 +455,7 @@ WORKFLOWS.append(Laned())
 
 # add-subdomain's kill points at the Route53 adapter's edge, installed only in the workers
 # started to ask for them (tests/kill_points.py); imported last, as it uses kill_point above.
-import tests.kill_points  # noqa: E402, F401
+import tests.kill_points  # noqa: E402
 import tests.kill_points_acm as _acm_kill_points  # noqa: E402, F401 - add-certificate's (same rule)
+import tests.kill_points_platform  # noqa: E402, F401 - add-domain's, onboard-domain's (same rule)
 from tests import kill_points_lambda  # noqa: E402, F401 - Lambda kill points (same rule)

@@ -26,11 +26,12 @@ Names = Callable[[tuple[Any, ...], dict[str, Any], Any], set[str]]
 
 @dataclass
 class EdgeKills:
-    """Kill points of one workflow. ``label`` maps an execution's canonical input to the
-    label its points are armed under; ``killed``: the Redis list of the tasks killed;
-    ``armed``: whether anything is armed now besides kill points (a foreign writer)."""
+    """Kill points of one workflow (or several: a tuple of names). ``label`` maps an
+    execution's canonical input to the label its points are armed under; ``killed``: the
+    Redis list of the tasks killed; ``armed``: whether anything is armed now besides kill
+    points (a foreign writer)."""
 
-    workflow: str
+    workflow: str | tuple[str, ...]
     label: Callable[[dict[str, Any]], str]
     killed: str
     before_claim: Callable[[str, str], None] | None = None  # (label, stage)
@@ -93,7 +94,8 @@ class EdgeKills:
 
         row = Run.objects.filter(pk=run_id).values_list("execution__workflow", "execution__input")
         workflow, data = row.first() or (None, None)
-        return self.label(data) if workflow == self.workflow and data else None
+        workflows = self.workflow if isinstance(self.workflow, tuple) else (self.workflow,)
+        return self.label(data) if workflow in workflows and data else None
 
     def _on_prerun(
         self, sender: Any = None, task_id: str | None = None, args: Any = None, **_: Any

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv run test lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-update-lambda-version clean migrations-check
+.PHONY: help install venv run test lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -20,6 +20,7 @@ help:
 	@echo "make bench-engine      the engine's per-step cost and throughput vs a bare chain"
 	@echo "make bench-add-subdomain  a no-operator add-subdomain end to end, split by stage"
 	@echo "make bench-add-certificate  a certificate requested, validated and issued, by stage"
+	@echo "make bench-add-domain  add-domain and onboard-domain end to end, split by stage"
 	@echo "make bench-update-lambda-version  a fleet's alias moved end to end, split by stage"
 	@echo "make clean             delete local state (.alfred/: database, broker, demo login)"
 
@@ -74,6 +75,9 @@ bench-add-subdomain: $(STAMP)
 
 bench-add-certificate: $(STAMP)
 	$(BIN)/python -m bench add_certificate
+
+bench-add-domain: $(STAMP)
+	$(BIN)/python -m bench add_domain
 
 bench-update-lambda-version: $(STAMP)
 	$(BIN)/python -m bench update_lambda_version

@@ -7,6 +7,7 @@ import sys
 from bench import (
     acceptance,
     add_certificate,
+    add_domain,
     add_subdomain,
     engine,
     lanes,
@@ -16,6 +17,7 @@ from bench import (
 BENCHMARKS = {
     "acceptance": acceptance.main,
     "add_certificate": add_certificate.main,
+    "add_domain": add_domain.main,
     "add_subdomain": add_subdomain.main,
     "engine": engine.main,
     "lanes": lanes.main,

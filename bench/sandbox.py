@@ -5,6 +5,7 @@ the time from a stage's timestamps; and the report's table of p50 and p90 per pa
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -32,24 +33,33 @@ def _celery(env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
 
 
 @contextmanager
-def sandbox_running(name: str, **standin: Any) -> Iterator[None]:
-    """The stack on a fresh database, the stand-in started with ``standin`` options; this
-    process set up for Django against it."""
+def sandbox_running(name: str, *, platform: bool = False, **standin: Any) -> Iterator[None]:
+    """The stack on a fresh database, the AWS stand-in started with ``standin`` options (with
+    ``platform``: all three stand-ins, as ``make run`` starts them, ``standin`` their
+    options); this process set up for Django against it."""
     from providers.sandbox.aws import AwsStandIn, seed_aws
+    from providers.sandbox.stack import Sandbox
 
-    aws = AwsStandIn(**standin).start()
-    seed_aws(aws.url)
+    providers: dict[str, str]
+    if platform:
+        root = ROOT / ".alfred" / f"{name}-sandbox"
+        shutil.rmtree(root, ignore_errors=True)
+        aws: Any = Sandbox(root=root, **standin).start()
+        providers = aws.environ()
+    else:
+        aws = AwsStandIn(**standin).start()
+        seed_aws(aws.url)
+        providers = {
+            "ALFRED_PROVIDERS": "sandbox",
+            "AWS_ENDPOINT_URL": aws.url,
+            "AWS_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "sandbox",
+            "AWS_SECRET_ACCESS_KEY": "sandbox",  # the stand-in's placeholder
+        }
     stack = None
     processes: list[subprocess.Popen[bytes]] = []
     try:
-        env, stack = bench_stack(
-            name,
-            ALFRED_PROVIDERS="sandbox",
-            AWS_ENDPOINT_URL=aws.url,
-            AWS_REGION="us-east-1",
-            AWS_ACCESS_KEY_ID="sandbox",
-            AWS_SECRET_ACCESS_KEY="sandbox",  # noqa: S106 - the stand-in's placeholder
-        )
+        env, stack = bench_stack(name, **providers)
         os.environ.update(env)
         import django
 

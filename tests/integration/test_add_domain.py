@@ -322,3 +322,38 @@ def test_three_queued_domains_run_one_after_another_children_inside(api, platfor
         windows.append((started, execution.finished_at))
     for (_, finished), (next_started, _) in itertools.pairwise(windows):
         assert finished <= next_started
+
+
+def test_dry_runs_plan_from_the_real_providers_and_change_nothing(api, platform):
+    # given
+    domain = _domain()
+    onboarded = f"o{uuid.uuid4().hex[:8]}.org"
+    commits = {
+        repo: platform.github.commit_count(repo, world.BRANCH)
+        for repo in (world.HELM_REPO, world.BOOKING_REPO)
+    }
+    batches = len(platform.aws.route53.change_batches)
+
+    # when
+    added = submit(
+        api, "add-domain", {"domain": domain, "kirby_mode": "enabled", "dry_run": True}
+    ).json()
+    zone = submit(api, "onboard-domain", {"domain": onboarded, "dry_run": True}).json()
+    executions = [terminal(added["id"]), terminal(zone["id"])]
+
+    # then: both succeed as simulations, and no provider changed
+    for execution in executions:
+        assert execution.status == "succeeded", execution.error
+        assert execution.result["verified"] == "simulated"
+        assert execution.assistance == []
+    routed = _output(added["id"], "routing")["commits"]
+    assert [c["simulated"] for c in routed] == [True, True]
+    assert {e["entry"] for e in routed[0]["entries"]} == {domain, f"www.{domain}"}
+    assert all(
+        platform.github.commit_count(repo, world.BRANCH) == count for repo, count in commits.items()
+    )
+    assert len(platform.aws.route53.change_batches) == batches
+    assert _zones_named(platform, onboarded) == []
+    [child] = Execution.objects.filter(parent_id=added["id"])
+    assert child.status == "succeeded" and child.input["dry_run"] is True
+    assert certificates_of(platform.aws, child.id) == []

@@ -56,6 +56,18 @@ def test_providers_know_no_django_model_and_none_of_alfreds_apps():
     assert _offenders("providers", forbidden) == []
 
 
+def test_workflows_reach_providers_only_through_the_steps_layer():
+    # the input rules share the pure hostname rules (providers.hostnames); nothing else of
+    # providers is imported outside executions.workflows.steps
+    offenders = [
+        o
+        for o in _offenders("executions.workflows", ("providers",))
+        if not o.startswith("executions.workflows.steps")
+        and not o.endswith(("imports providers", "imports providers.hostnames"))
+    ]
+    assert offenders == []
+
+
 def test_lanes_know_no_workflow_and_no_provider():
     assert _offenders("lanes", ("executions.workflows", "providers")) == []
 

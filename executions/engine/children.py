@@ -12,17 +12,33 @@ from executions.engine.errors import FatalError
 from executions.engine.records import execution_insert
 from executions.engine.registry import definition_get
 from executions.identity import logical_identity
-from executions.models import ACTIVE_STATUSES, Execution
+from executions.models import ACTIVE_STATUSES, Execution, ExecutionStatus
 
 
 def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> tuple[str, bool]:
     """The child's id, and whether it was adopted: if the same operation is already active
     elsewhere (one active execution per identity), the parent waits on that one instead of
-    starting a twin. An adopted execution does not wake this parent when it ends: the
+    starting a twin. A child of this parent that already succeeded (started by an earlier
+    run) is this run's child again. An adopted execution does not wake this parent when it ends: the
     parent polls it."""
     definition = definition_get(workflow)
     canonical = definition.canonicalize(input)
     identity = logical_identity(workflow, canonical)
+    # A later run of the parent (a retry) finds the child an earlier run started, if it
+    # succeeded: the same operation is not done twice (a second certificate).
+    earlier = (
+        Execution.objects.filter(
+            parent_id=parent_id,
+            workflow=workflow,
+            logical_identity=identity,
+            status=ExecutionStatus.SUCCEEDED,
+        )
+        .order_by("-created_at")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if earlier is not None:
+        return str(earlier), False
     # A child belongs to whoever owns its parent: they may read, cancel and retry it.
     owner = Execution.objects.values_list("principal", flat=True).get(pk=parent_id)
     try:

@@ -61,7 +61,19 @@ def terminal(execution_id: str, timeout: float = 90.0, *, rollback: bool = False
         ended = execution.terminal and run is not None and (run.kind == "rollback") == rollback
         return execution if ended else None
 
-    return wait_for(done, timeout=timeout, interval=0.2)
+    try:
+        return wait_for(done, timeout=timeout, interval=0.2)
+    except AssertionError:
+        execution = Execution.objects.get(pk=execution_id)
+        stages = list(
+            execution.current_run.stages.values_list("name", "status", "error")  # type: ignore[union-attr]
+        )
+        receipts = list(
+            StepReceipt.objects.filter(run_id=execution.current_run_id)
+            .order_by("id")
+            .values_list("stage", "step_key", "status")
+        )
+        raise AssertionError(f"{execution.status} {stages} {receipts}") from None
 
 
 def _output(execution_id: str, stage: str) -> Any:
@@ -357,3 +369,51 @@ def test_dry_runs_plan_from_the_real_providers_and_change_nothing(api, platform)
     [child] = Execution.objects.filter(parent_id=added["id"])
     assert child.status == "succeeded" and child.input["dry_run"] is True
     assert certificates_of(platform.aws, child.id) == []
+
+
+def _retry_and_recover(api: Any, operator_api: Any, execution_id: str) -> Execution:
+    """Retry a failed root, then (its failure past planning blocked its lane for an
+    operator) recover the lane to it: the runbook's order."""
+    retried = api.post(f"/api/v1/executions/{execution_id}/retry", {}, format="json")
+    assert retried.status_code == 202, retried.content
+    recovered = operator_api.post(
+        "/api/v1/lanes/aws-infrastructure/recover",
+        {"expected_owner": execution_id, "reason": "the sync was looked at"},
+        format="json",
+    )
+    assert recovered.status_code == 202, recovered.content
+    return terminal(execution_id)
+
+
+def test_a_retry_after_a_failed_sync_repeats_nothing_and_waits_for_the_fixed_sync(
+    api, operator_api, platform
+):
+    # given: the nginx-ingress sync of the Helm commit fails
+    from providers.argocd import ArgoCD
+    from providers.sandbox.stack import ARGOCD_TOKEN
+
+    domain = _domain()
+    platform.argocd.faults.arm(
+        "application:nginx-ingress", "never_converge", times=None, phase="Failed"
+    )
+    execution = terminal(submit(api, "add-domain", {"domain": domain}).json()["id"])
+    assert execution.status == "failed"
+    assert execution.error["code"] == "argocd_sync_failed"
+    [commit] = world.helm_commits(platform, execution.id)
+    platform.argocd.faults.clear()
+
+    # when: a retry while the sync is still failed, then again once someone synced it
+    execution = _retry_and_recover(api, operator_api, execution.id)
+    assert execution.error["code"] == "argocd_sync_failed"
+    with ArgoCD(platform.argocd.url, ARGOCD_TOKEN) as argocd:
+        argocd.sync("nginx-ingress", commit["sha"], operation="operator: sync by hand")
+    execution = _retry_and_recover(api, operator_api, execution.id)
+
+    # then: one child and one certificate, one Helm commit, one batch, across three runs
+    assert execution.status == "succeeded", execution.error
+    assert execution.runs.count() == 3
+    [child] = Execution.objects.filter(parent_id=execution.id)
+    assert len(certificates_of(platform.aws, child.id)) == 1
+    assert world.helm_commits(platform, execution.id) == [commit]
+    assert len(world.batches_of(platform, execution.id)) == 1
+    assert len(world.booking_commits(platform, execution.id)) == 1

@@ -26,7 +26,9 @@ back. onboard-domain runs the same stages after its own ``plan`` and ``hosted_zo
   operation identity and the entries it owns; then waits, holding no worker, until every
   application carrying a concern has converged on its commit (Synced and Healthy at it, or at
   a later commit of the branch that includes it, no operation running). A concern whose
-  entries were all present makes no commit and waits for nothing.
+  entries were all present makes no commit, and waits until the applications serve the head
+  it read (at once, for a domain long on the platform; a retry after a failed sync finds the
+  sync still failed, ``argocd_sync_failed``, until someone has fixed it).
 - **booking** commits the missing booking entries (Calipso CORS map and next-deimos server
   names) as ONE two-file commit on the observed head of the base branch — re-applied on a
   concurrent update, never forced, found again after a lost response — and reports the
@@ -320,10 +322,13 @@ def routing(ctx: Any) -> dict[str, Any]:
     out = []
     for concern, receipt in zip(planned["routing"], commits, strict=True):
         scope, sha = concern["scope"], receipt["sha"]
+        # nothing to commit (every entry there already, perhaps by an earlier run of this
+        # execution whose sync then failed): the applications must still serve the head
+        target = sha or receipt.get("head")
         converged = None
-        if sha and not receipt.get("simulated") and concern["applications"]:
+        if target and not receipt.get("simulated") and concern["applications"]:
             converged = _converged(
-                ctx, f"converged:{scope}", scope, sha, argocd.CONVERGE_TIMEOUT_SECONDS
+                ctx, f"converged:{scope}", scope, target, argocd.CONVERGE_TIMEOUT_SECONDS
             )
         out.append(
             {
@@ -331,6 +336,7 @@ def routing(ctx: Any) -> dict[str, Any]:
                 "repository": concern["repository"],
                 "branch": concern["branch"],
                 "commit": sha,
+                "head": receipt.get("head"),
                 "subject": receipt.get("subject"),
                 "entries": receipt["after"],
                 "present": concern["present"],
@@ -410,12 +416,12 @@ def verify(ctx: Any) -> dict[str, Any]:
                 off_branch.append(commit["commit"])
     converged = {}
     for commit in routed:
-        if commit["commit"] and commit["converged"] is not None:
+        if commit["converged"] is not None:
             converged[commit["scope"]] = _converged(
                 ctx,
                 f"converged:{commit['scope']}",
                 commit["scope"],
-                commit["commit"],
+                commit["commit"] or commit["head"],
                 VERIFY_CONVERGE_TIMEOUT_SECONDS,
             )
     if records_missing or held["status"] != "ISSUED" or uncovered or entries_missing or off_branch:

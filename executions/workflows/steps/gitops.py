@@ -150,6 +150,7 @@ def _receipt(
         after=list(observations.get("entries") or []),
         handle=handle,
         sha=handle.get("id"),
+        head=observations.get("head"),  # a noop's: the head at which nothing was missing
         repository=observations.get("repository"),
         branch=observations.get("branch"),
         subject=observations.get("subject"),

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution, Stage, StepReceipt
+from executions.models import Execution
 from providers.sandbox.stack import Sandbox
 from tests import platform_world as world
 from tests.conftest import WorkerProcess, quiesce, wait_for
@@ -26,6 +26,7 @@ from tests.helpers import submit
 from tests.integration.test_add_certificate import certificates_of
 from tests.integration.test_add_domain import _served, _zones_named
 from tests.integration.test_add_subdomain_kills import _assert_once, _killed
+from tests.integration.test_add_subdomain_kills import _finished as _finished_within
 from tests.kill_points import SETTLE
 from tests.kill_points_platform import ENABLE
 
@@ -56,35 +57,8 @@ def kills_worker(module_worker: WorkerProcess) -> Iterator[WorkerProcess]:
 
 
 def _finished(execution_id: str, worker: WorkerProcess, *, rollback: bool = False) -> Execution:
-    """The execution once terminal (after its rollback run, with ``rollback``); a platform
-    run killed a dozen times takes longer than add-subdomain's."""
-
-    def done() -> Execution | None:
-        execution = Execution.objects.select_related("current_run").get(pk=execution_id)
-        run = execution.current_run
-        ended = execution.terminal and run is not None and (run.kind == "rollback") == rollback
-        return execution if ended else None
-
-    try:
-        return wait_for(done, timeout=120, interval=0.2)
-    except AssertionError:
-        stages = list(
-            Stage.objects.filter(run__execution__in=[execution_id]).values_list(
-                "run__number", "name", "status", "error"
-            )
-        )
-        children = list(
-            Execution.objects.filter(parent_id=execution_id).values_list("id", "status", "error")
-        )
-        receipts = list(
-            StepReceipt.objects.filter(run__execution_id=execution_id, run__kind="rollback")
-            .order_by("id")
-            .values_list("step_key", "kind", "status", "output")
-        )
-        status = Execution.objects.get(pk=execution_id).status
-        raise AssertionError(
-            f"{status}\n{stages}\n{children}\n{receipts}\n{worker.output()[-3000:]}"
-        ) from None
+    """As add-subdomain's, with time for a run killed a dozen times and its child."""
+    return _finished_within(execution_id, worker, rollback=rollback, timeout=120)
 
 
 def _arm(domain: str, *points: str) -> None:

@@ -85,7 +85,9 @@ def _arm(name: str, *points: str) -> None:
     counters().sadd(KILL_POINTS, *[f"{name}:{point}" for point in points])
 
 
-def _finished(execution_id: str, worker: WorkerProcess, *, rollback: bool = False) -> Execution:
+def _finished(
+    execution_id: str, worker: WorkerProcess, *, rollback: bool = False, timeout: float = 45
+) -> Execution:
     """The execution once terminal (after its rollback run, with ``rollback``)."""
 
     def done() -> Execution | None:
@@ -95,7 +97,7 @@ def _finished(execution_id: str, worker: WorkerProcess, *, rollback: bool = Fals
         return execution if ended else None
 
     try:
-        return wait_for(done, timeout=45, interval=0.1)
+        return wait_for(done, timeout=timeout, interval=0.1)
     except AssertionError:
         raise AssertionError(worker.output()[-6000:]) from None
 

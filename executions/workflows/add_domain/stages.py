@@ -56,8 +56,6 @@ from executions.workflows.steps import acm, argocd, gitops, route53
 
 CERTIFICATE_WORKFLOW = "add-certificate"
 ALIAS_TYPES = ("A", "AAAA")
-INSYNC_POLL_SECONDS = 2.0
-INSYNC_TIMEOUT_SECONDS = 900.0
 VERIFY_CONVERGE_TIMEOUT_SECONDS = 600.0
 HELM = (gitops.NGINX_HOSTS.scope, gitops.KIRBY_ROUTING.scope)
 BOOKING = gitops.NGINX_BOOKING.scope
@@ -262,21 +260,12 @@ def dns(ctx: Any) -> dict[str, Any]:
         )
     if not changes:
         return {"changed": False, "records": edge_records(names, planned["edge"])}
-    batch = route53.simulate_batch if ctx.dry_run else route53.apply_batch
-    receipt = ctx.step(
-        "batch",
-        batch,
+    _, handle = route53.send_and_wait(
+        ctx,
         zone=zone,
         changes=changes,
         existing=existing,
         operation=f"{ctx.execution_id} {ctx.input['domain']} alias to the platform edge",
-        mutation=True,
-    )
-    handle = ctx.wait_until(
-        "insync",
-        lambda: route53.change_insync(receipt["handle"]),
-        every=INSYNC_POLL_SECONDS,
-        timeout=INSYNC_TIMEOUT_SECONDS,
     )
     return {
         "changed": True,
@@ -307,10 +296,14 @@ def _commit(ctx: Any, concern: Mapping[str, Any]) -> dict[str, Any]:
     return ctx.step(f"commit:{scope}", gitops.commit_entries, **common, mutation=True)
 
 
-def _converged(ctx: Any, key: str, scope: str, sha: str, timeout: float) -> Any:
+def _converged(ctx: Any, key: str, targets: Mapping[str, str], timeout: float) -> Any:
+    """The durable wait until every application of each concern has converged on its
+    commit (``targets``: concern → commit); ``{}`` when nothing is to be waited for."""
+    if not targets:
+        return {}
     return ctx.wait_until(
         key,
-        lambda: argocd.converged_on(scope, sha),
+        lambda: argocd.converged_on_all(targets),
         every=argocd.CONVERGE_POLL_SECONDS,
         timeout=timeout,
     )
@@ -319,32 +312,32 @@ def _converged(ctx: Any, key: str, scope: str, sha: str, timeout: float) -> Any:
 def routing(ctx: Any) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     commits = [_commit(ctx, concern) for concern in planned["routing"]]
-    out = []
+    # A concern with nothing to commit (every entry there already, perhaps by an earlier run
+    # of this execution whose sync then failed) waits for the applications to serve the
+    # head it read.
+    targets: dict[str, str] = {}
     for concern, receipt in zip(planned["routing"], commits, strict=True):
-        scope, sha = concern["scope"], receipt["sha"]
-        # nothing to commit (every entry there already, perhaps by an earlier run of this
-        # execution whose sync then failed): the applications must still serve the head
-        target = sha or receipt.get("head")
-        converged = None
+        target = receipt["sha"] or receipt.get("head")
         if target and not receipt.get("simulated") and concern["applications"]:
-            converged = _converged(
-                ctx, f"converged:{scope}", scope, target, argocd.CONVERGE_TIMEOUT_SECONDS
-            )
-        out.append(
+            targets[concern["scope"]] = target
+    converged = _converged(ctx, "converged", targets, argocd.CONVERGE_TIMEOUT_SECONDS)
+    return {
+        "commits": [
             {
-                "scope": scope,
+                "scope": concern["scope"],
                 "repository": concern["repository"],
                 "branch": concern["branch"],
-                "commit": sha,
+                "commit": receipt["sha"],
                 "head": receipt.get("head"),
                 "subject": receipt.get("subject"),
                 "entries": receipt["after"],
                 "present": concern["present"],
-                "converged": converged,
+                "converged": converged.get(concern["scope"]),
                 "simulated": bool(receipt.get("simulated")),
             }
-        )
-    return {"commits": out}
+            for concern, receipt in zip(planned["routing"], commits, strict=True)
+        ]
+    }
 
 
 def booking(ctx: Any) -> dict[str, Any]:
@@ -414,16 +407,12 @@ def verify(ctx: Any) -> dict[str, Any]:
             on = ctx.step(f"includes:{scope}", gitops.includes, scope, commit["commit"])
             if not on["on_branch"]:
                 off_branch.append(commit["commit"])
-    converged = {}
-    for commit in routed:
-        if commit["converged"] is not None:
-            converged[commit["scope"]] = _converged(
-                ctx,
-                f"converged:{commit['scope']}",
-                commit["scope"],
-                commit["commit"] or commit["head"],
-                VERIFY_CONVERGE_TIMEOUT_SECONDS,
-            )
+    converged = _converged(
+        ctx,
+        "converged",
+        {c["scope"]: c["commit"] or c["head"] for c in routed if c["converged"] is not None},
+        VERIFY_CONVERGE_TIMEOUT_SECONDS,
+    )
     if records_missing or held["status"] != "ISSUED" or uncovered or entries_missing or off_branch:
         raise FatalError(
             f"{planned['domain']} is not in place after the run",

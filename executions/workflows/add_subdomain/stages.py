@@ -34,8 +34,6 @@ from executions.workflows.steps.blast_radius import blast_radius_assess
 from executions.workflows.steps.planning import approval_token, plan_hash
 
 ALIAS_TYPES = ("A", "AAAA")
-INSYNC_POLL_SECONDS = 2.0
-INSYNC_TIMEOUT_SECONDS = 900.0
 
 
 def proposal(name: str, state: Mapping[str, Any]) -> dict[str, Any]:
@@ -135,22 +133,13 @@ def apply(ctx: Any) -> dict[str, Any]:
         current = fresh  # changed since it was approved: the new plan needs its own consent
     if not current["changes"]:
         return {"changed": False, "plan_hash": current["plan_hash"], "after": current["after"]}
-    batch = route53.simulate_batch if ctx.dry_run else route53.apply_batch
-    receipt = ctx.step(
-        "batch",
-        batch,
+    receipt, handle = route53.send_and_wait(
+        ctx,
         zone=current["zone"],
         changes=current["changes"],
         existing=current["before"],
         operation=f"{ctx.execution_id} add-subdomain {current['name']}",
         force=forced,  # the guard refuses a batch over the thresholds unless approved so
-        mutation=True,
-    )
-    handle = ctx.wait_until(
-        "insync",
-        lambda: route53.change_insync(receipt["handle"]),
-        every=INSYNC_POLL_SECONDS,
-        timeout=INSYNC_TIMEOUT_SECONDS,
     )
     return {
         "changed": True,

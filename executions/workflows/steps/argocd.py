@@ -17,6 +17,7 @@ not retry it on its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -99,3 +100,13 @@ def converged_on(scope: str, sha: str) -> dict[str, Any] | None:
                 return None
             judged.append({"application": name, "revision": revision, "commit": sha})
     return {"commit": sha, "applications": judged}
+
+
+def converged_on_all(targets: Mapping[str, str]) -> dict[str, Any] | None:
+    """A probe over several concerns at once (``targets``: concern → commit): every
+    application of every concern is read at each poll, so that one still waiting does not
+    keep the others from being looked at; None while any has not converged."""
+    results = {scope: converged_on(scope, sha) for scope, sha in targets.items()}
+    if any(result is None for result in results.values()):
+        return None
+    return results

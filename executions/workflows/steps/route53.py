@@ -173,6 +173,42 @@ def change_insync(handle: Mapping[str, Any]) -> dict[str, Any] | None:
     return dict(current) if current["done"] else None
 
 
+INSYNC_POLL_SECONDS = 2.0
+INSYNC_TIMEOUT_SECONDS = 900.0
+
+
+def send_and_wait(
+    ctx: Any,
+    *,
+    zone: Mapping[str, Any],
+    changes: Sequence[Mapping[str, Any]],
+    existing: Sequence[Mapping[str, Any]],
+    operation: str,
+    force: bool = False,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stage code: ONE batch (``batch``: simulated in a dry run) and the durable wait for
+    its INSYNC (``insync``, a poll every 2 s, holding no worker). Returns the batch's receipt
+    and the change's final handle."""
+    batch = simulate_batch if ctx.dry_run else apply_batch
+    receipt = ctx.step(
+        "batch",
+        batch,
+        zone=zone,
+        changes=changes,
+        existing=existing,
+        operation=operation,
+        force=force,
+        mutation=True,
+    )
+    handle = ctx.wait_until(
+        "insync",
+        lambda: change_insync(receipt["handle"]),
+        every=INSYNC_POLL_SECONDS,
+        timeout=INSYNC_TIMEOUT_SECONDS,
+    )
+    return receipt, handle
+
+
 def drift(
     expected: Sequence[Mapping[str, Any]], found: Sequence[Mapping[str, Any]]
 ) -> list[dict[str, Any]]:
@@ -263,5 +299,10 @@ def undo_batch(ctx: Any, receipt: Mapping[str, Any]) -> dict[str, Any]:
         force=True,  # restoring what Alfred changed: the original batch passed the guard
         mutation=True,
     )
-    ctx.wait_until("insync", lambda: change_insync(restored["handle"]), every=2.0, timeout=900)
+    ctx.wait_until(
+        "insync",
+        lambda: change_insync(restored["handle"]),
+        every=INSYNC_POLL_SECONDS,
+        timeout=INSYNC_TIMEOUT_SECONDS,
+    )
     return {"restored": changes}

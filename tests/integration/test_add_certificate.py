@@ -11,12 +11,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
 
 from executions.models import Execution, Stage, StepReceipt
-from providers.sandbox.aws import AwsStandIn, seed_aws
-from tests.conftest import WorkerProcess, wait_for
+from providers.sandbox.aws import AwsStandIn
+from tests import aws_world
+from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless
 
@@ -29,54 +29,29 @@ SEND = "ChangeResourceRecordSets"
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[AwsStandIn]:
-    aws = AwsStandIn(route53_change_delay=0.3, acm_record_delay=0.5, acm_issue_delay=1.0).start()
-    seed_aws(aws.url)
-    try:
+    with aws_world.standin_started(acm_record_delay=0.5, acm_issue_delay=1.0) as aws:
         yield aws
-    finally:
-        aws.stop()
 
 
 @pytest.fixture(scope="module")
 def module_worker(standin: AwsStandIn, django_db_setup: None) -> Iterator[WorkerProcess]:
     """One worker for the module, the stand-in's providers (after the test database exists:
     the worker is given its name)."""
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in _env(standin).items():
-            env.setenv(name, value)
-        worker = WorkerProcess("acm")
-        try:
-            worker.start()
-            wait_for(lambda: "ready." in worker.output(), timeout=60, interval=0.1)
-            yield worker
-        finally:
-            worker.stop()
-
-
-def _env(standin: AwsStandIn) -> dict[str, str]:
-    return {
-        "ALFRED_PROVIDERS": "sandbox",
-        "AWS_ENDPOINT_URL": standin.url,
-        "AWS_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-    }
+    with aws_world.aws_worker(standin, "acm") as worker:
+        yield worker
 
 
 @pytest.fixture
 def aws_worker(module_worker: WorkerProcess, standin: AwsStandIn) -> Iterator[WorkerProcess]:
-    yield module_worker
+    """The module's worker, idle again before the database is flushed (see
+    ``tests.conftest.shared_worker``)."""
+    yield aws_world.alive(module_worker)
     standin.faults.clear()
+    quiesce()
 
 
 def _client(standin: AwsStandIn, service: str) -> Any:
-    return boto3.client(
-        service,
-        endpoint_url=standin.url,
-        region_name=REGION,
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
+    return aws_world.client(standin, service)
 
 
 def _label() -> str:

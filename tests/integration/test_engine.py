@@ -88,8 +88,11 @@ def test_a_retryable_step_backs_off_durably_then_succeeds(api, worker):
     assert execution.result == {"attempts": 3}
     receipt = StepReceipt.objects.get(run_id=execution.current_run_id, step_key="flaky")
     assert receipt.attempts == 3
-    # between attempts the stage waited on a timer: no worker was held
-    assert event_types(body["id"]).count("stage.waiting") == 2
+    # between attempts the stage waited on a timer: no worker was held. (A wake that lands
+    # before the due time on the database's clock — the countdown hint is a few ms early —
+    # finds the backoff not over, arms the timer again and waits once more: a third wait,
+    # never a third attempt before its time.)
+    assert event_types(body["id"]).count("stage.waiting") >= 2
 
 
 def test_a_retry_waits_at_least_what_the_failure_asked_for(api, worker):

@@ -22,8 +22,9 @@ REGION = "us-east-1"
 
 
 @contextmanager
-def standin_started(**options: Any) -> Iterator[AwsStandIn]:
-    aws = AwsStandIn(**{"route53_change_delay": 0.3, **options}).start()
+def standin_started(kind: type[AwsStandIn] = AwsStandIn, **options: Any) -> Iterator[AwsStandIn]:
+    """The stand-in (``kind``: a subclass with journals of its own), started and seeded."""
+    aws = kind(**{"route53_change_delay": 0.3, **options}).start()
     seed_aws(aws.url)
     try:
         yield aws

@@ -18,9 +18,9 @@ from executions.models import ACTIVE_STATUSES, Execution, ExecutionStatus
 def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> tuple[str, bool]:
     """The child's id, and whether it was adopted: if the same operation is already active
     elsewhere (one active execution per identity), the parent waits on that one instead of
-    starting a twin. A child of this parent that already succeeded (started by an earlier
-    run) is this run's child again. An adopted execution does not wake this parent when it ends: the
-    parent polls it."""
+    starting a twin. An adopted execution does not wake this parent when it ends: the
+    parent polls it. A child of this parent that already succeeded (started by an earlier
+    run) is this run's child again."""
     definition = definition_get(workflow)
     canonical = definition.canonicalize(input)
     identity = logical_identity(workflow, canonical)

@@ -13,16 +13,17 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import boto3
 import pytest
 
 from executions.models import Execution
 from lanes.models import Lane
-from providers.sandbox.aws import AwsStandIn, _await_update, _code, seed_aws
+from providers.sandbox.aws import AwsStandIn, _await_update, _code
 from providers.sandbox.server import Request, Response
-from tests.conftest import WorkerProcess, wait_for
+from tests import aws_world
+from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless, event_types
 from tests.kill_points_lambda import ENABLE, foreign_change_arm
@@ -68,12 +69,8 @@ class JournalledAws(AwsStandIn):
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[JournalledAws]:
-    aws = JournalledAws(route53_change_delay=0.3, lambda_update_delay=0.1).start()
-    seed_aws(aws.url)
-    try:
-        yield aws
-    finally:
-        aws.stop()
+    with aws_world.standin_started(JournalledAws, lambda_update_delay=0.1) as aws:
+        yield cast("JournalledAws", aws)
 
 
 def worker_env(standin: AwsStandIn) -> dict[str, str]:
@@ -88,22 +85,19 @@ def worker_env(standin: AwsStandIn) -> dict[str, str]:
     }
 
 
-def ready(worker: WorkerProcess) -> WorkerProcess:
-    wait_for(lambda: "ready." in worker.output(), timeout=60, interval=0.1)
-    return worker
-
-
 @pytest.fixture(scope="module")
-def lambda_worker(standin: AwsStandIn, django_db_setup: None) -> Iterator[WorkerProcess]:
+def module_worker(standin: AwsStandIn, django_db_setup: None) -> Iterator[WorkerProcess]:
     """One worker for the module, on the stand-in's providers."""
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in worker_env(standin).items():
-            env.setenv(name, value)
-        worker = WorkerProcess("lambda")
-        try:
-            yield ready(worker.start())
-        finally:
-            worker.stop()
+    with aws_world.aws_worker(standin, "lambda", **worker_env(standin)) as worker:
+        yield worker
+
+
+@pytest.fixture
+def lambda_worker(module_worker: WorkerProcess) -> Iterator[WorkerProcess]:
+    """The module's worker, idle again before the database is flushed (see
+    ``tests.conftest.shared_worker``)."""
+    yield aws_world.alive(module_worker)
+    quiesce()
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from executions.models import Execution, OutboxEvent
+from tests.aws_world import ready
 from tests.conftest import WorkerProcess, wait_for
 from tests.engine_workflows import KILL_POINTS, counters
 from tests.helpers import submit
@@ -29,7 +30,6 @@ from tests.integration.test_update_lambda_version import (
     aliases,
     client,  # noqa: F401 - a fixture
     make_fleet,
-    ready,
     roll_back,
     standin,  # noqa: F401 - a fixture
     terminal,

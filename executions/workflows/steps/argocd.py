@@ -77,29 +77,41 @@ def converged_on(scope: str, sha: str) -> dict[str, Any] | None:
     ``sha`` (or on a later commit of its branch that includes it), with the revision each was
     judged at; None while any is not. FatalError ``argocd_sync_failed`` when a sync at the
     judged revision failed."""
-    judged = []
     with _argocd() as argocd, provider_errors():
-        for name in applications_of(scope):
-            status = argocd.application(name)
-            revision = sha
-            if not status.at_revision(sha) and status.sync_revision:
-                with repository(ROLE[scope], dry_run=False) as (repo, _):
-                    if repo.contains(status.sync_revision, sha):
-                        revision = status.sync_revision
-            convergence = assess(status, revision)
-            if convergence.failed:
-                raise FatalError(
-                    f"the ArgoCD sync of {name} at {revision[:12]} failed: "
-                    + "; ".join(r.message for r in convergence.reasons),
-                    code="argocd_sync_failed",
-                    application=name,
-                    revision=revision,
-                    convergence=convergence.as_dict(),
-                )
-            if not convergence.converged:
-                return None
-            judged.append({"application": name, "revision": revision, "commit": sha})
-    return {"commit": sha, "applications": judged}
+        # every application read at each poll, before any verdict: one still syncing does
+        # not keep the others from being looked at
+        statuses = {name: argocd.application(name) for name in applications_of(scope)}
+        later = {
+            s.sync_revision for s in statuses.values() if s.sync_revision and not s.at_revision(sha)
+        }
+        if later:  # moved past ``sha``? one repository session for all of them
+            with repository(ROLE[scope], dry_run=False) as (repo, _):
+                including = {revision for revision in later if repo.contains(revision, sha)}
+        else:
+            including = set()
+    judged = []
+    for name, status in statuses.items():
+        revision = status.sync_revision if status.sync_revision in including else sha
+        judged.append((name, revision, assess(status, revision)))
+    for name, revision, convergence in judged:
+        if convergence.failed:
+            raise FatalError(
+                f"the ArgoCD sync of {name} at {revision[:12]} failed: "
+                + "; ".join(r.message for r in convergence.reasons),
+                code="argocd_sync_failed",
+                application=name,
+                revision=revision,
+                convergence=convergence.as_dict(),
+            )
+    if not all(convergence.converged for _, _, convergence in judged):
+        return None
+    return {
+        "commit": sha,
+        "applications": [
+            {"application": name, "revision": revision, "commit": sha}
+            for name, revision, _ in judged
+        ],
+    }
 
 
 def converged_on_all(targets: Mapping[str, str]) -> dict[str, Any] | None:

@@ -432,6 +432,7 @@ def main() -> int:
     env.setdefault("ALFRED_PUBLIC_URL", base_url)
     env.setdefault("ALFRED_DEBUG", "1")  # a development stack: Django's error pages
     env.setdefault("ALFRED_LOCAL_URL", base_url)  # what alfred_bootstrap prints
+    env.setdefault("ALFRED_WEBHOOK_ALLOW_PRIVATE", "1")  # local receivers on a local stack
     signals = Signals()
     signals.install()
     stack: embedded.EmbeddedStack | None = None

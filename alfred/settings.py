@@ -58,6 +58,31 @@ ALFRED_PLATFORM_EDGE = {
     "evaluate_target_health": env.bool("ALFRED_PLATFORM_EDGE_EVALUATE_HEALTH", default=False),
 }
 
+# --- Events ---------------------------------------------------------------------------
+# Webhook targets at loopback, private or reserved addresses (link-local and metadata ones
+# never): off unless asked for; `make run` asks (its receivers are local).
+ALFRED_WEBHOOK_ALLOW_PRIVATE = env.bool("ALFRED_WEBHOOK_ALLOW_PRIVATE", default=False)
+# Seconds before each attempt of a delivery: the first at once, then after each failure.
+# After the last, the delivery is failed (an operator can redeliver it).
+ALFRED_WEBHOOK_RETRY_SCHEDULE = [
+    float(seconds)
+    for seconds in env.list(
+        "ALFRED_WEBHOOK_RETRY_SCHEDULE",
+        default=["0", "5", "300", "1800", "7200", "18000", "36000", "36000"],
+    )
+]
+if not ALFRED_WEBHOOK_RETRY_SCHEDULE or min(ALFRED_WEBHOOK_RETRY_SCHEDULE) < 0:
+    raise ImproperlyConfigured("ALFRED_WEBHOOK_RETRY_SCHEDULE: one or more seconds, none < 0")
+ALFRED_WEBHOOK_TIMEOUT_SECONDS = env.float("ALFRED_WEBHOOK_TIMEOUT_SECONDS", default=15.0)
+# Inbound notifications (alfred/receivers): GitHub's webhook secret (X-Hub-Signature-256) and
+# the bearer secret ArgoCD's notifications service sends. Unset: that receiver answers 401.
+ALFRED_GITHUB_WEBHOOK_SECRET = env.str("ALFRED_GITHUB_WEBHOOK_SECRET", default="")
+ALFRED_ARGOCD_WEBHOOK_SECRET = env.str("ALFRED_ARGOCD_WEBHOOK_SECRET", default="")
+# Server-Sent Events: a keep-alive comment this often; how many events one client may lag
+# behind before it is dropped (it reconnects with Last-Event-ID and misses nothing).
+ALFRED_SSE_KEEPALIVE_SECONDS = env.float("ALFRED_SSE_KEEPALIVE_SECONDS", default=15.0)
+ALFRED_SSE_CLIENT_BUFFER = env.int("ALFRED_SSE_CLIENT_BUFFER", default=1000)
+
 _public_host = ALFRED_PUBLIC_URL.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
 ALLOWED_HOSTS = env.list(
     "ALFRED_ALLOWED_HOSTS",
@@ -177,7 +202,9 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_TASK_DEFAULT_QUEUE = "stages"
+# First match wins (Celery tries the patterns in order).
 CELERY_TASK_ROUTES = {
+    "executions.tasks.webhook*": {"queue": "webhooks"},
     "executions.tasks.*": {"queue": "stages"},
     "lanes.tasks.*": {"queue": "scanners"},
 }
@@ -207,6 +234,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "lanes.tasks.reconcile",
         "schedule": env.float("ALFRED_LANE_RECONCILE_SECONDS", default=5.0),
         "options": {"queue": "scanners", "expires": 10},
+    },
+    "webhooks-scan": {
+        "task": "executions.tasks.webhook_relay",
+        "schedule": env.float("ALFRED_WEBHOOK_SCAN_SECONDS", default=1.0),
+        "options": {"queue": "webhooks", "expires": 5},
     },
     "runs-recover": {
         "task": "executions.tasks.runs_recover",

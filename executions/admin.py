@@ -530,7 +530,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
     class Meta:
         model = WebhookEndpoint
-        fields = ["url", "description", "event_types", "active", "allow_private"]
+        fields = ["url", "description", "event_types", "active"]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -550,7 +550,7 @@ class WebhookEndpointForm(forms.ModelForm):
         data = super().clean() or {}
         if data.get("url"):
             try:
-                endpoint_url_check(data["url"], allow_private=bool(data.get("allow_private")))
+                endpoint_url_check(data["url"])
             except ValidationError as exc:
                 self.add_error("url", exc)
         return data
@@ -563,7 +563,7 @@ class WebhookEndpointAdmin(WritableAdmin):
     rotated (a new one, shown the same way)."""
 
     form = WebhookEndpointForm
-    list_display = ["url", "description", "active", "allow_private", "created_at"]
+    list_display = ["url", "description", "active", "disabled_reason", "created_at"]
     list_filter = ["active"]
     readonly_fields = ["id", "created_at"]
     actions = ["rotate_secret"]

@@ -361,6 +361,11 @@ class Timer(models.Model):
     key = models.CharField(max_length=200)
     purpose = models.CharField(max_length=16, choices=TimerPurpose.choices)
     due_at = models.DateTimeField()
+    topics = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Opaque names of what the wait watches; news of one brings the poll forward.",
+    )
     status = models.CharField(
         max_length=16, choices=TimerStatus.choices, default=TimerStatus.PENDING
     )
@@ -406,12 +411,15 @@ class WebhookEndpoint(models.Model):
     url = models.URLField(max_length=2000)
     description = models.CharField(max_length=200, blank=True, default="")
     secret = models.CharField(max_length=200, help_text="Standard Webhooks signing secret.")
+    previous_secret = models.CharField(
+        max_length=200, blank=True, default="", help_text="Signs beside the new one until it ends."
+    )
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True)
     event_types = models.JSONField(default=list, blank=True, help_text="Empty: every event.")
     active = models.BooleanField(default=True)
-    allow_private = models.BooleanField(
-        default=False, help_text="Allow loopback/private addresses (refused by default)."
-    )
+    disabled_reason = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
 
     def __str__(self) -> str:
         return self.url
@@ -424,6 +432,10 @@ class DeliveryStatus(models.TextChoices):
 
 
 class WebhookDelivery(models.Model):
+    """One event owed to one endpoint, written in the event's own transaction (so nothing
+    emitted is ever missed). At least once: a claim holds it for one attempt; a relay that
+    dies mid-attempt leaves a claim that runs out, and the scan sends it again."""
+
     endpoint = models.ForeignKey(
         WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
     )
@@ -432,13 +444,17 @@ class WebhookDelivery(models.Model):
         max_length=16, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING
     )
     attempts = models.PositiveIntegerField(default=0)
+    # Attempts since the last redelivery: the position in the retry schedule.
+    round_attempts = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
+    claimed_until = models.DateTimeField(null=True, blank=True)
     last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "webhook deliveries"
         constraints = [
             models.UniqueConstraint(fields=["endpoint", "event"], name="uniq_webhook_delivery"),
         ]
@@ -452,6 +468,42 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.endpoint_id} {self.event_id} ({self.status})"
+
+
+class WebhookAttempt(models.Model):
+    """Every attempt, as the relay saw it."""
+
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="log")
+    number = models.PositiveIntegerField()
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField()
+    response_excerpt = models.TextField(blank=True, default="")
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["delivery", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id} #{self.number} {self.status_code or self.error[:40]}"
+
+
+class InboundNotification(models.Model):
+    """A verified notification from GitHub or ArgoCD, kept so a resent one is a no-op."""
+
+    source = models.CharField(max_length=16)
+    delivery_id = models.CharField(max_length=200)
+    topics = models.JSONField(default=list)
+    woken = models.PositiveIntegerField(default=0, help_text="Polls brought forward.")
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "delivery_id"], name="uniq_inbound"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} {self.delivery_id}"
 
 
 class AuditEntry(models.Model):

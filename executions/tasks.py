@@ -53,3 +53,17 @@ def runs_recover() -> int:
     if settings.ALFRED_READ_ONLY:
         return 0
     return scans.runs_recover()
+
+
+@shared_task(name="executions.tasks.webhook_relay", bind=True, ignore_result=True)
+def webhook_relay(self: Any) -> int:
+    """Send what is due (after an emit, and from beat as the scan). acks early: a relay that
+    dies mid-attempt leaves claims that run out, and the next scan sends those again."""
+    if settings.ALFRED_READ_ONLY:
+        return 0
+    from executions.events.relay import BATCH, deliveries_relay
+
+    tried = deliveries_relay()
+    if tried >= BATCH:
+        self.apply_async(queue="webhooks")  # more are due: go on at once, in a new task
+    return tried

@@ -105,6 +105,7 @@ def execution_links(execution: Execution, caller: Caller | None = None) -> dict[
     links = {
         "self": _url("execution-detail", execution_id=execution.id),
         "events": _url("execution-events", execution_id=execution.id),
+        "stream": _url("execution-events-stream", execution_id=execution.id),
     }
     allowed = frozenset() if caller is None else execution_controls(execution, caller)
     for control in CONTROLS:  # in the controls' order
@@ -207,7 +208,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
 class EventSerializer(serializers.ModelSerializer):
     class Meta:
         model = OutboxEvent
-        fields = ["sequence", "key", "type", "payload", "created_at"]
+        fields = ["execution", "sequence", "key", "type", "payload", "created_at"]
 
 
 class EventPageSerializer(serializers.Serializer):

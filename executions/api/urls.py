@@ -13,6 +13,7 @@ from executions.api.views.executions import (
     ExecutionEventsApi,
     ExecutionListApi,
 )
+from executions.api.views.streams import EventStreamApi, ExecutionEventStreamApi
 from executions.api.views.workflows import WorkflowListApi
 from lanes.api import LaneDetailApi, LaneListApi, LaneRecoverApi
 
@@ -51,6 +52,12 @@ urlpatterns = [
         ExecutionEventsApi.as_view(),
         name="execution-events",
     ),
+    path(
+        "executions/<str:execution_id>/events/stream",
+        ExecutionEventStreamApi.as_view(),
+        name="execution-events-stream",
+    ),
+    path("events/stream", EventStreamApi.as_view(), name="events-stream"),
     path("audit", AuditEntryListApi.as_view(), name="audit-list"),
     path("lanes", LaneListApi.as_view(), name="lane-list"),
     path("lanes/<path:key>/recover", LaneRecoverApi.as_view(), name="lane-recover"),

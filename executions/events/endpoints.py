@@ -1,28 +1,35 @@
 """Webhook endpoints: where Alfred may send signed events, and their signing secrets.
 
-A URL must be ``https://`` (``http://`` only outside production), carry no credentials, and
-not aim at a link-local or metadata address (``169.254.0.0/16``, ``fe80::/10``: the cloud
-instance-metadata service) ever, nor at a loopback, private or otherwise reserved address
-unless the endpoint says ``allow_private``. Well-known metadata host names are refused too.
-Other host names are not resolved here (DNS can change after the save, and may not answer
-now): whatever delivers events must check the address it actually connects to.
+A URL must be ``https://`` (``http://`` only outside production) and carry no credentials. It
+never aims at a link-local or metadata address (``169.254.0.0/16``, ``fe80::/10``: the cloud
+instance-metadata service), nor, unless ``ALFRED_WEBHOOK_ALLOW_PRIVATE`` (on under
+``make run``, off in production), at a loopback, private or otherwise reserved address.
+Well-known metadata host names are refused too. Host names are not resolved at save time (DNS
+can change after the save): the relay checks every address it is about to connect to with
+``address_check`` and connects to the address it checked.
 
-A secret is generated here (Standard Webhooks ``whsec_`` + base64 of 24 random bytes),
-returned once to whoever created or rotated it, and never shown again."""
+A secret is generated here (Standard Webhooks ``whsec_`` + base64 of 32 random bytes),
+returned once to whoever created or rotated it, and never shown again. A rotation keeps the
+old secret signing beside the new one for ``ROTATION_OVERLAP`` (receivers roll over without
+a gap: Standard Webhooks sends space-separated signatures and a receiver accepts any)."""
 
 from __future__ import annotations
 
 import base64
 import ipaddress
 import secrets
+from datetime import timedelta
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from alfred.readonly import writes_allowed
 from executions.models import WebhookEndpoint
+
+ROTATION_OVERLAP = timedelta(hours=24)
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 # Cloud instance-metadata services by name (their addresses are link-local, refused below).
@@ -38,10 +45,22 @@ _METADATA_NAMES = frozenset(
 
 
 def webhook_secret_new() -> str:
-    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-def endpoint_url_check(url: str, *, allow_private: bool) -> None:
+def address_check(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+    """ValidationError when Alfred may not connect to ``address`` for a webhook."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_link_local or address.is_multicast or address.is_unspecified:
+        raise ValidationError(f"{address}: link-local, multicast and unspecified are refused")
+    if not address.is_global and not settings.ALFRED_WEBHOOK_ALLOW_PRIVATE:
+        raise ValidationError(
+            f"{address}: a loopback, private or reserved address needs ALFRED_WEBHOOK_ALLOW_PRIVATE"
+        )
+
+
+def endpoint_url_check(url: str) -> None:
     """ValidationError when ``url`` may not receive Alfred's events."""
     parts = urlsplit(url)
     allowed = {"https"} if settings.PRODUCTION else {"https", "http"}
@@ -57,21 +76,16 @@ def endpoint_url_check(url: str, *, allow_private: bool) -> None:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        if host in _LOOPBACK_NAMES and not allow_private:
-            raise ValidationError("a loopback host needs allow_private") from None
+        if host in _LOOPBACK_NAMES and not settings.ALFRED_WEBHOOK_ALLOW_PRIVATE:
+            raise ValidationError("a loopback host needs ALFRED_WEBHOOK_ALLOW_PRIVATE") from None
         return
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    if address.is_link_local or address.is_multicast or address.is_unspecified:
-        raise ValidationError("link-local, multicast and unspecified addresses are refused")
-    if not address.is_global and not allow_private:
-        raise ValidationError("a loopback, private or reserved address needs allow_private")
+    address_check(address)
 
 
 def webhook_endpoint_save(endpoint: WebhookEndpoint) -> str | None:
     """Check and save ``endpoint``; a new one gets a secret, returned (the only time)."""
     writes_allowed()
-    endpoint_url_check(endpoint.url, allow_private=endpoint.allow_private)
+    endpoint_url_check(endpoint.url)
     created = endpoint._state.adding
     secret = webhook_secret_new() if created else None
     if secret is not None:
@@ -79,16 +93,43 @@ def webhook_endpoint_save(endpoint: WebhookEndpoint) -> str | None:
     if created:
         endpoint.save()
     else:
-        # Never the secret: a rotation landing between the form's read and this save stays.
+        # Never the secrets: a rotation landing between the form's read and this save stays.
+        if endpoint.active:
+            endpoint.disabled_reason = ""
         endpoint.save(
-            update_fields=["url", "description", "event_types", "active", "allow_private"]
+            update_fields=[
+                "url",
+                "description",
+                "event_types",
+                "active",
+                "disabled_reason",
+                "updated_at",
+            ]
         )
     return secret
 
 
 def webhook_secret_rotate(endpoint_id: str) -> str:
+    """A new secret (returned, the only time); the current one keeps signing beside it for
+    ``ROTATION_OVERLAP``. Rotating again within the overlap retires the oldest at once."""
     writes_allowed()
     secret = webhook_secret_new()
-    with transaction.atomic():
-        WebhookEndpoint.objects.filter(pk=endpoint_id).update(secret=secret)
+    with transaction.atomic(durable=True):
+        endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint_id)
+        endpoint.previous_secret = endpoint.secret
+        endpoint.previous_secret_expires_at = timezone.now() + ROTATION_OVERLAP
+        endpoint.secret = secret
+        endpoint.save(
+            update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
+        )
     return secret
+
+
+def endpoint_secrets(endpoint: WebhookEndpoint) -> list[str]:
+    """The secrets that sign a delivery now: the current one, and the one before it while its
+    overlap lasts."""
+    current = [endpoint.secret]
+    expires = endpoint.previous_secret_expires_at
+    if endpoint.previous_secret and expires is not None and expires > timezone.now():
+        current.append(endpoint.previous_secret)
+    return current

@@ -10,7 +10,18 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 
-from executions.models import Execution, OutboxEvent
+from executions.models import (
+    DeliveryStatus,
+    Execution,
+    OutboxEvent,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
+
+# The channel every emitted event is announced on, at its transaction's commit (PostgreSQL
+# delivers a NOTIFY only then, and never for a rolled-back transaction). The payload is
+# "<execution id> <sequence>"; listeners read the event itself from the table.
+CHANNEL = "alfred_events"
 
 # Table names come from model metadata; every value is a bound parameter.
 _EMIT_SQL = f"""
@@ -23,11 +34,26 @@ _EMIT_SQL = f"""
         SELECT locked.id, locked.last_sequence + 1, %(key)s, %(type)s, %(payload)s, now()
         FROM locked
         ON CONFLICT (key) DO NOTHING
-        RETURNING execution_id, sequence
+        RETURNING id, execution_id, sequence
+    ), owed AS (
+        INSERT INTO {WebhookDelivery._meta.db_table}
+            (endpoint_id, event_id, status, attempts, round_attempts, next_attempt_at,
+             last_error, created_at)
+        SELECT endpoint.id, inserted.id, '{DeliveryStatus.PENDING.value}', 0, 0, now(), '', now()
+        FROM inserted JOIN {WebhookEndpoint._meta.db_table} AS endpoint
+            ON endpoint.active
+            AND (endpoint.event_types = '[]'::jsonb
+                 OR jsonb_exists(endpoint.event_types, %(type)s))
+        RETURNING id
+    ), advanced AS (
+        UPDATE {Execution._meta.db_table} AS e SET last_sequence = inserted.sequence
+        FROM inserted WHERE e.id = inserted.execution_id
+        RETURNING inserted.sequence
     )
-    UPDATE {Execution._meta.db_table} AS e SET last_sequence = inserted.sequence
-    FROM inserted WHERE e.id = inserted.execution_id
-    RETURNING inserted.sequence
+    SELECT advanced.sequence,
+           pg_notify('{CHANNEL}', %(execution)s || ' ' || advanced.sequence),
+           ARRAY(SELECT id FROM owed)
+    FROM advanced
 """  # noqa: S608
 
 
@@ -39,8 +65,11 @@ def event_emit(*, execution_id: str, type: str, key: str, payload: dict[str, Any
     """Append one event; returns its sequence, or None when ``key`` was already emitted.
 
     One statement: lock the execution row, insert at ``last_sequence + 1`` unless the key
-    exists, advance ``last_sequence``. Two emitters for one execution serialize on the row
-    lock, so sequences stay gapless and unique. Must run inside the caller's transaction.
+    exists, owe it to every active webhook endpoint that wants its type, advance
+    ``last_sequence``, announce it on ``CHANNEL``. Two emitters for one execution serialize
+    on the row lock, so sequences stay gapless and unique, and an execution's events commit
+    in sequence order. Must run inside the caller's transaction: the event, its deliveries
+    and its NOTIFY commit with the transition or not at all.
     """
     with connection.cursor() as cursor:
         cursor.execute(
@@ -53,4 +82,10 @@ def event_emit(*, execution_id: str, type: str, key: str, payload: dict[str, Any
             },
         )
         row = cursor.fetchone()
-    return row[0] if row else None
+    if row is None:
+        return None
+    if row[2]:
+        from executions.events.relay import deliveries_send_on_commit
+
+        deliveries_send_on_commit(row[2])
+    return int(row[0])

@@ -18,7 +18,6 @@ matrix pins them so); cancel records a fixed reason, "canceled from the admin"."
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,6 +51,7 @@ from executions.controls import (
     execution_rollback,
 )
 from executions.events.endpoints import (
+    EVENT_TYPE_RE,
     endpoint_url_check,
     webhook_endpoint_save,
     webhook_secret_rotate,
@@ -72,7 +72,6 @@ from executions.models import (
     WebhookEndpoint,
 )
 
-EVENT_TYPE_RE = re.compile(r"[a-z][a-z_]{0,40}(?:\.[a-z][a-z_]{0,40}){0,3}")
 _REFUSALS = (InvalidState, InvalidInput, LaneConflict, NotPermitted, ReadOnlyInstance)
 EVENTS_SHOWN = 500  # the newest; every event is in the outbox events' list
 

@@ -106,6 +106,7 @@ class WorkerProcess:
         queues: str = "stages,scanners,webhooks,celery",
         concurrency: int = 1,
         beat: bool = True,
+        **environ: str,
     ) -> WorkerProcess:
         """``beat``: run the beat schedule (timer scanner, recovery scan) in the worker."""
         env = {
@@ -114,6 +115,7 @@ class WorkerProcess:
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
             "DJANGO_SETTINGS_MODULE": "alfred.settings",
             "ALFRED_ENV": "test",
+            **environ,
         }
         argv = [
             sys.executable,

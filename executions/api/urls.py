@@ -14,6 +14,14 @@ from executions.api.views.executions import (
     ExecutionListApi,
 )
 from executions.api.views.streams import EventStreamApi, ExecutionEventStreamApi
+from executions.api.views.webhooks import (
+    WebhookDeliveryListApi,
+    WebhookDeliveryRedeliverApi,
+    WebhookEndpointDetailApi,
+    WebhookEndpointListApi,
+    WebhookEndpointRedeliverApi,
+    WebhookEndpointRotateApi,
+)
 from executions.api.views.workflows import WorkflowListApi
 from lanes.api import LaneDetailApi, LaneListApi, LaneRecoverApi
 
@@ -59,6 +67,32 @@ urlpatterns = [
     ),
     path("events/stream", EventStreamApi.as_view(), name="events-stream"),
     path("audit", AuditEntryListApi.as_view(), name="audit-list"),
+    path("webhooks/endpoints", WebhookEndpointListApi.as_view(), name="webhook-endpoint-list"),
+    path(
+        "webhooks/endpoints/<str:endpoint_id>",
+        WebhookEndpointDetailApi.as_view(),
+        name="webhook-endpoint-detail",
+    ),
+    path(
+        "webhooks/endpoints/<str:endpoint_id>/rotate-secret",
+        WebhookEndpointRotateApi.as_view(),
+        name="webhook-endpoint-rotate",
+    ),
+    path(
+        "webhooks/endpoints/<str:endpoint_id>/deliveries",
+        WebhookDeliveryListApi.as_view(),
+        name="webhook-delivery-list",
+    ),
+    path(
+        "webhooks/endpoints/<str:endpoint_id>/redeliver",
+        WebhookEndpointRedeliverApi.as_view(),
+        name="webhook-endpoint-redeliver",
+    ),
+    path(
+        "webhooks/deliveries/<str:delivery_id>/redeliver",
+        WebhookDeliveryRedeliverApi.as_view(),
+        name="webhook-delivery-redeliver",
+    ),
     path("lanes", LaneListApi.as_view(), name="lane-list"),
     path("lanes/<path:key>/recover", LaneRecoverApi.as_view(), name="lane-recover"),
     path("lanes/<path:key>", LaneDetailApi.as_view(), name="lane-detail"),

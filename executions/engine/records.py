@@ -7,11 +7,10 @@ from typing import Any
 
 from django.utils import timezone
 
-from executions.events.outbox import event_key
+from executions.events.outbox import event_emit, event_key
 from executions.models import (
     Execution,
     ExecutionStatus,
-    OutboxEvent,
     Run,
     RunKind,
     Stage,
@@ -45,7 +44,6 @@ def execution_insert(
         lane_token=lane_token,
         predecessor=predecessor,
         parent_id=parent_id,
-        last_sequence=1,
     )
     run = run_new(execution, number=1, kind=RunKind.INITIAL)
     # The run's id is known before it exists: the FK is checked at commit (PostgreSQL
@@ -55,9 +53,9 @@ def execution_insert(
     run.save(force_insert=True)
     execution.current_run = run
     stages_insert(run, stages)
-    OutboxEvent.objects.create(
-        execution=execution,
-        sequence=1,
+    # Through the outbox like every event: its NOTIFY and its webhook deliveries with it.
+    event_emit(
+        execution_id=execution.id,
         key=event_key(execution.id, "accepted"),
         type="execution.accepted",
         payload={

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import re
 import secrets
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -27,9 +28,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from alfred.readonly import writes_allowed
-from executions.models import WebhookEndpoint
+from executions.models import AuditEntry, WebhookEndpoint
 
 ROTATION_OVERLAP = timedelta(hours=24)
+# An event type an endpoint may ask for: lower-case words joined by dots (execution.failed).
+EVENT_TYPE_RE = re.compile(r"[a-z][a-z_]{0,40}(?:\.[a-z][a-z_]{0,40}){0,3}")
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 # Cloud instance-metadata services by name (their addresses are link-local, refused below).
@@ -133,3 +136,24 @@ def endpoint_secrets(endpoint: WebhookEndpoint) -> list[str]:
     if endpoint.previous_secret and expires is not None and expires > timezone.now():
         current.append(endpoint.previous_secret)
     return current
+
+
+def webhook_endpoint_delete(endpoint_id: str) -> bool:
+    """Delete the endpoint and what it is owed (its deliveries and their log)."""
+    writes_allowed()
+    with transaction.atomic(durable=True):
+        deleted, _ = WebhookEndpoint.objects.filter(pk=endpoint_id).delete()
+    return deleted > 0
+
+
+def endpoint_audit(
+    actor: str, actor_name: str, action: str, endpoint_id: str, **data: object
+) -> None:
+    """An operator's change to an endpoint, in the audit log (never a secret)."""
+    AuditEntry.objects.create(
+        actor=actor,
+        action=action,
+        target_type="webhook_endpoint",
+        target_id=endpoint_id,
+        data={"actor_name": actor_name, **data},
+    )

@@ -145,7 +145,7 @@ def deliveries_claim(batch: int = BATCH) -> list[Claimed]:
         if not rows:
             return []
         rounds = -(-len(rows) // SENDERS)
-        claim = now + timedelta(seconds=rounds * (timeout + 5) + 30)
+        claim = now + timedelta(seconds=rounds * timeout * 1.5 + 5)
         WebhookDelivery.objects.filter(pk__in=[row.pk for row in rows]).update(claimed_until=claim)
     return [
         Claimed(

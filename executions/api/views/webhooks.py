@@ -1,0 +1,328 @@
+"""Webhook endpoints and their deliveries (operators only): thin views over
+``executions.events.endpoints`` and ``executions.events.relay``."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from alfred.openapi import JSON, problems
+from alfred.permissions import IsOperator, request_caller
+from alfred.problems import Problem
+from executions.events.endpoints import (
+    EVENT_TYPE_RE,
+    endpoint_audit,
+    webhook_endpoint_delete,
+    webhook_endpoint_save,
+    webhook_secret_rotate,
+)
+from executions.events.relay import deliveries_redeliver
+from executions.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+
+
+class WebhookEndpointSerializer(serializers.ModelSerializer):
+    url = serializers.URLField(max_length=2000)
+    event_types = serializers.ListField(
+        child=serializers.CharField(max_length=200),
+        required=False,
+        max_length=100,
+        help_text="Event types to send (e.g. execution.failed); empty: every event.",
+    )
+    secret_previous_until = serializers.DateTimeField(
+        source="previous_secret_expires_at",
+        read_only=True,
+        help_text="After a rotation: until when the old secret signs beside the new one.",
+    )
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = [
+            "id",
+            "url",
+            "description",
+            "event_types",
+            "active",
+            "disabled_reason",
+            "secret_previous_until",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "disabled_reason", "created_at", "updated_at"]
+
+    def validate_event_types(self, value: list[str]) -> list[str]:
+        for event_type in value:
+            if not EVENT_TYPE_RE.fullmatch(event_type):
+                raise serializers.ValidationError(
+                    f"{event_type[:60]!r}: an event type is lower-case words joined by dots"
+                )
+        return sorted(set(value))
+
+
+class WebhookEndpointCreatedSerializer(WebhookEndpointSerializer):
+    secret = serializers.CharField(help_text="The signing secret: shown this once.")
+
+    class Meta(WebhookEndpointSerializer.Meta):
+        fields = [*WebhookEndpointSerializer.Meta.fields, "secret"]
+
+
+class SecretSerializer(serializers.Serializer):
+    secret = serializers.CharField(help_text="The new signing secret: shown this once.")
+    secret_previous_until = serializers.DateTimeField()
+
+
+class WebhookAttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = WebhookAttempt
+        fields = ["number", "status_code", "duration_ms", "response_excerpt", "error", "created_at"]
+
+
+class WebhookDeliverySerializer(serializers.ModelSerializer):
+    event = serializers.CharField(source="event.key", help_text="Also its webhook-id.")
+    event_type = serializers.CharField(source="event.type")
+    execution = serializers.CharField(source="event.execution_id")
+    attempts_log = WebhookAttemptSerializer(source="log", many=True, read_only=True)
+
+    class Meta:
+        model = WebhookDelivery
+        fields = [
+            "id",
+            "endpoint",
+            "event",
+            "event_type",
+            "execution",
+            "status",
+            "attempts",
+            "next_attempt_at",
+            "last_status_code",
+            "last_error",
+            "created_at",
+            "delivered_at",
+            "attempts_log",
+        ]
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
+class RedeliveredSerializer(serializers.Serializer):
+    redelivered = serializers.IntegerField(help_text="How many deliveries were put back.")
+
+
+_DELIVERY_ID = re.compile(r"[0-9]{1,18}")
+
+
+def _endpoint(endpoint_id: str) -> WebhookEndpoint:
+    found = WebhookEndpoint.objects.filter(pk=endpoint_id[:40]).first()
+    if found is None:
+        raise Http404
+    return found
+
+
+def _invalid(exc: DjangoValidationError) -> Problem:
+    return Problem(
+        "invalid_input",
+        "; ".join(exc.messages),
+        errors=[{"field": "url", "message": message} for message in exc.messages],
+    )
+
+
+class WebhookEndpointListApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="webhook_endpoints_list",
+        summary="Webhook endpoints (operator)",
+        responses={(200, JSON): WebhookEndpointSerializer(many=True), **problems(401, 403)},
+    )
+    def get(self, request: Request) -> Response:
+        endpoints = WebhookEndpoint.objects.order_by("created_at")
+        return Response(WebhookEndpointSerializer(endpoints, many=True).data)
+
+    @extend_schema(
+        operation_id="webhook_endpoints_create",
+        summary="Add a webhook endpoint; its signing secret is in this answer only",
+        request=WebhookEndpointSerializer,
+        responses={(201, JSON): WebhookEndpointCreatedSerializer, **problems(401, 403, 422)},
+    )
+    def post(self, request: Request) -> Response:
+        serializer = WebhookEndpointSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        endpoint = WebhookEndpoint(**serializer.validated_data)
+        caller = request_caller(request)
+        try:
+            secret = webhook_endpoint_save(endpoint)
+        except DjangoValidationError as exc:
+            raise _invalid(exc) from None
+        with transaction.atomic():
+            endpoint_audit(
+                caller.principal, caller.name, "webhook.create", endpoint.pk, url=endpoint.url
+            )
+        body = WebhookEndpointSerializer(endpoint).data
+        return Response({**body, "secret": secret}, status=201)
+
+
+class WebhookEndpointDetailApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="webhook_endpoints_get",
+        summary="One webhook endpoint (operator)",
+        responses={(200, JSON): WebhookEndpointSerializer, **problems(401, 403, 404)},
+    )
+    def get(self, request: Request, endpoint_id: str) -> Response:
+        return Response(WebhookEndpointSerializer(_endpoint(endpoint_id)).data)
+
+    @extend_schema(
+        operation_id="webhook_endpoints_update",
+        summary="Change an endpoint's URL, description, event types or whether it is active",
+        request=WebhookEndpointSerializer(partial=True),
+        responses={(200, JSON): WebhookEndpointSerializer, **problems(401, 403, 404, 422)},
+    )
+    def patch(self, request: Request, endpoint_id: str) -> Response:
+        endpoint = _endpoint(endpoint_id)
+        serializer = WebhookEndpointSerializer(endpoint, data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        for name, value in serializer.validated_data.items():
+            setattr(endpoint, name, value)
+        try:
+            webhook_endpoint_save(endpoint)
+        except DjangoValidationError as exc:
+            raise _invalid(exc) from None
+        caller = request_caller(request)
+        with transaction.atomic():
+            endpoint_audit(
+                caller.principal,
+                caller.name,
+                "webhook.update",
+                endpoint.pk,
+                fields=sorted(serializer.validated_data),
+            )
+        return Response(WebhookEndpointSerializer(endpoint).data)
+
+    @extend_schema(
+        operation_id="webhook_endpoints_delete",
+        summary="Delete an endpoint and what it is owed",
+        responses={204: None, **problems(401, 403, 404)},
+    )
+    def delete(self, request: Request, endpoint_id: str) -> Response:
+        endpoint = _endpoint(endpoint_id)
+        if not webhook_endpoint_delete(endpoint.pk):
+            raise Http404
+        caller = request_caller(request)
+        with transaction.atomic():
+            endpoint_audit(
+                caller.principal, caller.name, "webhook.delete", endpoint.pk, url=endpoint.url
+            )
+        return Response(status=204)
+
+
+class WebhookEndpointRotateApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="webhook_endpoints_rotate_secret",
+        summary="A new signing secret (in this answer only); the old one signs beside it for 24 h",
+        request=None,
+        responses={(200, JSON): SecretSerializer, **problems(401, 403, 404)},
+    )
+    def post(self, request: Request, endpoint_id: str) -> Response:
+        endpoint = _endpoint(endpoint_id)
+        secret = webhook_secret_rotate(endpoint.pk)
+        caller = request_caller(request)
+        with transaction.atomic():
+            endpoint_audit(caller.principal, caller.name, "webhook.rotate_secret", endpoint.pk)
+        endpoint.refresh_from_db()
+        return Response(
+            {"secret": secret, "secret_previous_until": endpoint.previous_secret_expires_at}
+        )
+
+
+class WebhookDeliveryListApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="webhook_deliveries_list",
+        summary="An endpoint's deliveries, newest first, with every attempt (operator)",
+        parameters=[
+            OpenApiParameter("status", str, enum=DeliveryStatus.values),
+            OpenApiParameter("limit", int, description="1–200 (default 50)."),
+        ],
+        responses={(200, JSON): WebhookDeliverySerializer(many=True), **problems(401, 403, 404)},
+    )
+    def get(self, request: Request, endpoint_id: str) -> Response:
+        from executions.api.params import int_param
+
+        endpoint = _endpoint(endpoint_id)
+        status = request.query_params.get("status")
+        if status is not None and status not in DeliveryStatus.values:
+            raise Problem(
+                "malformed_request", f"status must be one of {', '.join(DeliveryStatus.values)}"
+            )
+        limit = int_param(request, "limit", 50, 1, 200)
+        deliveries = (
+            WebhookDelivery.objects.filter(endpoint=endpoint)
+            .select_related("event")
+            .prefetch_related("log")
+            .order_by("-id")
+        )
+        if status:
+            deliveries = deliveries.filter(status=status)
+        return Response(WebhookDeliverySerializer(deliveries[:limit], many=True).data)
+
+
+class WebhookEndpointRedeliverApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="webhook_endpoints_redeliver_failed",
+        summary="Send every failed delivery of the endpoint again (same webhook-id)",
+        request=ReasonSerializer,
+        responses={(202, JSON): RedeliveredSerializer, **problems(401, 403, 404)},
+    )
+    def post(self, request: Request, endpoint_id: str) -> Response:
+        endpoint = _endpoint(endpoint_id)
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        caller = request_caller(request)
+        count = deliveries_redeliver(
+            actor=caller.principal,
+            actor_name=caller.name,
+            reason=reason.validated_data["reason"],
+            endpoint_id=endpoint.pk,
+        )
+        return Response({"redelivered": count}, status=202)
+
+
+class WebhookDeliveryRedeliverApi(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="webhook_deliveries_redeliver",
+        summary="Send one delivery again (same webhook-id), whatever became of it",
+        request=ReasonSerializer,
+        responses={(202, JSON): RedeliveredSerializer, **problems(401, 403, 404)},
+    )
+    def post(self, request: Request, delivery_id: str) -> Response:
+        if not _DELIVERY_ID.fullmatch(delivery_id):
+            raise Http404
+        if not WebhookDelivery.objects.filter(pk=int(delivery_id)).exists():
+            raise Http404
+        reason = ReasonSerializer(data=request.data)
+        reason.is_valid(raise_exception=True)
+        caller = request_caller(request)
+        count = deliveries_redeliver(
+            actor=caller.principal,
+            actor_name=caller.name,
+            reason=reason.validated_data["reason"],
+            delivery_ids=[int(delivery_id)],
+        )
+        return Response({"redelivered": count}, status=202)

@@ -1,0 +1,393 @@
+"""Webhooks end to end: a real Celery worker relays the outbox to a local receiver that
+verifies every delivery with ``standardwebhooks.Webhook.verify``; the receiver goes down and
+comes back, answers 410, asks to wait with Retry-After; the relay's worker is killed
+mid-delivery; private targets are refused at connect time; operators redeliver."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from rest_framework.test import APIClient
+from standardwebhooks.webhooks import Webhook
+
+from alfred.tokens import token_create
+from executions.events import relay
+from executions.events.endpoints import endpoint_url_check, webhook_endpoint_save
+from executions.events.outbox import event_emit
+from executions.models import (
+    AuditEntry,
+    DeliveryStatus,
+    Execution,
+    OutboxEvent,
+    WebhookAttempt,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
+from tests.conftest import WorkerProcess, wait_for
+from tests.helpers import submit
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+FAST = {
+    "ALFRED_WEBHOOK_ALLOW_PRIVATE": "1",
+    "ALFRED_WEBHOOK_RETRY_SCHEDULE": "0,0.3,0.3,0.5,0.5,1,1,1",
+    "ALFRED_WEBHOOK_TIMEOUT_SECONDS": "2",
+    "ALFRED_WEBHOOK_SCAN_SECONDS": "0.2",
+}
+
+
+@dataclass
+class Receiver:
+    """A webhook receiver on a local port. ``answer`` decides each response: (status,
+    headers); ``hang`` seconds are slept before answering the first request."""
+
+    secret: str = ""
+    answer: Any = None
+    hang: float = 0.0
+    received: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+
+    def start(self) -> Receiver:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+                if receiver.hang:
+                    hang, receiver.hang = receiver.hang, 0.0
+                    time.sleep(hang)
+                    return  # no answer: the sender's worker is killed meanwhile
+                try:
+                    payload = Webhook(receiver.secret).verify(body, dict(self.headers))
+                except Exception as exc:
+                    receiver.refused.append(str(exc))
+                    self.send_response(400)
+                    self.end_headers()
+                    return
+                status, headers = (receiver.answer or (lambda: (200, {})))()
+                if 200 <= status < 300:
+                    receiver.received.append(
+                        {
+                            "id": self.headers["webhook-id"],
+                            "signature": self.headers["webhook-signature"],
+                            "body": body,
+                            "headers": dict(self.headers),
+                            "at": time.monotonic(),
+                            "payload": payload,
+                        }
+                    )
+                else:
+                    receiver.received.append(
+                        {
+                            "id": self.headers["webhook-id"],
+                            "refused": status,
+                            "at": time.monotonic(),
+                        }
+                    )
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks"
+
+    def delivered_ids(self) -> list[str]:
+        return [r["id"] for r in self.received if "refused" not in r]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    found = Receiver().start()
+    try:
+        yield found
+    finally:
+        found.stop()
+
+
+@pytest.fixture
+def relay_worker() -> Iterator[WorkerProcess]:
+    worker = WorkerProcess("relay").start(**FAST)
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _private_targets_allowed(settings: Any) -> None:
+    settings.ALFRED_WEBHOOK_ALLOW_PRIVATE = True
+
+
+def endpoint_for(receiver: Receiver, **fields: Any) -> WebhookEndpoint:
+    endpoint = WebhookEndpoint(url=receiver.url, **fields)
+    secret = webhook_endpoint_save(endpoint)
+    assert secret is not None and secret.startswith("whsec_")
+    receiver.secret = secret
+    return endpoint
+
+
+def an_execution(api: APIClient, label: str) -> Execution:
+    body = submit(api, "test-counter", {"label": label}).json()
+    return Execution.objects.get(pk=body["id"])
+
+
+def emit_many(execution: Execution, count: int) -> list[str]:
+    keys = []
+    for _ in range(count):
+        key = f"{execution.id}:{uuid.uuid4().hex}"
+        with transaction.atomic():
+            event_emit(execution_id=execution.id, type="test.tick", key=key, payload={})
+        keys.append(key)
+    return keys
+
+
+def test_every_event_of_a_real_execution_arrives_signed_and_verifies(api, receiver, relay_worker):
+    # given an endpoint for every event
+    endpoint = endpoint_for(receiver)
+    # when an execution runs to its end on the worker
+    execution = an_execution(api, "hooked")
+    wait_for(lambda: Execution.objects.get(pk=execution.pk).terminal, timeout=30)
+    keys = set(OutboxEvent.objects.filter(execution=execution).values_list("key", flat=True))
+    # then every event arrived, verified by standardwebhooks, once each
+    try:
+        wait_for(lambda: set(receiver.delivered_ids()) >= keys, timeout=30)
+    except AssertionError:
+        missing = keys - set(receiver.delivered_ids())
+        rows = list(WebhookDelivery.objects.filter(event__key__in=missing).values())
+        raise AssertionError(f"missing {missing}: {rows}; refused {receiver.refused}") from None
+    assert not receiver.refused
+    assert sorted(receiver.delivered_ids()) == sorted(keys)
+    first = next(r for r in receiver.received if r["payload"]["type"] == "execution.accepted")
+    assert first["payload"]["data"]["execution"] == execution.id
+    assert first["payload"]["data"]["sequence"] == 1
+    assert (
+        WebhookDelivery.objects.filter(endpoint=endpoint)
+        .exclude(status=DeliveryStatus.DELIVERED)
+        .count()
+        == 0
+    )
+    assert WebhookAttempt.objects.filter(delivery__endpoint=endpoint).count() == len(keys)
+
+
+def test_an_endpoint_gets_only_the_event_types_it_asked_for(api, receiver, relay_worker):
+    endpoint_for(receiver, event_types=["execution.succeeded"])
+    execution = an_execution(api, "filtered")
+    wait_for(lambda: receiver.delivered_ids(), timeout=30)
+    time.sleep(1)
+    assert [r["payload"]["type"] for r in receiver.received] == ["execution.succeeded"]
+    assert receiver.delivered_ids() == [
+        OutboxEvent.objects.get(execution=execution, type="execution.succeeded").key
+    ]
+
+
+def test_a_receiver_down_for_a_while_gets_every_event_when_it_returns(api, receiver, relay_worker):
+    # given a receiver that answers 503 for its first two seconds
+    endpoint = endpoint_for(receiver)
+    first: list[float] = []
+
+    def answer() -> tuple[int, dict[str, str]]:
+        first.append(first[0] if first else time.monotonic())
+        return (200, {}) if time.monotonic() >= first[0] + 2.0 else (503, {})
+
+    receiver.answer = answer
+    execution = an_execution(api, "down")
+    keys = emit_many(execution, 20)
+    # then once it is back, every event arrives; a repeat is only ever the same webhook-id
+    wait_for(lambda: set(receiver.delivered_ids()) >= set(keys), timeout=40)
+    wait_for(
+        lambda: (
+            not WebhookDelivery.objects.filter(
+                endpoint=endpoint, status=DeliveryStatus.PENDING
+            ).exists()
+        ),
+        timeout=40,
+    )
+    all_keys = set(OutboxEvent.objects.filter(execution=execution).values_list("key", flat=True))
+    assert set(receiver.delivered_ids()) == all_keys
+    assert any("refused" in r for r in receiver.received)  # it really was down
+    retried = WebhookDelivery.objects.filter(endpoint=endpoint, attempts__gt=1).count()
+    assert retried > 0
+    assert WebhookAttempt.objects.filter(delivery__endpoint=endpoint, status_code=503).count() > 0
+
+
+def test_410_disables_the_endpoint_and_later_events_wait(api, receiver, relay_worker):
+    endpoint = endpoint_for(receiver)
+    receiver.answer = lambda: (410, {})
+    execution = an_execution(api, "gone")
+    wait_for(lambda: not WebhookEndpoint.objects.get(pk=endpoint.pk).active, timeout=30)
+    endpoint.refresh_from_db()
+    assert endpoint.disabled_reason.startswith("410 Gone")
+    assert AuditEntry.objects.filter(action="webhook.disabled", target_id=endpoint.pk).exists()
+    time.sleep(0.5)  # attempts claimed before the 410 was recorded may still land
+    attempts_after_disable = len(receiver.received)
+    later = emit_many(execution, 3)
+    time.sleep(1.5)
+    # nothing more is sent to it, and events after the 410 are not owed to it
+    assert len(receiver.received) == attempts_after_disable
+    assert not WebhookDelivery.objects.filter(endpoint=endpoint, event__key__in=later).exists()
+
+
+def test_retry_after_is_honoured(api, receiver, relay_worker):
+    endpoint = endpoint_for(receiver)
+    answers = iter([(429, {"Retry-After": "2"})])
+    receiver.answer = lambda: next(answers, (200, {}))
+    execution = Execution.objects.create(
+        workflow="test-counter", input={"label": "wait"}, logical_identity="x", principal="p"
+    )
+    (key,) = emit_many(execution, 1)
+    wait_for(lambda: key in receiver.delivered_ids(), timeout=30)
+    refused, accepted = (r for r in receiver.received if r["id"] == key)
+    assert refused["refused"] == 429
+    assert accepted["at"] - refused["at"] >= 2.0  # the schedule alone says 0.3 s
+    assert WebhookDelivery.objects.get(endpoint=endpoint).attempts == 2
+
+
+def test_killing_the_relay_worker_mid_delivery_loses_nothing(api, receiver):
+    # given a receiver that holds the first request without answering
+    endpoint = endpoint_for(receiver)
+    receiver.hang = 30.0
+    worker = WorkerProcess("relay-kill").start(**FAST)
+    try:
+        execution = Execution.objects.create(
+            workflow="test-counter", input={"label": "kill"}, logical_identity="y", principal="p"
+        )
+        (key,) = emit_many(execution, 1)
+        wait_for(lambda: receiver.hang == 0.0, timeout=30)  # the request is in the receiver
+        # when the worker is killed while the attempt is open
+        assert worker.proc is not None
+        import os
+        import signal
+
+        os.killpg(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait(10)
+        assert receiver.delivered_ids() == []
+        worker.start(**FAST)
+        # then the claim runs out and the event arrives, with the same webhook-id
+        wait_for(lambda: key in receiver.delivered_ids(), timeout=40)
+        delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+        assert delivery.status == DeliveryStatus.DELIVERED
+        assert receiver.delivered_ids() == [key]
+    finally:
+        worker.stop()
+
+
+def test_private_targets_are_refused_under_production_settings(settings, receiver):
+    settings.ALFRED_WEBHOOK_ALLOW_PRIVATE = False
+    settings.PRODUCTION = True
+    for url in (
+        "https://10.0.0.1/hook",
+        "https://127.0.0.1/hook",
+        "https://169.254.169.254/latest/meta-data",
+        "https://[::1]/hook",
+        "https://localhost/hook",
+        "http://hooks.example.com/plain-http",
+    ):
+        with pytest.raises(ValidationError):
+            endpoint_url_check(url)
+    endpoint_url_check("https://hooks.example.com/ok")
+    # and at connect time: a row that got past the check (or a name that resolves to a
+    # private address) is refused before any byte is sent
+    settings.PRODUCTION = False
+    endpoint = WebhookEndpoint.objects.create(url=receiver.url, secret="whsec_" + "A" * 44)
+    execution = Execution.objects.create(
+        workflow="test-counter", input={"label": "p"}, logical_identity="z", principal="p"
+    )
+    emit_many(execution, 1)
+    assert relay.deliveries_relay() == 1
+    attempt = WebhookAttempt.objects.get(delivery__endpoint=endpoint)
+    assert attempt.status_code is None
+    assert "ALFRED_WEBHOOK_ALLOW_PRIVATE" in attempt.error
+    assert receiver.received == []
+
+
+def test_operators_manage_endpoints_rotate_secrets_and_redeliver(receiver, relay_worker):
+    _, raw = token_create(name="hooks-operator", role="operator")
+    operator = APIClient()
+    operator.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    _, raw_integration = token_create(name="hooks-integration", role="integration")
+    integration = APIClient()
+    integration.credentials(HTTP_AUTHORIZATION=f"Bearer {raw_integration}")
+    # an integration may not touch endpoints
+    assert integration.get("/api/v1/webhooks/endpoints").status_code == 403
+    # create: the secret is in this answer only
+    created = operator.post(
+        "/api/v1/webhooks/endpoints",
+        {"url": receiver.url, "event_types": ["test.tick"]},
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+    endpoint_id = created.json()["id"]
+    receiver.secret = created.json()["secret"]
+    assert "secret" not in operator.get(f"/api/v1/webhooks/endpoints/{endpoint_id}").json()
+    bad = operator.post(
+        "/api/v1/webhooks/endpoints", {"url": "https://169.254.169.254/"}, format="json"
+    )
+    assert bad.status_code == 422 and bad.json()["code"] == "invalid_input"
+    # a receiver that fails every attempt exhausts the (short) schedule
+    receiver.answer = lambda: (500, {})
+    execution = Execution.objects.create(
+        workflow="test-counter", input={"label": "r"}, logical_identity="w", principal="p"
+    )
+    (key,) = emit_many(execution, 1)
+    wait_for(
+        lambda: WebhookDelivery.objects.filter(status=DeliveryStatus.FAILED).exists(), timeout=40
+    )
+    assert AuditEntry.objects.filter(action="webhook.exhausted", target_id=endpoint_id).exists()
+    listed = operator.get(f"/api/v1/webhooks/endpoints/{endpoint_id}/deliveries?status=failed")
+    assert listed.status_code == 200
+    (failed,) = listed.json()
+    assert failed["attempts"] == 8 and len(failed["attempts_log"]) == 8
+    # rotate: both secrets sign while the old one lasts
+    old_secret = receiver.secret
+    rotated = operator.post(f"/api/v1/webhooks/endpoints/{endpoint_id}/rotate-secret")
+    assert rotated.status_code == 200
+    receiver.secret = rotated.json()["secret"]
+    # redeliver every failed one: the same webhook-id arrives, signed by both secrets
+    receiver.answer = None
+    again = operator.post(
+        f"/api/v1/webhooks/endpoints/{endpoint_id}/redeliver", {"reason": "fixed"}, format="json"
+    )
+    assert again.status_code == 202 and again.json() == {"redelivered": 1}
+    wait_for(lambda: key in receiver.delivered_ids(), timeout=30)
+    (arrived,) = [r for r in receiver.received if r.get("id") == key and "refused" not in r]
+    assert len(arrived["signature"].split(" ")) == 2
+    for secret in (old_secret, receiver.secret):  # either secret alone verifies it
+        assert Webhook(secret).verify(arrived["body"], arrived["headers"])["data"]["key"] == key
+    assert AuditEntry.objects.filter(action="webhook.redeliver", target_id=endpoint_id).exists()
+    # one delivery again, by id
+    delivery_id = WebhookDelivery.objects.get(endpoint_id=endpoint_id).pk
+    one = operator.post(f"/api/v1/webhooks/deliveries/{delivery_id}/redeliver", {}, format="json")
+    assert one.status_code == 202 and one.json() == {"redelivered": 1}
+    wait_for(lambda: receiver.delivered_ids().count(key) == 2, timeout=30)
+    # update and delete
+    patched = operator.patch(
+        f"/api/v1/webhooks/endpoints/{endpoint_id}", {"active": False}, format="json"
+    )
+    assert patched.status_code == 200 and patched.json()["active"] is False
+    assert operator.delete(f"/api/v1/webhooks/endpoints/{endpoint_id}").status_code == 204
+    assert operator.get(f"/api/v1/webhooks/endpoints/{endpoint_id}").status_code == 404

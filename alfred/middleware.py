@@ -27,6 +27,9 @@ _FALLBACK_CODES = {
 }
 
 
+RECEIVERS = "/api/v1/receivers/"
+
+
 class ApiGuardMiddleware:
     """The edge of every request, before any view runs and after every answer:
 
@@ -80,7 +83,11 @@ class ApiGuardMiddleware:
                 "This Alfred instance is read-only: it serves inspection only.",
                 instance=request.path,
             )
-        limit = settings.ALFRED_MAX_BODY_BYTES
+        limit = (
+            settings.ALFRED_RECEIVER_MAX_BODY_BYTES
+            if request.path.startswith(RECEIVERS)
+            else settings.ALFRED_MAX_BODY_BYTES
+        )
         declared = request.META.get("CONTENT_LENGTH")
         if declared:
             try:

@@ -78,6 +78,10 @@ ALFRED_WEBHOOK_TIMEOUT_SECONDS = env.float("ALFRED_WEBHOOK_TIMEOUT_SECONDS", def
 # the bearer secret ArgoCD's notifications service sends. Unset: that receiver answers 401.
 ALFRED_GITHUB_WEBHOOK_SECRET = env.str("ALFRED_GITHUB_WEBHOOK_SECRET", default="")
 ALFRED_ARGOCD_WEBHOOK_SECRET = env.str("ALFRED_ARGOCD_WEBHOOK_SECRET", default="")
+# GitHub sends whole pushes (its limit is 25 MB): the receivers take more than other requests.
+ALFRED_RECEIVER_MAX_BODY_BYTES = env.int("ALFRED_RECEIVER_MAX_BODY_BYTES", default=4 * 1024 * 1024)
+# How often a wait on ArgoCD convergence polls (the receivers above bring a poll forward).
+ALFRED_CONVERGE_POLL_SECONDS = env.float("ALFRED_CONVERGE_POLL_SECONDS", default=2.0)
 # Server-Sent Events: a keep-alive comment this often; how many events one client may lag
 # behind before it is dropped (it reconnects with Last-Event-ID and misses nothing).
 ALFRED_SSE_KEEPALIVE_SECONDS = env.float("ALFRED_SSE_KEEPALIVE_SECONDS", default=15.0)

@@ -106,7 +106,7 @@ class WorkerProcess:
         queues: str = "stages,scanners,webhooks,celery",
         concurrency: int = 1,
         beat: bool = True,
-        **environ: str,
+        environ: dict[str, str] | None = None,
     ) -> WorkerProcess:
         """``beat``: run the beat schedule (timer scanner, recovery scan) in the worker."""
         env = {
@@ -115,7 +115,7 @@ class WorkerProcess:
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
             "DJANGO_SETTINGS_MODULE": "alfred.settings",
             "ALFRED_ENV": "test",
-            **environ,
+            **(environ or {}),
         }
         argv = [
             sys.executable,

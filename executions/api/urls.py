@@ -13,6 +13,7 @@ from executions.api.views.executions import (
     ExecutionEventsApi,
     ExecutionListApi,
 )
+from executions.api.views.receivers import ArgoCDReceiverApi, GitHubReceiverApi
 from executions.api.views.streams import EventStreamApi, ExecutionEventStreamApi
 from executions.api.views.webhooks import (
     WebhookDeliveryListApi,
@@ -67,6 +68,8 @@ urlpatterns = [
     ),
     path("events/stream", EventStreamApi.as_view(), name="events-stream"),
     path("audit", AuditEntryListApi.as_view(), name="audit-list"),
+    path("receivers/github", GitHubReceiverApi.as_view(), name="receiver-github"),
+    path("receivers/argocd", ArgoCDReceiverApi.as_view(), name="receiver-argocd"),
     path("webhooks/endpoints", WebhookEndpointListApi.as_view(), name="webhook-endpoint-list"),
     path(
         "webhooks/endpoints/<str:endpoint_id>",

@@ -20,10 +20,10 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -241,19 +241,31 @@ class Context:
         self._resolve(receipt, receipt.output)
 
     def wait_until(
-        self, key: str, probe: Callable[[], Any], *, every: float, timeout: float
+        self,
+        key: str,
+        probe: Callable[[], Any],
+        *,
+        every: float,
+        timeout: float,
+        wake_on: Sequence[str] = (),
     ) -> Any:
         """Poll ``probe`` (a read of provider state) every ``every`` seconds until it returns
         something truthy, which is recorded and returned; FatalError ``wait_timed_out`` after
-        ``timeout`` seconds. Between polls no worker is held."""
+        ``timeout`` seconds. Between polls no worker is held.
+
+        ``wake_on``: names (opaque to the engine) of what the probe reads; news of one
+        (``engine.scans.polls_hasten``) brings the next poll forward to now. The poll timer
+        stays the guarantee: news lost or never sent changes only when the poll happens."""
         receipt = self._replay(key, "poll")
         if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
             return _state(receipt)["value"]
+        topics = sorted(set(wake_on))
         if receipt is not None:
-            next_poll = _parse(_state(receipt)["next_poll_at"])
+            timer_key = f"{key}:{_state(receipt)['polls']}"
+            next_poll = min(_parse(_state(receipt)["next_poll_at"]), self._due_of(timer_key))
             if self._clock.now() < next_poll:
                 # woken before the next poll is due: wait on, with the timer armed again
-                self._timer(f"{key}:{_state(receipt)['polls']}", TimerPurpose.POLL, next_poll)
+                self._timer(timer_key, TimerPurpose.POLL, next_poll, topics)
                 raise Suspend(f"polling {key}")
         self._boundary()
         now = self._clock.now()
@@ -277,7 +289,7 @@ class Context:
             "poll",
             ReceiptStatus.WAITING,
             existing=receipt,
-            timer=(f"{key}:{polls}", TimerPurpose.POLL, next_poll),
+            timer=(f"{key}:{polls}", TimerPurpose.POLL, next_poll, topics),
             output=state,
         )
         raise Suspend(f"polling {key}")
@@ -566,7 +578,7 @@ class Context:
         status: str,
         existing: StepReceipt | None = None,
         *,
-        timer: tuple[str, str, datetime] | None = None,
+        timer: tuple[str, str, datetime] | tuple[str, str, datetime, list[str]] | None = None,
         also: Callable[[], None] | None = None,
         **fields: Any,
     ) -> StepReceipt:
@@ -621,19 +633,34 @@ class Context:
             )
         )
 
-    def _arm(self, key: str, purpose: str, due: datetime) -> None:
+    def _arm(self, key: str, purpose: str, due: datetime, topics: Sequence[str] = ()) -> None:
         Timer.objects.update_or_create(
             run_id=self.run_id,
             stage=self.stage,
             key=key,
-            defaults={"purpose": purpose, "due_at": due, "status": TimerStatus.PENDING},
+            defaults={
+                "purpose": purpose,
+                "due_at": due,
+                "status": TimerStatus.PENDING,
+                "topics": list(topics),
+            },
         )
 
-    def _timer(self, key: str, purpose: str, due: datetime) -> None:
+    def _timer(self, key: str, purpose: str, due: datetime, topics: Sequence[str] = ()) -> None:
         """Arm a timer (again), idempotently: a replay woken before its due time arms it once
         more, so that a timer fired early never strands the run."""
-        self._durably(lambda: self._arm(key, purpose, due))
+        self._durably(lambda: self._arm(key, purpose, due, topics))
         self._wake(due, self._clock.now())
+
+    def _due_of(self, key: str) -> datetime:
+        """When the timer ``key`` of this stage is due now: news may have brought it forward
+        (``scans.polls_hasten``) before the time the receipt planned."""
+        due = (
+            Timer.objects.filter(run_id=self.run_id, stage=self.stage, key=key)
+            .values_list("due_at", flat=True)
+            .first()
+        )
+        return due if due is not None else datetime.max.replace(tzinfo=UTC)
 
 
 def _state(receipt: StepReceipt) -> dict[str, Any]:

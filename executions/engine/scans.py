@@ -18,6 +18,7 @@ from executions.models import (
     RunStatus,
     StartState,
     Timer,
+    TimerPurpose,
     TimerStatus,
 )
 
@@ -121,3 +122,31 @@ def _recovery_due(run_ids: list[str], now: datetime) -> list[str]:
             },
         )
         return sorted(row[0] for row in cursor.fetchall())
+
+
+def polls_hasten(topics: list[str]) -> int:
+    """News about ``topics`` (a push to a repository, an application synced): every pending
+    poll that watches one is due now, and its run is woken at once. Returns how many polls.
+    Harmless when repeated or wrong: a poll only reads, and an early one that finds nothing
+    waits its interval again."""
+    if not topics:
+        return 0
+    watching = Q()
+    for topic in topics:
+        watching |= Q(topics__contains=[topic])
+    with transaction.atomic():
+        now = db_now()
+        due = list(
+            Timer.objects.select_for_update(skip_locked=True)
+            .filter(watching, status=TimerStatus.PENDING, purpose=TimerPurpose.POLL)
+            .values_list("pk", "run_id")
+        )
+        if not due:
+            return 0
+        Timer.objects.filter(pk__in=[pk for pk, _ in due]).update(
+            status=TimerStatus.FIRED, due_at=now, fired_at=now
+        )
+        run_ids = sorted({run_id for _, run_id in due})
+        Run.objects.filter(pk__in=run_ids).update(wakeups=F("wakeups") + 1, woken_at=now)
+        transaction.on_commit(lambda: [run_dispatch(run_id) for run_id in run_ids])
+    return len(due)

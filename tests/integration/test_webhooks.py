@@ -131,7 +131,7 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def relay_worker() -> Iterator[WorkerProcess]:
-    worker = WorkerProcess("relay").start(**FAST)
+    worker = WorkerProcess("relay").start(environ=FAST)
     try:
         yield worker
     finally:
@@ -271,7 +271,7 @@ def test_killing_the_relay_worker_mid_delivery_loses_nothing(api, receiver):
     # given a receiver that holds the first request without answering
     endpoint = endpoint_for(receiver)
     receiver.hang = 30.0
-    worker = WorkerProcess("relay-kill").start(**FAST)
+    worker = WorkerProcess("relay-kill").start(environ=FAST)
     try:
         execution = Execution.objects.create(
             workflow="test-counter", input={"label": "kill"}, logical_identity="y", principal="p"
@@ -286,7 +286,7 @@ def test_killing_the_relay_worker_mid_delivery_loses_nothing(api, receiver):
         os.killpg(worker.proc.pid, signal.SIGKILL)
         worker.proc.wait(10)
         assert receiver.delivered_ids() == []
-        worker.start(**FAST)
+        worker.start(environ=FAST)
         # then the claim runs out and the event arrives, with the same webhook-id
         wait_for(lambda: key in receiver.delivered_ids(), timeout=40)
         delivery = WebhookDelivery.objects.get(endpoint=endpoint)

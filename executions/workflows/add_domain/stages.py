@@ -304,8 +304,9 @@ def _converged(ctx: Any, key: str, targets: Mapping[str, str], timeout: float) -
     return ctx.wait_until(
         key,
         lambda: argocd.converged_on_all(targets),
-        every=argocd.CONVERGE_POLL_SECONDS,
+        every=argocd.poll_seconds(),
         timeout=timeout,
+        wake_on=argocd.wake_topics(*targets),
     )
 
 

@@ -29,7 +29,13 @@ from providers.argocd import ArgoCD, assess
 from providers.factory import Providers
 from providers.gitops import KIRBY_ROUTING, NGINX_HOSTS
 
-CONVERGE_POLL_SECONDS = 2.0
+
+def poll_seconds() -> float:
+    """How often a convergence wait polls ArgoCD (``ALFRED_CONVERGE_POLL_SECONDS``, 2 s);
+    a GitHub push or an ArgoCD notification brings the next poll forward."""
+    return float(settings.ALFRED_CONVERGE_POLL_SECONDS)
+
+
 CONVERGE_TIMEOUT_SECONDS = 1800.0
 
 
@@ -38,6 +44,21 @@ def applications_of(scope: str) -> tuple[str, ...]:
     return {NGINX_HOSTS.scope: config.nginx_apps, KIRBY_ROUTING.scope: config.kirby_apps}.get(
         scope, ()
     )
+
+
+def wake_topics(*scopes: str) -> list[str]:
+    """What a convergence wait on ``scopes`` watches, for the inbound receivers: a push to
+    the repository a concern lives in (``github:<owner/name>``) and news of each application
+    carrying it (``argocd:<name>``). Either brings the next poll forward."""
+    github = settings.ALFRED_PROVIDERS.github
+    repos = {"helm": github.helm_repo, "booking": github.booking_repo}
+    topics = set()
+    for scope in scopes:
+        role = ROLE.get(scope)
+        if role is not None:
+            topics.add(f"github:{repos[role].lower()}")
+        topics.update(f"argocd:{name}" for name in applications_of(scope))
+    return sorted(topics)
 
 
 def _argocd() -> ArgoCD:

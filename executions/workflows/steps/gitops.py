@@ -203,8 +203,9 @@ def undo_commit(ctx: Any, receipt: Mapping[str, Any]) -> dict[str, Any]:
         converged = ctx.wait_until(
             "converged",
             lambda: argocd.converged_on(scope, reverted["sha"]),
-            every=argocd.CONVERGE_POLL_SECONDS,
+            every=argocd.poll_seconds(),
             timeout=argocd.CONVERGE_TIMEOUT_SECONDS,
+            wake_on=argocd.wake_topics(scope),
         )
     return {"reverts": sha, "reverted": reverted, "converged": converged}
 

@@ -45,11 +45,14 @@ from executions.engine.registry import claim_refusal, definition_get
 from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.rollback import rollback_stage
 from executions.engine.terminal import execution_finish
+from executions.events.links import approval_links
 from executions.events.outbox import event_emit, event_key
 from executions.models import (
     TERMINAL_STATUSES,
     Execution,
     ExecutionStatus,
+    Hook,
+    HookStatus,
     Run,
     RunKind,
     RunStatus,
@@ -314,7 +317,8 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
         Stage.objects.filter(run=run, name=stage_name).update(status=StageStatus.WAITING)
         status = ExecutionStatus.PAUSED if suspend.operator else ExecutionStatus.WAITING
         if execution.status != status:
-            _status_set(execution, status, run, stage_name, reason=suspend.reason)
+            details = _approval_asked(execution, run) if suspend.operator else {}
+            _status_set(execution, status, run, stage_name, reason=suspend.reason, **details)
         _emit(execution.id, run, "stage.waiting", stage_name, reason=suspend.reason)
         woken = run.wakeups != claim.wakeups
     if woken:
@@ -404,6 +408,32 @@ def _assistance_add(execution: Execution, run: Run, stage: str, items: Any) -> N
             key=event_key(execution.id, f"assistance:{position}"),
             payload=item,
         )
+
+
+def _approval_asked(execution: Execution, run: Run) -> dict[str, Any]:
+    """What ``execution.paused`` tells whoever must ask a person (a chat bot, a ticket
+    system): the checkpoint's one-line summary, its plan and hash, when it expires, and
+    where to approve it."""
+    hook = (
+        Hook.objects.filter(run=run, status=HookStatus.PENDING, operator=True)
+        .order_by("-created_at")
+        .first()
+    )
+    if hook is None:
+        return {}
+    payload = hook.payload if isinstance(hook.payload, dict) else {}
+    return {
+        "approval": {
+            "hook": hook.id,
+            "name": hook.name,
+            "summary": str(payload.get("summary") or payload.get("why") or ""),
+            "plan": payload.get("plan"),
+            "plan_hash": payload.get("plan_hash"),
+            "force_required": bool(payload.get("force_required")),
+            "expires_at": hook.expires_at.isoformat() if hook.expires_at else None,
+            "links": approval_links(execution.id),
+        }
+    }
 
 
 def _same_help(item: dict[str, Any], held: Any) -> bool:

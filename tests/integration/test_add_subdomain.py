@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from executions.models import Execution, Hook
 from providers.sandbox.aws import AwsStandIn
@@ -146,6 +147,17 @@ def test_a_plain_a_record_pauses_for_the_plan_and_only_its_hash_applies(
 
     assert [r["values"] for r in pending["plan"]["before"] if r["type"] == "A"] == [["192.0.2.7"]]
     assert _batches(standin, body["id"]) == []
+    # the paused event says all a chat bot needs to ask a person
+    events = api.get(f"/api/v1/executions/{body['id']}/events").json()["events"]
+    (paused,) = [e for e in events if e["type"] == "execution.paused"]
+    asked = paused["payload"]["approval"]
+    assert asked["plan_hash"] == pending["plan_hash"]
+    assert asked["plan"] == pending["plan"]
+    assert asked["summary"].startswith(f"{name} in example.com: ")
+    assert "UPSERT A" in asked["summary"]
+    assert parse_datetime(asked["expires_at"]) == parse_datetime(pending["expires_at"])
+    assert asked["links"]["admin"].endswith(f"/admin/executions/execution/{body['id']}/approve/")
+    assert asked["links"]["api"].endswith(f"/api/v1/executions/{body['id']}/approve")
     approve = f"/api/v1/executions/{body['id']}/approve"
     assert_problem(
         api.post(approve, {"plan_hash": pending["plan_hash"]}, format="json"),

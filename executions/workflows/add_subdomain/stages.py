@@ -31,7 +31,7 @@ from django.conf import settings
 from executions.engine.errors import FatalError, ReadinessFailure
 from executions.workflows.steps import route53
 from executions.workflows.steps.blast_radius import blast_radius_assess
-from executions.workflows.steps.planning import approval_token, plan_hash
+from executions.workflows.steps.planning import approval_token, change_summary, plan_hash
 
 ALIAS_TYPES = ("A", "AAAA")
 
@@ -112,6 +112,9 @@ def apply(ctx: Any) -> dict[str, Any]:
             payload={
                 "plan": _shown(current),
                 "plan_hash": current["plan_hash"],
+                "summary": change_summary(
+                    current["zone"]["name"], current["name"], current["changes"], current["before"]
+                ),
                 "force_required": current["blast_radius"]["force_required"],
             },
             operator=True,

@@ -269,6 +269,8 @@ def undo_update(ctx: Any, receipt: Mapping[str, Any]) -> dict[str, Any]:
                     "after": {"version": undo["restore_to"]},
                 },
                 "plan_hash": digest,
+                "summary": f"roll back: alias {alias} of {function} from version "
+                f"{found['version']} to {undo['restore_to']}",
                 "why": "the alias update was recovered after a lost answer: nothing proves "
                 "the version it points at was set by Alfred",
             },

@@ -6,7 +6,7 @@ consent given for one state is never applied to another."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from executions.identity import canonical_json
@@ -25,3 +25,12 @@ def approval_token(execution_id: str, hash_: str) -> str:
 def with_hash(plan: Mapping[str, Any]) -> dict[str, Any]:
     """``plan`` (with ``proposed`` and ``existing``) and its ``plan_hash``."""
     return {**plan, "plan_hash": plan_hash(proposed=plan["proposed"], existing=plan["existing"])}
+
+
+def change_summary(zone: str, name: str, changes: Sequence[Mapping[str, Any]], before: Any) -> str:
+    """One line a person asked to approve reads first (a chat message, a ticket title)."""
+    moves = ", ".join(
+        f"{change.get('action')} {(change.get('record') or {}).get('type')}" for change in changes
+    )
+    overwrites = " — overwrites DNS that is there now" if before else ""
+    return f"{name} in {zone}: {moves or 'no change'}{overwrites}"

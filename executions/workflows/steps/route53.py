@@ -22,7 +22,7 @@ from django.conf import settings
 from executions.workflows.steps.blast_radius import blast_radius_check
 from executions.workflows.steps.compensations import Drifted, mutation
 from executions.workflows.steps.errors import provider_errors
-from executions.workflows.steps.planning import approval_token, plan_hash
+from executions.workflows.steps.planning import approval_token, change_summary, plan_hash
 from providers.aws.route53 import Change, Route53
 from providers.factory import Providers
 
@@ -278,6 +278,8 @@ def undo_batch(ctx: Any, receipt: Mapping[str, Any]) -> dict[str, Any]:
                     "changes": changes,
                 },
                 "plan_hash": digest,
+                "summary": "roll back: "
+                + change_summary(zone["name"], ", ".join(names), changes, current),
                 "why": "the batch's landing was recovered after a lost answer: nothing proves "
                 "the records it left are Alfred's",
             },

@@ -56,12 +56,14 @@ from executions.events.endpoints import (
     webhook_endpoint_save,
     webhook_secret_rotate,
 )
+from executions.events.relay import deliveries_redeliver
 from executions.models import (
     AuditEntry,
     DeliveryKey,
     Execution,
     ExecutionStatus,
     HookStatus,
+    InboundNotification,
     OutboxEvent,
     ReceiptStatus,
     Run,
@@ -69,6 +71,8 @@ from executions.models import (
     RunStatus,
     Stage,
     StepReceipt,
+    WebhookAttempt,
+    WebhookDelivery,
     WebhookEndpoint,
 )
 
@@ -564,8 +568,14 @@ class WebhookEndpointAdmin(WritableAdmin):
     form = WebhookEndpointForm
     list_display = ["url", "description", "active", "disabled_reason", "created_at"]
     list_filter = ["active"]
-    readonly_fields = ["id", "created_at"]
-    actions = ["rotate_secret"]
+    readonly_fields = [
+        "id",
+        "disabled_reason",
+        "previous_secret_expires_at",
+        "created_at",
+        "updated_at",
+    ]
+    actions = ["rotate_secret", "redeliver_failed"]
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         secret = webhook_endpoint_save(obj)
@@ -577,6 +587,18 @@ class WebhookEndpointAdmin(WritableAdmin):
         if secrets:
             return self._show_secrets(request, secrets)
         return super().response_add(request, obj, post_url_continue)
+
+    @admin.action(description="Send every failed delivery again", permissions=["change"])
+    def redeliver_failed(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
+        caller = admin_caller(request)
+        for endpoint in queryset:
+            count = deliveries_redeliver(
+                actor=caller.principal,
+                actor_name=caller.name,
+                reason="redelivered from the admin",
+                endpoint_id=endpoint.pk,
+            )
+            self.message_user(request, f"{endpoint}: {count} failed deliveries will be sent again")
 
     @admin.action(description="Rotate the signing secret (shown once)", permissions=["change"])
     def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> Any:
@@ -591,3 +613,59 @@ class WebhookEndpointAdmin(WritableAdmin):
         )
         response["Cache-Control"] = "no-store"
         return response
+
+
+class WebhookAttemptInline(ReadOnlyInline):
+    model = WebhookAttempt
+    fields = ["number", "status_code", "duration_ms", "response_excerpt", "error", "created_at"]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    """Every event owed to an endpoint, with each attempt as the relay saw it; an operator
+    sends one again (its webhook-id stays: a receiver that had it dedupes it)."""
+
+    list_display = [
+        "id",
+        "endpoint",
+        "event",
+        "status",
+        "attempts",
+        "last_status_code",
+        "next_attempt_at",
+        "delivered_at",
+    ]
+    list_filter = ["status", "endpoint"]
+    search_fields = ["event__key", "event__execution__id"]
+    list_select_related = ["endpoint", "event"]
+    inlines = [WebhookAttemptInline]
+    actions = ["redeliver"]
+
+    @admin.action(description="Send the selected deliveries again", permissions=["change"])
+    def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
+        caller = admin_caller(request)
+        count = deliveries_redeliver(
+            actor=caller.principal,
+            actor_name=caller.name,
+            reason="redelivered from the admin",
+            delivery_ids=list(queryset.values_list("pk", flat=True)),
+        )
+        self.message_user(request, f"{count} deliveries will be sent again", messages.SUCCESS)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Only the redeliver action: the change form stays read-only (every field is).
+        return (
+            obj is None
+            and not read_only()
+            and request.user.has_perm("executions.change_webhookendpoint")
+        )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [field.name for field in WebhookDelivery._meta.fields]
+
+
+@admin.register(InboundNotification)
+class InboundNotificationAdmin(ReadOnlyAdmin):
+    list_display = ["received_at", "source", "delivery_id", "topics", "woken"]
+    list_filter = ["source"]
+    search_fields = ["delivery_id"]

@@ -25,6 +25,7 @@ from executions.models import (
     Execution,
     ExecutionStatus,
     Hook,
+    InboundNotification,
     OutboxEvent,
     ReceiptStatus,
     Run,
@@ -33,6 +34,8 @@ from executions.models import (
     StepReceipt,
     Timer,
     TimerPurpose,
+    WebhookAttempt,
+    WebhookDelivery,
     WebhookEndpoint,
 )
 from executions.workflows.registry import get_workflow
@@ -133,7 +136,16 @@ def records() -> None:
     AuditEntry.objects.create(
         actor="cli:ops", action="execution.cancel", target_type="execution", target_id="e"
     )
-    WebhookEndpoint.objects.create(url="https://hooks.example.com/a", secret="whsec_hidden")
+    endpoint = WebhookEndpoint.objects.create(
+        url="https://hooks.example.com/a", secret="whsec_hidden"
+    )
+    delivery = WebhookDelivery.objects.create(
+        endpoint=endpoint, event=OutboxEvent.objects.first(), status="failed", attempts=1
+    )
+    WebhookAttempt.objects.create(
+        delivery=delivery, number=1, status_code=500, duration_ms=12, response_excerpt="<oops>"
+    )
+    InboundNotification.objects.create(source="github", delivery_id="d-1", topics=["github:a/b"])
     token_create(name="a-token", role="integration")
     user_set(username="operator", role="operator", password=PASSWORD)
     user_set(username="viewer", role="viewer", password=PASSWORD)

@@ -95,7 +95,7 @@ def test_a_key_holder_reads_an_execution_it_does_not_own_but_cannot_act_on_it(ap
     detail = api.get(f"/api/v1/executions/{execution}")
 
     assert detail.status_code == 200
-    assert set(detail.json()["links"]) == {"self", "events"}  # no control it may not use
+    assert set(detail.json()["links"]) == {"self", "events", "stream"}  # no control it may not use
     assert_problem(api.post(f"/api/v1/executions/{execution}/cancel"), 403, "permission_denied")
     assert Execution.objects.get(pk=execution).status == "queued"
 

@@ -160,7 +160,7 @@ def test_the_execution_resource(api):
     assert body["acceptance"] is None  # only in the answer to the POST
     assert body["pending_approval"] is None
     assert body["children"] == [] and body["parent"] is None and body["predecessor"] is None
-    assert set(body["links"]) == {"self", "events", "cancel"}
+    assert set(body["links"]) == {"self", "events", "stream", "cancel"}
 
 
 def test_events_are_read_in_pages_after_a_sequence(api):

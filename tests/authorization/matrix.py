@@ -147,6 +147,12 @@ API: tuple[ApiRow, ...] = (
         "/api/v1/audit",
         (*ANON, "403 permission_denied", "403 permission_denied", "200", "200", "200", "200"),
     ),
+    ApiRow(
+        "GET /executions/{id}/events/stream (no new events: 204)",
+        "GET",
+        "/api/v1/executions/{failed}/events/stream?after=999",
+        (*ANON, "204", "404 not_found", "204", "204", "204", "204"),
+    ),
     ApiRow("GET /lanes", "GET", "/api/v1/lanes", _READ),
     ApiRow("GET /lanes/{key}", "GET", "/api/v1/lanes/{lane}", _READ),
     ApiRow(
@@ -164,6 +170,43 @@ API: tuple[ApiRow, ...] = (
         ),
         body={"expected_owner": "{lane_owner}", "reason": "matrix"},
         changes="recovered",
+    ),
+    ApiRow(
+        "GET /webhooks/endpoints",
+        "GET",
+        "/api/v1/webhooks/endpoints",
+        (
+            *ANON,
+            "403 permission_denied",
+            "403 permission_denied",
+            "200",
+            "403 permission_denied",
+            "200",
+            "200",
+        ),
+    ),
+    ApiRow(
+        "POST /webhooks/endpoints",
+        "POST",
+        "/api/v1/webhooks/endpoints",
+        (
+            *ANON,
+            "403 permission_denied",
+            "403 permission_denied",
+            "201",
+            "403 permission_denied",
+            "201",
+            _RO,
+        ),
+        body={"url": "https://hooks.example.com/alfred"},
+        changes="webhook_added",
+    ),
+    ApiRow(
+        "POST /receivers/github (unsigned)",
+        "POST",
+        "/api/v1/receivers/github",
+        ("401 authentication_failed",) * 7 + (_RO,),
+        body={"repository": {"full_name": "platform/helm-values"}},
     ),
 )
 

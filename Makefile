@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv run test lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version clean migrations-check
+.PHONY: help install venv run test lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -22,6 +22,7 @@ help:
 	@echo "make bench-add-certificate  a certificate requested, validated and issued, by stage"
 	@echo "make bench-add-domain  add-domain and onboard-domain end to end, split by stage"
 	@echo "make bench-update-lambda-version  a fleet's alias moved end to end, split by stage"
+	@echo "make bench-events      SSE latency (200 clients) and webhook delivery throughput"
 	@echo "make clean             delete local state (.alfred/: database, broker, demo login)"
 
 $(BIN)/python:
@@ -78,6 +79,9 @@ bench-add-certificate: $(STAMP)
 
 bench-add-domain: $(STAMP)
 	$(BIN)/python -m bench add_domain
+
+bench-events: $(STAMP)
+	$(BIN)/python -m bench events
 
 bench-update-lambda-version: $(STAMP)
 	$(BIN)/python -m bench update_lambda_version

@@ -10,6 +10,7 @@ from bench import (
     add_domain,
     add_subdomain,
     engine,
+    events,
     lanes,
     update_lambda_version,
 )
@@ -20,6 +21,7 @@ BENCHMARKS = {
     "add_domain": add_domain.main,
     "add_subdomain": add_subdomain.main,
     "engine": engine.main,
+    "events": events.main,
     "lanes": lanes.main,
     "update_lambda_version": update_lambda_version.main,
 }

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import os
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -110,18 +111,33 @@ def deliveries_relay(batch: int = BATCH) -> int:
     claimed = deliveries_claim(batch)
     if not claimed:
         return 0
-    with (
-        httpx.Client(
-            timeout=settings.ALFRED_WEBHOOK_TIMEOUT_SECONDS,
-            follow_redirects=False,
-            headers={"User-Agent": USER_AGENT},
-        ) as client,
-        ThreadPoolExecutor(max_workers=min(SENDERS, len(claimed))) as pool,
-    ):
+    client = _client()
+    if len(claimed) == 1:
+        delivery_record(claimed[0], attempt_send(client, claimed[0]))
+        return 1
+    with ThreadPoolExecutor(max_workers=min(SENDERS, len(claimed))) as pool:
         answers = pool.map(lambda item: (item, attempt_send(client, item)), claimed)
         for item, answer in answers:
             delivery_record(item, answer)
     return len(claimed)
+
+
+_clients: dict[int, httpx.Client] = {}
+
+
+def _client() -> httpx.Client:
+    """One client per worker process (its connections kept alive between deliveries to the
+    same receiver); a forked child makes its own."""
+    pid = os.getpid()
+    client = _clients.get(pid)
+    if client is None:
+        client = _clients[pid] = httpx.Client(
+            timeout=settings.ALFRED_WEBHOOK_TIMEOUT_SECONDS,
+            follow_redirects=False,
+            headers={"User-Agent": USER_AGENT},
+            limits=httpx.Limits(max_connections=SENDERS * 4, max_keepalive_connections=SENDERS),
+        )
+    return client
 
 
 def deliveries_claim(batch: int = BATCH) -> list[Claimed]:

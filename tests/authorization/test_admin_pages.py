@@ -140,7 +140,7 @@ def records() -> None:
         url="https://hooks.example.com/a", secret="whsec_hidden"
     )
     delivery = WebhookDelivery.objects.create(
-        endpoint=endpoint, event=OutboxEvent.objects.first(), status="failed", attempts=1
+        endpoint=endpoint, event=OutboxEvent.objects.all()[0], status="failed", attempts=1
     )
     WebhookAttempt.objects.create(
         delivery=delivery, number=1, status_code=500, duration_ms=12, response_excerpt="<oops>"

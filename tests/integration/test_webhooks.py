@@ -129,13 +129,29 @@ def receiver() -> Iterator[Receiver]:
         found.stop()
 
 
-@pytest.fixture
-def relay_worker() -> Iterator[WorkerProcess]:
+@pytest.fixture(scope="module")
+def module_relay(django_db_setup: None) -> Iterator[WorkerProcess]:
     worker = WorkerProcess("relay").start(environ=FAST)
     try:
         yield worker
     finally:
         worker.stop()
+
+
+@pytest.fixture
+def relay_worker(module_relay: WorkerProcess) -> Iterator[WorkerProcess]:
+    """The module's relay for one test; before the database is flushed, nothing it owes is
+    in flight (a relay mid-transaction holds locks the flush needs)."""
+    yield module_relay
+    wait_for(
+        lambda: (
+            not WebhookDelivery.objects.filter(
+                status=DeliveryStatus.PENDING, claimed_until__isnull=False
+            ).exists()
+        ),
+        timeout=30,
+    )
+    time.sleep(0.2)
 
 
 @pytest.fixture(autouse=True)
@@ -185,11 +201,13 @@ def test_every_event_of_a_real_execution_arrives_signed_and_verifies(api, receiv
     first = next(r for r in receiver.received if r["payload"]["type"] == "execution.accepted")
     assert first["payload"]["data"]["execution"] == execution.id
     assert first["payload"]["data"]["sequence"] == 1
-    assert (
-        WebhookDelivery.objects.filter(endpoint=endpoint)
-        .exclude(status=DeliveryStatus.DELIVERED)
-        .count()
-        == 0
+    wait_for(  # the relay records each answer just after the receiver has it
+        lambda: (
+            not WebhookDelivery.objects.filter(endpoint=endpoint)
+            .exclude(status=DeliveryStatus.DELIVERED)
+            .exists()
+        ),
+        timeout=10,
     )
     assert WebhookAttempt.objects.filter(delivery__endpoint=endpoint).count() == len(keys)
 
@@ -264,6 +282,7 @@ def test_retry_after_is_honoured(api, receiver, relay_worker):
     refused, accepted = (r for r in receiver.received if r["id"] == key)
     assert refused["refused"] == 429
     assert accepted["at"] - refused["at"] >= 2.0  # the schedule alone says 0.3 s
+    wait_for(lambda: WebhookDelivery.objects.get(endpoint=endpoint).status == "delivered")
     assert WebhookDelivery.objects.get(endpoint=endpoint).attempts == 2
 
 
@@ -289,8 +308,12 @@ def test_killing_the_relay_worker_mid_delivery_loses_nothing(api, receiver):
         worker.start(environ=FAST)
         # then the claim runs out and the event arrives, with the same webhook-id
         wait_for(lambda: key in receiver.delivered_ids(), timeout=40)
-        delivery = WebhookDelivery.objects.get(endpoint=endpoint)
-        assert delivery.status == DeliveryStatus.DELIVERED
+        wait_for(
+            lambda: (
+                WebhookDelivery.objects.get(endpoint=endpoint).status == DeliveryStatus.DELIVERED
+            ),
+            timeout=10,
+        )
         assert receiver.delivered_ids() == [key]
     finally:
         worker.stop()
@@ -379,7 +402,8 @@ def test_operators_manage_endpoints_rotate_secrets_and_redeliver(receiver, relay
     for secret in (old_secret, receiver.secret):  # either secret alone verifies it
         assert Webhook(secret).verify(arrived["body"], arrived["headers"])["data"]["key"] == key
     assert AuditEntry.objects.filter(action="webhook.redeliver", target_id=endpoint_id).exists()
-    # one delivery again, by id
+    # one delivery again, by id (once the relay has recorded the last answer)
+    wait_for(lambda: WebhookDelivery.objects.get(endpoint_id=endpoint_id).status == "delivered")
     delivery_id = WebhookDelivery.objects.get(endpoint_id=endpoint_id).pk
     one = operator.post(f"/api/v1/webhooks/deliveries/{delivery_id}/redeliver", {}, format="json")
     assert one.status_code == 202 and one.json() == {"redelivered": 1}

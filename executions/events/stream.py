@@ -318,14 +318,16 @@ def hub() -> EventHub:
     return found
 
 
-async def _next_batches(subscriber: Subscriber, keepalive: float) -> list[Batch] | None:
-    """The batches waiting for ``subscriber``; None after ``keepalive`` seconds without any."""
-    if not subscriber.pending and not subscriber.dropped:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(subscriber.wake.wait(), keepalive)
-    if not subscriber.pending and not subscriber.dropped:
-        return None
-    return subscriber.take()
+async def _live(subscriber: Subscriber, keepalive: float) -> AsyncIterator[list[Batch] | None]:
+    """The batches the hub hands ``subscriber``, as they come; None after ``keepalive``
+    seconds without any (time for a keep-alive); ends when the subscriber was dropped."""
+    while True:
+        if not subscriber.pending and not subscriber.dropped:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(subscriber.wake.wait(), keepalive)
+        if subscriber.dropped:
+            return
+        yield subscriber.take() if subscriber.pending else None
 
 
 async def execution_stream(
@@ -357,13 +359,10 @@ async def execution_stream(
             yield frame
         if (ended or terminal) and await _ended(events, execution):
             return
-        while True:
-            batches = await _next_batches(subscriber, keepalive)
+        async for batches in _live(subscriber, keepalive):
             if batches is None:
                 yield KEEPALIVE
                 continue
-            if subscriber.dropped:
-                return
             for batch in batches:
                 if isinstance(batch.since, int) and batch.since > sent:
                     async for frame in catch_up():
@@ -418,13 +417,10 @@ async def feed_stream(
 
         async for frame in catch_up():
             yield frame
-        while True:
-            batches = await _next_batches(subscriber, keepalive)
+        async for batches in _live(subscriber, keepalive):
             if batches is None:
                 yield KEEPALIVE
                 continue
-            if subscriber.dropped:
-                return
             for batch in batches:
                 if isinstance(batch.since, Cursor) and batch.since > position:
                     async for frame in catch_up():

@@ -93,11 +93,11 @@ def test_the_links_offer_exactly_the_controls_the_rule_allows_to_whom_may_act(st
     listed = _bearer(operator_raw).get("/api/v1/executions").json()["results"]
 
     # then: the owner and the operator get the controls of the state, the others none
-    assert links(owner_raw) == {"self", "events", *expected}
+    assert links(owner_raw) == {"self", "events", "stream", *expected}
     operator_expected = {*expected, *OPERATOR_ONLY.get(status, set())}
-    assert links(operator_raw) == {"self", "events", *operator_expected}
-    assert links(viewer_raw) == {"self", "events"}
-    assert set(listed[0]["links"]) == {"self", "events", *operator_expected}
+    assert links(operator_raw) == {"self", "events", "stream", *operator_expected}
+    assert links(viewer_raw) == {"self", "events", "stream"}
+    assert set(listed[0]["links"]) == {"self", "events", "stream", *operator_expected}
     owner = Caller(execution.principal, Role.INTEGRATION)
     assert execution_controls(execution, owner) == expected
     assert execution_controls(execution, Caller("prn_other", Role.INTEGRATION)) == frozenset()

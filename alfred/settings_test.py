@@ -11,6 +11,9 @@ os.environ.setdefault("ALFRED_EXTRA_WORKFLOWS", "tests.engine_workflows")
 os.environ.setdefault("ALFRED_LEASE_SECONDS", "4")
 os.environ.setdefault("ALFRED_RECOVERY_SCAN_SECONDS", "1")
 os.environ.setdefault("ALFRED_HANDOFF_GRACE_SECONDS", "5")
+# The webhook scan only matters to the webhook tests (which set their own): elsewhere it is
+# one more background query racing the flush between tests.
+os.environ.setdefault("ALFRED_WEBHOOK_SCAN_SECONDS", "30")
 # Throttles on, but far above what any test sends, so only tests/integration/test_throttling.py
 # (which lowers them) is ever throttled; every test's tokens are new principals anyway.
 os.environ.setdefault("ALFRED_THROTTLE_TRIGGER", "100000/min")

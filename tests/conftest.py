@@ -25,8 +25,32 @@ ROOT = Path(__file__).resolve().parent.parent
 _stack: EmbeddedStack | None = None
 
 
+def _patient_flush() -> None:
+    """The flush between transactional tests TRUNCATEs every table while a test's worker may
+    still run a background scan (beat's timers, recovery, webhooks): PostgreSQL can pick the
+    flush as a deadlock's victim. The flush is one transaction, rolled back whole, so it is
+    tried again, a few times, before the error stands."""
+    from django.core.management.base import CommandError
+    from django.core.management.commands import flush
+
+    original = flush.Command.handle
+
+    def handle(self: Any, **options: Any) -> Any:
+        for attempt in range(5):
+            try:
+                return original(self, **options)
+            except CommandError as exc:
+                if "deadlock detected" not in str(exc.__cause__) or attempt == 4:
+                    raise
+                time.sleep(0.3 * (attempt + 1))
+        return None
+
+    flush.Command.handle = handle  # type: ignore[method-assign]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _stack
+    _patient_flush()
     if not settings.ALFRED_EMBEDDED:
         return
     _stack = EmbeddedStack().start()

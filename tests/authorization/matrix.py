@@ -6,7 +6,8 @@ tests.authorization.matrix`` prints it; a test fails when the page is stale).
 Cells: an HTTP status (with the problem code for a 4xx/5xx), ``listed``/``hidden`` for whether
 the owner's execution shows in a list, and for the admin ``login`` (sent to the login page:
 tokens do not open the admin), ``refused`` (the action is not offered to that role; nothing
-changes) and ``done`` (the action ran).
+changes), ``asks`` (the action's confirmation page: nothing changes until it is confirmed with
+a reason) and ``done`` (the action ran).
 """
 
 from __future__ import annotations
@@ -212,27 +213,48 @@ API: tuple[ApiRow, ...] = (
 
 _LOGIN = ("login",) * 5
 _ACTION = (*_LOGIN, "refused", "done", "503")
+_ASKS = (*_LOGIN, "refused", "asks", "503")
+_CONFIRMED = {"confirm": "yes", "reason": "the matrix"}
 _FORBIDDEN = (*_LOGIN, "403", "403", "503")
 
 ADMIN: tuple[AdminRow, ...] = (
     AdminRow(
-        "executions: cancel action",
+        "executions: cancel action, asked",
         "/admin/executions/execution/",
         {"action": "cancel", "_selected_action": "{queued}"},
+        "canceled",
+        _ASKS,
+    ),
+    AdminRow(
+        "executions: cancel action, confirmed",
+        "/admin/executions/execution/",
+        {"action": "cancel", "_selected_action": "{queued}", **_CONFIRMED},
         "canceled",
         _ACTION,
     ),
     AdminRow(
-        "executions: retry action",
+        "executions: retry action, confirmed",
         "/admin/executions/execution/",
-        {"action": "retry", "_selected_action": "{failed}"},
+        {"action": "retry", "_selected_action": "{failed}", **_CONFIRMED},
         "retried",
         _ACTION,
     ),
     AdminRow(
-        "lanes: recover action",
+        "lanes: recover action, asked",
         "/admin/lanes/lane/",
         {"action": "recover", "_selected_action": "{lane}"},
+        "recovered",
+        _ASKS,
+    ),
+    AdminRow(
+        "lanes: recover action, confirmed (naming the owner seen)",
+        "/admin/lanes/lane/",
+        {
+            "action": "recover",
+            "_selected_action": "{lane}",
+            "seen_owner:{lane}": "{lane_owner}",
+            **_CONFIRMED,
+        },
         "recovered",
         _ACTION,
     ),

@@ -352,7 +352,9 @@ def test_an_approved_execution_shows_no_pending_approval_and_its_mutation(approv
     assert 'id="pending-approval"' not in html
     assert "<strong>apply</strong> aws.route53.batch" in html
     assert "Run #1 · initial · succeeded (current)" in html
-    assert _rows(html, "receipt-apply")[0][:5] == ["apply", "batch", "step", "succeeded", "1"]
+    # the timeline: the stage's row, then its step: key, status, kind, attempts
+    assert _rows(html, "stage-apply")[0][1:4] == ["apply", "succeeded", "stage"]
+    assert _rows(html, "receipt-apply")[0][1:5] == ["batch", "succeeded", "step", "1"]
     assert "hook.signalled" in html
     assert f'href="{_control(approved, "rollback")}"' in html
 
@@ -365,7 +367,7 @@ def test_a_rolled_back_execution_shows_both_runs_and_no_control(rolled_back):
     assert html.index("Run #2") < html.index("Run #1")  # newest first
     assert _rows(html, "stage-rollback")[0][:3] == ["0", "rollback", "succeeded"]
     assert "execution.rolled_back" in html
-    assert 'class="alfred-control"' not in html  # a rolled-back execution is an audit record
+    assert 'class="alfred-control' not in html  # a rolled-back execution is an audit record
 
 
 def test_an_execution_failed_in_rollback_shows_the_drift_and_offers_rollback_again(
@@ -375,7 +377,7 @@ def test_an_execution_failed_in_rollback_shows_the_drift_and_offers_rollback_aga
 
     assert "Run #2 · rollback · failed (current)" in html
     stage = _rows(html, "stage-rollback")[0]
-    assert stage[:3] == ["0", "rollback", "failed"] and '"code": "drifted"' in stage[4]
+    assert stage[:3] == ["0", "rollback", "failed"] and '"code": "drifted"' in stage[7]
     assert f'href="{_control(failed_in_rollback, "rollback")}"' in html
     assert f'href="{_control(failed_in_rollback, "retry")}"' in html
 
@@ -385,7 +387,7 @@ def test_a_read_only_instance_shows_the_plan_and_offers_no_control(paused):
     html = _login("operator").get(_page(paused)).content.decode()
 
     assert _rows(html, "plan-row") == PLAN_TABLE
-    assert 'class="alfred-control"' not in html and 'id="controls"' not in html
+    assert 'class="alfred-control' not in html and 'id="controls"' not in html
 
 
 # -- who reaches a confirmation page ----------------------------------------------------------
@@ -611,7 +613,7 @@ def test_a_service_refusal_is_a_message_not_a_500(failed_in_rollback):
 
 
 def test_a_record_set_whose_values_change_is_one_replaced_row():
-    from executions.admin import plan_rows
+    from executions.admin.pages import plan_rows
 
     plain = {**CNAME, "type": "A", "ttl": 60, "values": ["192.0.2.1", "192.0.2.2"]}
     weighted = {**plain, "set_identifier": "blue", "routing": {"Weight": 10}}

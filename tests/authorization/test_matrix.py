@@ -216,12 +216,14 @@ def _admin_cells() -> list[Any]:
 @pytest.mark.parametrize(("row", "column", "expected"), _admin_cells())
 def test_admin(world: World, row: matrix.AdminRow, column: str, expected: str) -> None:
     client = _client(world, column, Client)
-    data = {k: world.fill(v) if isinstance(v, str) else v for k, v in row.data.items()}
+    data = {world.fill(k): world.fill(v) if isinstance(v, str) else v for k, v in row.data.items()}
     with override_settings(ALFRED_READ_ONLY=column == "read_only"):
         response = client.post(world.fill(row.path), data)
     changed = EFFECTS[row.changes](world)
     if expected == "login":
         assert response.status_code == 302 and "/admin/login/" in response["Location"]
+    elif expected == "asks":  # the confirmation page, which changes nothing until confirmed
+        assert response.status_code == 200 and b'name="confirm"' in response.content
     elif expected == "refused":
         assert response.status_code in (200, 302), response.status_code
     elif expected == "done":  # redirected back, or a page of its own (a secret shown once)

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv run test lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
+.PHONY: help install venv browser screenshots run test lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -23,6 +23,7 @@ help:
 	@echo "make bench-add-domain  add-domain and onboard-domain end to end, split by stage"
 	@echo "make bench-update-lambda-version  a fleet's alias moved end to end, split by stage"
 	@echo "make bench-events      SSE latency (200 clients) and webhook delivery throughput"
+	@echo "make screenshots       the admin's pages as PNGs in docs/screenshots (needs chromium)"
 	@echo "make clean             delete local state (.alfred/: database, broker, demo login)"
 
 $(BIN)/python:
@@ -34,18 +35,25 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,sandbox]'
 	@touch $@
 
-install venv: $(STAMP)
+# Debian's chromium for the admin's browser tests (skipped, with the reason, where it can't be had).
+browser:
+	@scripts/install-browser
+
+install venv: $(STAMP) browser
 
 # exec: the launcher replaces the recipe's shell, so signals reach it directly.
 run: $(STAMP)
 	exec $(BIN)/python -m alfred.devstack
 
 # pytest's exit code 5 ("no tests collected") is non-zero, so make fails on it too.
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest
+
+screenshots: $(STAMP) browser
+	ALFRED_SCREENSHOTS=docs/screenshots DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest tests/browser -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -173,7 +173,9 @@ def execution_page(execution: Execution, caller: Caller) -> dict[str, Any]:
             for name in offered(execution, caller)
         ],
         "live_url": reverse("admin:executions_execution_live", args=[quote(execution.pk)]),
-        "history_url": reverse("admin:executions_execution_history", args=[quote(execution.pk)]),
+        "history_url": reverse(
+            "admin:executions_execution_history_json", args=[quote(execution.pk)]
+        ),
         "stream_url": reverse("execution-events-stream", kwargs={"execution_id": execution.pk}),
     }
 
@@ -317,7 +319,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
             path(
                 "<path:object_id>/history.json",
                 view(self.history_json_view),
-                name="executions_execution_history",
+                name="executions_execution_history_json",
             ),
         ]
         return [*own, *super().get_urls()]

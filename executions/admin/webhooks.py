@@ -13,8 +13,8 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import mark_safe
 from django.utils.http import urlencode
+from django.utils.safestring import mark_safe
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, WritableAdmin, admin_caller
 from alfred.admin_confirm import ConfirmItem, confirmation_page, reason_confirmed
@@ -143,7 +143,7 @@ class WebhookEndpointAdmin(WritableAdmin):
         return format_html(
             "<table><thead><tr><th>Delivery</th><th>Event</th><th>Status</th><th>Attempts</th>"
             "<th>Last answer</th></tr></thead><tbody>{}</tbody></table>",
-            rows or mark_safe('<tr><td colspan="5">None yet.</td></tr>')  # noqa: S308 (a constant),
+            rows or mark_safe('<tr><td colspan="5">None yet.</td></tr>'),
         )
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:

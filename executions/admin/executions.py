@@ -256,9 +256,10 @@ class ExecutionAdmin(ReadOnlyAdmin):
     @admin.display(description="Subject")
     def subject(self, execution: Execution) -> str:
         data = execution.input if isinstance(execution.input, dict) else {}
-        if data.get("subdomain") and data.get("zone"):
-            return f"{data['subdomain']}.{data['zone']}"
-        return str(data.get("domain") or data.get("target") or data.get("zone") or "")
+        name, zone = str(data.get("subdomain") or ""), str(data.get("zone") or "")
+        if name:  # canonical input names the record in full; a raw one may be relative
+            return name if not zone or name.endswith(zone) else f"{name}.{zone}"
+        return str(data.get("domain") or data.get("target") or zone)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Execution], search_term: str

@@ -198,6 +198,7 @@ class _Sink(BaseHTTPRequestHandler):
 def _webhooks(env: dict[str, str]) -> dict[str, Any]:
     from django.db.models import Max, Min
 
+    from alfred.principals import Caller
     from executions.events.endpoints import webhook_endpoint_save
     from executions.models import (
         DeliveryStatus,
@@ -210,7 +211,7 @@ def _webhooks(env: dict[str, str]) -> dict[str, Any]:
     sink.daemon_threads = True
     threading.Thread(target=sink.serve_forever, daemon=True).start()
     endpoint = WebhookEndpoint(url=f"http://127.0.0.1:{sink.server_address[1]}/hook")
-    webhook_endpoint_save(endpoint)
+    webhook_endpoint_save(endpoint, caller=Caller("prn_bench", "operator", "bench"))
     # The backlog first (a receiver that was away, a relay that was down), then the relay:
     # its drain rate is the throughput, not the speed this process commits at.
     execution = _an_execution()

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
+from django.urls import reverse
+from django.utils.html import format_html
 
 from alfred.admin_base import ReadOnlyAdmin
 from executions.models import AuditEntry, OutboxEvent, Run, Stage, StepReceipt
@@ -38,6 +41,24 @@ class OutboxEventAdmin(ReadOnlyAdmin):
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyAdmin):
-    list_display = ["created_at", "actor", "action", "target_type", "target_id", "reason"]
-    list_filter = ["action", "target_type"]
+    """Who did what to which execution, lane, token or endpoint, and why: newest first,
+    by action, kind of target and time; the target links to its own page where it has one."""
+
+    list_display = ["created_at", "actor", "action", "target", "reason"]
+    list_filter = ["action", "target_type", "created_at"]
     search_fields = ["target_id", "actor", "reason"]
+    date_hierarchy = "created_at"
+    ordering = ["-created_at", "-id"]
+    PAGES = {
+        "execution": "admin:executions_execution_change",
+        "lane": "admin:lanes_lane_change",
+        "webhook_endpoint": "admin:executions_webhookendpoint_change",
+    }
+
+    @admin.display(description="Target", ordering="target_id")
+    def target(self, entry: AuditEntry) -> str:
+        page = self.PAGES.get(entry.target_type)
+        if page is None:
+            return f"{entry.target_type} {entry.target_id}"
+        url = reverse(page, args=[quote(entry.target_id)])
+        return format_html('{} <a href="{}">{}</a>', entry.target_type, url, entry.target_id)

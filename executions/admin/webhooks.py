@@ -22,6 +22,7 @@ from alfred.readonly import read_only
 from executions.events.endpoints import (
     EVENT_TYPE_RE,
     endpoint_url_check,
+    webhook_endpoint_delete,
     webhook_endpoint_save,
     webhook_secret_rotate,
 )
@@ -147,9 +148,19 @@ class WebhookEndpointAdmin(WritableAdmin):
         )
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        secret = webhook_endpoint_save(obj)
+        secret = webhook_endpoint_save(
+            obj, caller=admin_caller(request), changed=form.changed_data if change else ()
+        )
         if secret is not None:
             request._alfred_secrets = [(obj, secret)]  # type: ignore[attr-defined]
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        webhook_endpoint_delete(obj.pk, caller=admin_caller(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
+        caller = admin_caller(request)
+        for endpoint_id in queryset.values_list("pk", flat=True):
+            webhook_endpoint_delete(endpoint_id, caller=caller)
 
     def response_add(self, request: HttpRequest, obj: Any, post_url_continue: Any = None) -> Any:
         secrets = getattr(request, "_alfred_secrets", None)
@@ -208,7 +219,11 @@ class WebhookEndpointAdmin(WritableAdmin):
     @admin.action(description="Rotate the signing secret (shown once)", permissions=["change"])
     def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> Any:
         return self._show_secrets(
-            request, [(endpoint, webhook_secret_rotate(endpoint.pk)) for endpoint in queryset]
+            request,
+            [
+                (endpoint, webhook_secret_rotate(endpoint.pk, caller=admin_caller(request)))
+                for endpoint in queryset
+            ],
         )
 
     def _show_secrets(self, request: HttpRequest, secrets: list[tuple[Any, str]]) -> Any:

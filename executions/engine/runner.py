@@ -431,7 +431,7 @@ def _approval_asked(execution: Execution, run: Run) -> dict[str, Any]:
             "plan_hash": payload.get("plan_hash"),
             "force_required": bool(payload.get("force_required")),
             "expires_at": hook.expires_at.isoformat() if hook.expires_at else None,
-            "links": approval_links(execution.id),
+            "links": approval_links(execution.id, str(payload.get("plan_hash") or "")),
         }
     }
 

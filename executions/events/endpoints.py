@@ -19,6 +19,7 @@ import base64
 import ipaddress
 import re
 import secrets
+from collections.abc import Iterable
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -27,6 +28,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from alfred.principals import Caller
 from alfred.readonly import writes_allowed
 from executions.models import AuditEntry, WebhookEndpoint
 
@@ -85,17 +87,24 @@ def endpoint_url_check(url: str) -> None:
     address_check(address)
 
 
-def webhook_endpoint_save(endpoint: WebhookEndpoint) -> str | None:
-    """Check and save ``endpoint``; a new one gets a secret, returned (the only time)."""
+def webhook_endpoint_save(
+    endpoint: WebhookEndpoint, *, caller: Caller, changed: Iterable[str] = ()
+) -> str | None:
+    """Check and save ``endpoint``, with its audit entry in the same transaction; a new one
+    gets a secret, returned (the only time). ``changed``: the fields an update set."""
     writes_allowed()
     endpoint_url_check(endpoint.url)
     created = endpoint._state.adding
     secret = webhook_secret_new() if created else None
     if secret is not None:
         endpoint.secret = secret
-    if created:
-        endpoint.save()
-    else:
+    # Not durable: the admin's add and change pages run their save in a transaction of their
+    # own (which this joins: the row and its audit entry still commit together).
+    with transaction.atomic():
+        if created:
+            endpoint.save()
+            _audit(caller, "webhook.create", endpoint.pk, url=endpoint.url)
+            return secret
         # Never the secrets: a rotation landing between the form's read and this save stays.
         if endpoint.active:
             endpoint.disabled_reason = ""
@@ -109,10 +118,11 @@ def webhook_endpoint_save(endpoint: WebhookEndpoint) -> str | None:
                 "updated_at",
             ]
         )
-    return secret
+        _audit(caller, "webhook.update", endpoint.pk, fields=sorted(changed))
+    return None
 
 
-def webhook_secret_rotate(endpoint_id: str) -> str:
+def webhook_secret_rotate(endpoint_id: str, *, caller: Caller) -> str:
     """A new secret (returned, the only time); the current one keeps signing beside it for
     ``ROTATION_OVERLAP``. Rotating again within the overlap retires the oldest at once."""
     writes_allowed()
@@ -125,6 +135,7 @@ def webhook_secret_rotate(endpoint_id: str) -> str:
         endpoint.save(
             update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
         )
+        _audit(caller, "webhook.rotate_secret", endpoint.pk)
     return secret
 
 
@@ -138,22 +149,26 @@ def endpoint_secrets(endpoint: WebhookEndpoint) -> list[str]:
     return current
 
 
-def webhook_endpoint_delete(endpoint_id: str) -> bool:
-    """Delete the endpoint and what it is owed (its deliveries and their log)."""
+def webhook_endpoint_delete(endpoint_id: str, *, caller: Caller) -> bool:
+    """Delete the endpoint and what it is owed (its deliveries and their log), audited.
+    Not durable, as the save: the admin's delete page runs in a transaction of its own."""
     writes_allowed()
-    with transaction.atomic(durable=True):
-        deleted, _ = WebhookEndpoint.objects.filter(pk=endpoint_id).delete()
-    return deleted > 0
+    with transaction.atomic():
+        url = WebhookEndpoint.objects.filter(pk=endpoint_id).values_list("url", flat=True).first()
+        if url is None:
+            return False
+        WebhookEndpoint.objects.filter(pk=endpoint_id).delete()
+        _audit(caller, "webhook.delete", endpoint_id, url=url)
+    return True
 
 
-def endpoint_audit(
-    actor: str, actor_name: str, action: str, endpoint_id: str, **data: object
-) -> None:
-    """An operator's change to an endpoint, in the audit log (never a secret)."""
+def _audit(caller: Caller, action: str, endpoint_id: str, **data: object) -> None:
+    """An operator's change to an endpoint, in the audit log (never a secret), written in the
+    change's transaction."""
     AuditEntry.objects.create(
-        actor=actor,
+        actor=caller.principal,
         action=action,
         target_type="webhook_endpoint",
         target_id=endpoint_id,
-        data={"actor_name": actor_name, **data},
+        data={"actor_name": caller.name, **data},
     )

@@ -7,18 +7,20 @@ import contextlib
 
 from django.conf import settings
 from django.urls import NoReverseMatch, reverse
+from django.utils.http import urlencode
 
 
 def absolute(path: str) -> str:
     return f"{settings.ALFRED_PUBLIC_URL}{path}"
 
 
-def approval_links(execution_id: str) -> dict[str, str]:
-    """Where a person approves the plan (the admin's approval page, with the DNS diff) and
-    where a program does (the API)."""
+def approval_links(execution_id: str, plan_hash: str = "") -> dict[str, str]:
+    """Where a person approves the plan (the admin's approval page, with the DNS diff; named
+    by its hash, so that a link followed after DNS changed says this plan was superseded and
+    which one waits now) and where a program does (the API)."""
     links = {"api": absolute(reverse("execution-approve", kwargs={"execution_id": execution_id}))}
     with contextlib.suppress(NoReverseMatch):  # an instance without the admin
-        links["admin"] = absolute(
-            reverse("admin:executions_execution_approve", args=[execution_id])
-        )
+        page = reverse("admin:executions_execution_approve", args=[execution_id])
+        query = f"?{urlencode({'plan_hash': plan_hash})}" if plan_hash else ""
+        links["admin"] = absolute(page + query)
     return links

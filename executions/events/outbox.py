@@ -87,5 +87,5 @@ def event_emit(*, execution_id: str, type: str, key: str, payload: dict[str, Any
     if row[2]:
         from executions.events.relay import deliveries_send_on_commit
 
-        deliveries_send_on_commit(row[2])
+        deliveries_send_on_commit()
     return int(row[0])

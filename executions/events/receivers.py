@@ -79,15 +79,20 @@ def github_topics(event: str, body: bytes) -> list[str]:
     return [f"github:{name.lower()}"]
 
 
-def argocd_topics(body: bytes) -> list[str]:
-    """``{"app": "<name>"}`` (or ``"application"``), as docs/providers.md's template sends."""
+def argocd_notification(body: bytes, delivery_header: str = "") -> tuple[str, list[str]]:
+    """The delivery id (the ``X-Delivery-Id`` header, else the body's ``id``) and the topics
+    of ``{"app": "<name>", "id": "<delivery>"}`` (or ``"application"``), as
+    docs/providers.md's template sends."""
     document = _json(body)
     app = document.get("app") or document.get("application")
     if isinstance(app, dict):
         app = (app.get("metadata") or {}).get("name")
     if not isinstance(app, str) or not app:
         raise Unreadable("no application name (app)")
-    return [f"argocd:{app}"]
+    delivery = delivery_header.strip() or str(document.get("id") or "").strip()
+    if not delivery:
+        raise Unreadable("no delivery id (X-Delivery-Id or id)")
+    return delivery, [f"argocd:{app}"]
 
 
 def notification_receive(source: str, delivery_id: str, topics: list[str]) -> Received:

@@ -70,7 +70,7 @@ MAX_RETRY_AFTER = timedelta(hours=24)
 USER_AGENT = "Alfred-Webhooks/1"
 
 
-def deliveries_send_on_commit(delivery_ids: list[int]) -> None:
+def deliveries_send_on_commit() -> None:
     """After the emitting transaction commits, ask a relay to send what it owes (a hint: the
     scan finds any delivery whose message is lost)."""
     transaction.on_commit(relay_publish)

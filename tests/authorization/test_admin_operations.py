@@ -15,6 +15,7 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from executions.models import (
     AuditEntry,
@@ -23,7 +24,11 @@ from executions.models import (
     Hook,
     HookStatus,
     OutboxEvent,
+    ReceiptStatus,
+    Run,
     RunStatus,
+    StepReceipt,
+    Timer,
     WebhookDelivery,
     WebhookEndpoint,
 )
@@ -41,6 +46,7 @@ from tests.authorization.test_admin_controls import (  # noqa: F401 (fixtures)
     paused,
     users,
 )
+from tests.factories import StageFactory
 
 pytestmark = pytest.mark.django_db
 OTHER_HASH = "4a" * 32
@@ -300,3 +306,76 @@ def test_the_endpoint_shows_its_delivery_log(approved):
 
     assert "1 failed</a>" in html and "0 delivered</a>" in html
     assert f"<td>{event.type}</td><td>failed</td><td>8</td>" in html
+
+
+# -- cost -------------------------------------------------------------------------------------
+
+
+def _queries_for_page(client: Client, execution: Execution) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(_page(execution)).status_code == 200
+    return len(captured.captured_queries)
+
+
+def test_the_page_costs_the_same_queries_however_many_runs_and_entries(approved):
+    client = _login("operator")
+    one_run = _queries_for_page(client, approved)
+
+    # two more runs with stages, receipts, a wait and a checkpoint each
+    for number in (2, 3):
+        run = Run.objects.create(
+            execution=approved, number=number, kind="retry", status=RunStatus.SUCCEEDED
+        )
+        for position, name in enumerate(("plan", "apply", "verify")):
+            StageFactory(run=run, name=name, position=position, status="succeeded")
+            for sequence in range(5):
+                StepReceipt.objects.create(
+                    run=run,
+                    stage=name,
+                    step_key=f"step-{sequence}",
+                    sequence=sequence,
+                    status=ReceiptStatus.SUCCEEDED,
+                    fence=1,
+                )
+        Timer.objects.create(
+            run=run, stage="apply", key="insync", purpose="poll", due_at=timezone.now()
+        )
+        Hook.objects.create(
+            execution=approved,
+            run=run,
+            stage="apply",
+            name="approve",
+            token=f"t-{run.pk}",
+            operator=True,
+            status=HookStatus.SIGNALLED,
+        )
+    approved.current_run = run
+    approved.save(update_fields=["current_run"])
+
+    assert _queries_for_page(client, approved) == one_run
+
+
+def test_endpoint_changes_in_the_admin_are_audited_like_the_apis(users, settings):
+    settings.ALFRED_WEBHOOK_ALLOW_PRIVATE = False
+    client = _login("operator")
+    added = client.post(
+        reverse("admin:executions_webhookendpoint_add"),
+        {"url": "https://hooks.example.com/new", "event_types": "", "active": "on"},
+    )
+    assert added.status_code == 200 and b"whsec_" in added.content  # shown once
+    endpoint = WebhookEndpoint.objects.get(url="https://hooks.example.com/new")
+
+    client.post(
+        reverse("admin:executions_webhookendpoint_delete", args=[endpoint.pk]), {"post": "yes"}
+    )
+
+    assert not WebhookEndpoint.objects.filter(pk=endpoint.pk).exists()
+    actions = list(
+        AuditEntry.objects.filter(target_id=endpoint.pk)
+        .order_by("created_at", "id")
+        .values_list("action", flat=True)
+    )
+    assert actions == ["webhook.create", "webhook.delete"]

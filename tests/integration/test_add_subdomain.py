@@ -156,7 +156,9 @@ def test_a_plain_a_record_pauses_for_the_plan_and_only_its_hash_applies(
     assert asked["summary"].startswith(f"{name} in example.com: ")
     assert "UPSERT A" in asked["summary"]
     assert parse_datetime(asked["expires_at"]) == parse_datetime(pending["expires_at"])
-    assert asked["links"]["admin"].endswith(f"/admin/executions/execution/{body['id']}/approve/")
+    assert asked["links"]["admin"].endswith(
+        f"/admin/executions/execution/{body['id']}/approve/?plan_hash={pending['plan_hash']}"
+    )
     assert asked["links"]["api"].endswith(f"/api/v1/executions/{body['id']}/approve")
     approve = f"/api/v1/executions/{body['id']}/approve"
     assert_problem(

@@ -205,9 +205,14 @@ def test_the_admin_cancels_with_an_audit_entry(admin_client, api):
 
     body = submit(api, "add-subdomain", SUBDOMAIN).json()
 
+    selected = {"action": "cancel", "_selected_action": [body["id"]]}
+    asked = admin_client.post("/admin/executions/execution/", selected)
+    assert asked.status_code == 200 and b'name="confirm"' in asked.content
+    assert Execution.objects.get(pk=body["id"]).status == "queued"  # nothing until confirmed
+
     response = admin_client.post(
         "/admin/executions/execution/",
-        {"action": "cancel", "_selected_action": [body["id"]]},
+        {**selected, "confirm": "yes", "reason": "not needed"},
         follow=True,
     )
 
@@ -215,6 +220,7 @@ def test_the_admin_cancels_with_an_audit_entry(admin_client, api):
     assert Execution.objects.get(pk=body["id"]).status == "canceled"
     entry = AuditEntry.objects.get(target_id=body["id"])
     assert entry.action == "execution.cancel" and entry.actor.startswith("user:")
+    assert entry.reason == "not needed"
 
 
 @pytest.mark.django_db(transaction=True)  # the scheduler closes the connection it used

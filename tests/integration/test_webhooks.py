@@ -20,6 +20,7 @@ from django.db import transaction
 from rest_framework.test import APIClient
 from standardwebhooks.webhooks import Webhook
 
+from alfred.principals import Caller
 from alfred.tokens import token_create
 from executions.events.endpoints import webhook_endpoint_save
 from executions.events.outbox import event_emit
@@ -161,7 +162,7 @@ def _private_targets_allowed(settings: Any) -> None:
 
 def endpoint_for(receiver: Receiver, **fields: Any) -> WebhookEndpoint:
     endpoint = WebhookEndpoint(url=receiver.url, **fields)
-    secret = webhook_endpoint_save(endpoint)
+    secret = webhook_endpoint_save(endpoint, caller=Caller("prn_tests", "operator", "tests"))
     assert secret is not None and secret.startswith("whsec_")
     receiver.secret = secret
     return endpoint

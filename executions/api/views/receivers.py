@@ -18,7 +18,7 @@ from executions.events.receivers import (
     Received,
     Unreadable,
     Unverified,
-    argocd_topics,
+    argocd_notification,
     argocd_verify,
     github_topics,
     github_verify,
@@ -99,14 +99,7 @@ class ArgoCDReceiverApi(Receiver):
         except Unverified as exc:
             raise Problem("authentication_failed", str(exc)) from None
         try:
-            topics = argocd_topics(body)
+            delivery, topics = argocd_notification(body, request.headers.get("X-Delivery-Id", ""))
         except Unreadable as exc:
             raise Problem("malformed_request", str(exc)) from None
-        delivery = request.headers.get("X-Delivery-Id", "").strip()
-        if not delivery:
-            import json
-
-            delivery = str(json.loads(body).get("id") or "").strip()
-        if not delivery:
-            raise Problem("malformed_request", "no delivery id (X-Delivery-Id or id).")
         return _answer(notification_receive("argocd", delivery, topics))

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import transaction
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -19,7 +19,6 @@ from alfred.permissions import IsOperator, request_caller
 from alfred.problems import Problem
 from executions.events.endpoints import (
     EVENT_TYPE_RE,
-    endpoint_audit,
     webhook_endpoint_delete,
     webhook_endpoint_save,
     webhook_secret_rotate,
@@ -135,6 +134,21 @@ def _invalid(exc: DjangoValidationError) -> Problem:
     )
 
 
+def _redeliver(request: Request, **target: Any) -> Response:
+    """An operator's redelivery (of an endpoint's failed deliveries, or of given ones), with
+    the reason the body gives."""
+    reason = ReasonSerializer(data=request.data)
+    reason.is_valid(raise_exception=True)
+    caller = request_caller(request)
+    count = deliveries_redeliver(
+        actor=caller.principal,
+        actor_name=caller.name,
+        reason=reason.validated_data["reason"],
+        **target,
+    )
+    return Response({"redelivered": count}, status=202)
+
+
 class WebhookEndpointListApi(APIView):
     permission_classes = [IsOperator]
 
@@ -157,15 +171,10 @@ class WebhookEndpointListApi(APIView):
         serializer = WebhookEndpointSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         endpoint = WebhookEndpoint(**serializer.validated_data)
-        caller = request_caller(request)
         try:
-            secret = webhook_endpoint_save(endpoint)
+            secret = webhook_endpoint_save(endpoint, caller=request_caller(request))
         except DjangoValidationError as exc:
             raise _invalid(exc) from None
-        with transaction.atomic():
-            endpoint_audit(
-                caller.principal, caller.name, "webhook.create", endpoint.pk, url=endpoint.url
-            )
         body = WebhookEndpointSerializer(endpoint).data
         return Response({**body, "secret": secret}, status=201)
 
@@ -194,18 +203,11 @@ class WebhookEndpointDetailApi(APIView):
         for name, value in serializer.validated_data.items():
             setattr(endpoint, name, value)
         try:
-            webhook_endpoint_save(endpoint)
+            webhook_endpoint_save(
+                endpoint, caller=request_caller(request), changed=serializer.validated_data
+            )
         except DjangoValidationError as exc:
             raise _invalid(exc) from None
-        caller = request_caller(request)
-        with transaction.atomic():
-            endpoint_audit(
-                caller.principal,
-                caller.name,
-                "webhook.update",
-                endpoint.pk,
-                fields=sorted(serializer.validated_data),
-            )
         return Response(WebhookEndpointSerializer(endpoint).data)
 
     @extend_schema(
@@ -215,13 +217,8 @@ class WebhookEndpointDetailApi(APIView):
     )
     def delete(self, request: Request, endpoint_id: str) -> Response:
         endpoint = _endpoint(endpoint_id)
-        if not webhook_endpoint_delete(endpoint.pk):
+        if not webhook_endpoint_delete(endpoint.pk, caller=request_caller(request)):
             raise Http404
-        caller = request_caller(request)
-        with transaction.atomic():
-            endpoint_audit(
-                caller.principal, caller.name, "webhook.delete", endpoint.pk, url=endpoint.url
-            )
         return Response(status=204)
 
 
@@ -236,10 +233,7 @@ class WebhookEndpointRotateApi(APIView):
     )
     def post(self, request: Request, endpoint_id: str) -> Response:
         endpoint = _endpoint(endpoint_id)
-        secret = webhook_secret_rotate(endpoint.pk)
-        caller = request_caller(request)
-        with transaction.atomic():
-            endpoint_audit(caller.principal, caller.name, "webhook.rotate_secret", endpoint.pk)
+        secret = webhook_secret_rotate(endpoint.pk, caller=request_caller(request))
         endpoint.refresh_from_db()
         return Response(
             {"secret": secret, "secret_previous_until": endpoint.previous_secret_expires_at}
@@ -289,17 +283,7 @@ class WebhookEndpointRedeliverApi(APIView):
         responses={(202, JSON): RedeliveredSerializer, **problems(401, 403, 404)},
     )
     def post(self, request: Request, endpoint_id: str) -> Response:
-        endpoint = _endpoint(endpoint_id)
-        reason = ReasonSerializer(data=request.data)
-        reason.is_valid(raise_exception=True)
-        caller = request_caller(request)
-        count = deliveries_redeliver(
-            actor=caller.principal,
-            actor_name=caller.name,
-            reason=reason.validated_data["reason"],
-            endpoint_id=endpoint.pk,
-        )
-        return Response({"redelivered": count}, status=202)
+        return _redeliver(request, endpoint_id=_endpoint(endpoint_id).pk)
 
 
 class WebhookDeliveryRedeliverApi(APIView):
@@ -316,13 +300,4 @@ class WebhookDeliveryRedeliverApi(APIView):
             raise Http404
         if not WebhookDelivery.objects.filter(pk=int(delivery_id)).exists():
             raise Http404
-        reason = ReasonSerializer(data=request.data)
-        reason.is_valid(raise_exception=True)
-        caller = request_caller(request)
-        count = deliveries_redeliver(
-            actor=caller.principal,
-            actor_name=caller.name,
-            reason=reason.validated_data["reason"],
-            delivery_ids=[int(delivery_id)],
-        )
-        return Response({"redelivered": count}, status=202)
+        return _redeliver(request, delivery_ids=[int(delivery_id)])

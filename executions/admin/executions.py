@@ -302,6 +302,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
     ) -> Any:
         if obj is not None:
             context["execution_page"] = execution_page(obj, admin_caller(request))
+            # Not str(obj), which names the status: the page's own header follows it live.
+            context["subtitle"] = f"{obj.pk} ({obj.workflow})"
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_urls(self) -> list[URLPattern]:

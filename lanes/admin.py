@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
 from alfred.admin_confirm import ConfirmItem, confirmation_page, reason_confirmed
@@ -41,16 +42,7 @@ class LaneWaiterInline(ReadOnlyInline):
 
 @admin.register(Lane)
 class LaneAdmin(ReadOnlyAdmin):
-    list_display = [
-        "key",
-        "state",
-        "owner",
-        "owner_status",
-        "queued",
-        "version",
-        "reason",
-        "updated_at",
-    ]
+    list_display = ["key", "state", "owner_link", "owner_status", "queued", "reason", "updated_at"]
     list_filter = ["state"]
     search_fields = ["key", "owner__id"]
     list_select_related = ["owner"]
@@ -60,6 +52,13 @@ class LaneAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Lane]:
         return super().get_queryset(request).annotate(queued_count=Count("waiters"))
+
+    @admin.display(description="Owner", ordering="owner_id")
+    def owner_link(self, lane: Lane) -> str:
+        if not lane.owner_id:
+            return "—"
+        url = reverse("admin:executions_execution_change", args=[quote(lane.owner_id)])
+        return format_html('<a href="{}">{}</a>', url, lane.owner_id)
 
     @admin.display(description="Owner's status")
     def owner_status(self, lane: Lane) -> str:

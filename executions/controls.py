@@ -65,6 +65,11 @@ class NotPermitted(Exception):
         self.execution_id = execution.id
 
 
+# Every way a control refuses (its message says why, for a person): what the admin and the
+# command line turn into a message instead of an error page or a traceback.
+REFUSALS = (InvalidState, InvalidInput, LaneConflict, NotPermitted, ReadOnlyInstance)
+
+
 def cancel_allowed(execution: Execution) -> bool:
     """Anything not yet terminal (a running step finishes first)."""
     return execution.status not in TERMINAL_STATUSES

@@ -39,14 +39,11 @@ from django.urls import URLPattern, path, reverse
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
 from alfred.admin_confirm import ConfirmItem, confirmation_page, reason_confirmed
 from alfred.principals import Caller
-from alfred.readonly import ReadOnlyInstance, read_only
+from alfred.readonly import read_only
 from executions.admin import pages
 from executions.controls import (
+    REFUSALS,
     ForceRequired,
-    InvalidInput,
-    InvalidState,
-    LaneConflict,
-    NotPermitted,
     StalePlan,
     execution_approve,
     execution_cancel,
@@ -61,7 +58,6 @@ from executions.models import (
     RunStatus,
 )
 
-_REFUSALS = (InvalidState, InvalidInput, LaneConflict, NotPermitted, ReadOnlyInstance)
 SEARCHED_INPUT = ("domain", "zone", "subdomain", "target", "certificate_arn", "ticket_ids")
 
 
@@ -407,7 +403,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
                     "force, or cancel the execution.",
                     messages.ERROR,
                 )
-            except _REFUSALS as exc:
+            except REFUSALS as exc:
                 self.message_user(request, f"Execution {execution.pk}: {exc}", messages.ERROR)
                 return HttpResponseRedirect(back)
             else:
@@ -489,7 +485,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
         for execution in executions:
             try:
                 done = perform(execution.pk, caller, reason)
-            except _REFUSALS as exc:
+            except REFUSALS as exc:
                 self.message_user(request, f"{execution.pk}: {exc}", messages.WARNING)
                 continue
             self.message_user(request, f"{execution.pk}: {done}", messages.SUCCESS)

@@ -200,7 +200,7 @@ class WebhookEndpointAdmin(WritableAdmin):
                 request,
                 action="redeliver_failed",
                 title="Send failed deliveries again",
-                intro="Each delivery starts its retry schedule again from the first attempt.",
+                intro=REDELIVERY,
                 items=items,
                 form=form,
                 submit="Send them again",
@@ -233,6 +233,9 @@ class WebhookEndpointAdmin(WritableAdmin):
         )
         response["Cache-Control"] = "no-store"
         return response
+
+
+REDELIVERY = "Each delivery starts its retry schedule again from the first attempt."
 
 
 def _redelivery_item(delivery: WebhookDelivery) -> ConfirmItem:
@@ -289,7 +292,7 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
                 request,
                 action="redeliver",
                 title="Send deliveries again",
-                intro="Each delivery starts its retry schedule again from the first attempt.",
+                intro=REDELIVERY,
                 items=items,
                 form=form,
                 submit="Send them again",

@@ -9,14 +9,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from alfred.principals import cli_actor, cli_caller
-from alfred.readonly import ReadOnlyInstance
 from executions import selectors
 from executions.api.serializers import ExecutionSerializer
 from executions.controls import (
-    InvalidInput,
-    InvalidState,
-    LaneConflict,
-    NotPermitted,
+    REFUSALS,
     StalePlan,
     execution_approve,
     execution_cancel,
@@ -25,8 +21,6 @@ from executions.controls import (
     execution_rollback,
 )
 from executions.models import Execution
-
-REFUSALS = (InvalidState, InvalidInput, LaneConflict, NotPermitted, ReadOnlyInstance)
 
 
 class Command(BaseCommand):

@@ -147,14 +147,25 @@ class CancelResult:
     immediate: bool  # False: the running step finishes, the run stops at the next boundary
 
 
-def execution_cancel(*, execution_id: str, caller: Caller, reason: str = "") -> CancelResult:
+def execution_cancel(
+    *, execution_id: str, caller: Caller, reason: str = "", rejecting: str | None = None
+) -> CancelResult:
     """A suspended or not yet started run is canceled at once; a running one at its next step
-    boundary (the request is recorded on the run, which the step boundary checks)."""
+    boundary (the request is recorded on the run, which the step boundary checks).
+
+    ``rejecting``: a plan hash: the cancel rejects that plan, and only that one. Checked
+    under the row lock (a checkpoint is opened or superseded under it too), so a plan that
+    changed since the operator read it is never rejected unseen: ``StalePlan``."""
     with transaction.atomic(durable=True):
         execution = _locked_for(caller, execution_id, CANCEL)
         if not CANCEL.allows(execution):
             raise InvalidState(execution, CANCEL.name)
-        audit_record(caller, "execution.cancel", execution.id, reason)
+        if rejecting is not None:
+            current = _pending_plan_hash(execution)
+            if current != rejecting:
+                raise StalePlan(execution, current)
+        extra = {} if rejecting is None else {"rejected_plan": rejecting}
+        audit_record(caller, "execution.cancel", execution.id, reason, **extra)
         # A queued execution leaves its lane's queue with the cancel, not at the next handover.
         lane_leave(execution_id=execution.id)
         immediate = execution_stop(execution, actor=caller.principal, reason=reason)
@@ -231,6 +242,15 @@ class ForceRequired(InvalidState):
             message=f"the plan waiting on {execution.id} is over the blast-radius thresholds: "
             "approve it with force",
         )
+
+
+def _pending_plan_hash(execution: Execution) -> str:
+    hook = (
+        Hook.objects.filter(execution=execution, status=HookStatus.PENDING, operator=True)
+        .order_by("-created_at")
+        .first()
+    )
+    return str(hook.payload.get("plan_hash", "")) if hook is not None else ""
 
 
 def execution_approve(

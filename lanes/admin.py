@@ -35,6 +35,9 @@ class LaneWaiterInline(ReadOnlyInline):
     fields = ["execution", "execution_status", "token", "priority", "created_at"]
     ordering = ["priority", "id"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[LaneWaiter]:
+        return super().get_queryset(request).select_related("execution")
+
     @admin.display(description="Status")
     def execution_status(self, waiter: LaneWaiter) -> str:
         return str(waiter.execution.status)
@@ -155,11 +158,13 @@ def _recovery_item(lane: Lane) -> ConfirmItem:
         else "nobody (the queue is empty)"
     )
     standing = lane_effects().execution_standing(lane.owner_id) if lane.owner_id else None
-    fate = (
-        f"its owner is active again, so it gets the lane back and resumes; {len(queue)} wait."
-        if standing is not None and standing.active
-        else f"it goes to {following}."
-    )
+    if standing is not None and standing.active:
+        fate = (
+            f"its owner is {standing.status}: it keeps the lane and its run is sent again (it "
+            f"resumes where it is); {len(queue)} wait."
+        )
+    else:
+        fate = f"it goes to {following}."
     reason = f" Blocked: {lane.reason}." if lane.reason else ""
     return ConfirmItem(
         lane,

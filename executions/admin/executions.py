@@ -57,6 +57,7 @@ from executions.models import (
     HookStatus,
     RunStatus,
 )
+from lanes.models import Lane
 
 SEARCHED_INPUT = ("domain", "zone", "subdomain", "target", "certificate_arn", "ticket_ids")
 
@@ -104,18 +105,13 @@ def _approve(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
 
 
 def _reject(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
-    """A cancel of the paused execution, for the plan the page showed: a plan that changed
-    since is shown again rather than rejected unseen. (The cancel itself needs no hash: any
-    pending plan dies with the execution.)"""
-    execution = Execution.objects.get(pk=execution_id)
-    approval = pages.pending_approval(execution)
-    current = approval["plan_hash"] if approval else ""
-    if current != data["plan_hash"]:
-        raise StalePlan(execution, current)
+    """A cancel of the paused execution that rejects the plan the page showed, and only that
+    one: the service checks the hash under the row lock (``StalePlan`` otherwise)."""
     execution_cancel(
         execution_id=execution_id,
         caller=caller,
         reason=f"rejected the plan {data['plan_hash']}: {data['reason']}",
+        rejecting=data["plan_hash"],
     )
     return f"rejected the plan {data['plan_hash']}: the execution is canceled"
 
@@ -194,21 +190,15 @@ class AwaitingFilter(admin.SimpleListFilter):
 
 
 class LaneFilter(admin.SimpleListFilter):
-    """The lanes executions ran on, busiest first (the first 30; the search finds any)."""
+    """The lanes most recently active (30 of them; the search finds any lane)."""
 
     title = "lane"
     parameter_name = "lane"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        from django.db.models import Count
-
-        keys = (
-            Execution.objects.exclude(lane_key__isnull=True)
-            .values("lane_key")
-            .annotate(n=Count("id"))
-            .order_by("-n", "lane_key")[:30]
-        )
-        return [(str(row["lane_key"]), str(row["lane_key"])) for row in keys]
+        # From the lanes themselves (a row per key), not a grouping of every execution.
+        keys = Lane.objects.order_by("-updated_at").values_list("key", flat=True)[:30]
+        return [(key, key) for key in sorted(keys)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Execution]) -> Any:
         return queryset.filter(lane_key=self.value()) if self.value() else queryset
@@ -388,6 +378,13 @@ class ExecutionAdmin(ReadOnlyAdmin):
             try:
                 done = page.perform(execution.pk, caller, form.cleaned_data)
             except StalePlan as exc:
+                if not exc.current:
+                    self.message_user(
+                        request,
+                        f"Execution {execution.pk}: no plan waits for approval any more.",
+                        messages.WARNING,
+                    )
+                    return HttpResponseRedirect(back)
                 self.message_user(
                     request,
                     "The plan changed since that page was shown: the plan waiting now has "
@@ -395,7 +392,10 @@ class ExecutionAdmin(ReadOnlyAdmin):
                     messages.ERROR,
                 )
                 execution.refresh_from_db()
-                form = page.form(initial={**form.cleaned_data, "plan_hash": exc.current})
+                # The reason carries over; a force given for the other plan does not.
+                form = page.form(
+                    initial={"reason": form.cleaned_data["reason"], "plan_hash": exc.current}
+                )
             except ForceRequired:
                 self.message_user(
                     request,

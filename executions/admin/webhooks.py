@@ -216,13 +216,31 @@ class WebhookEndpointAdmin(WritableAdmin):
             self.message_user(request, f"{endpoint}: {count} failed deliveries will be sent again")
         return None
 
-    @admin.action(description="Rotate the signing secret (shown once)", permissions=["change"])
+    @admin.action(description="Rotate the signing secret (shown once)…", permissions=["change"])
     def rotate_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> Any:
+        endpoints = list(queryset.order_by("created_at"))
+        form, reason = reason_confirmed(request)
+        if reason is None:
+            return confirmation_page(
+                self,
+                request,
+                action="rotate_secret",
+                title="Rotate signing secrets",
+                intro="The new secret is shown once, on the next page. Until its receiver "
+                "has it, nothing breaks: the old secret keeps signing beside it for 24 hours.",
+                items=[
+                    ConfirmItem(endpoint, [f"{endpoint.url}: gets a new signing secret."])
+                    for endpoint in endpoints
+                ],
+                form=form,
+                submit="Rotate",
+            )
+        caller = admin_caller(request)
         return self._show_secrets(
             request,
             [
-                (endpoint, webhook_secret_rotate(endpoint.pk, caller=admin_caller(request)))
-                for endpoint in queryset
+                (endpoint, webhook_secret_rotate(endpoint.pk, caller=caller, reason=reason))
+                for endpoint in endpoints
             ],
         )
 

@@ -122,7 +122,7 @@ def webhook_endpoint_save(
     return None
 
 
-def webhook_secret_rotate(endpoint_id: str, *, caller: Caller) -> str:
+def webhook_secret_rotate(endpoint_id: str, *, caller: Caller, reason: str = "") -> str:
     """A new secret (returned, the only time); the current one keeps signing beside it for
     ``ROTATION_OVERLAP``. Rotating again within the overlap retires the oldest at once."""
     writes_allowed()
@@ -135,7 +135,7 @@ def webhook_secret_rotate(endpoint_id: str, *, caller: Caller) -> str:
         endpoint.save(
             update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
         )
-        _audit(caller, "webhook.rotate_secret", endpoint.pk)
+        _audit(caller, "webhook.rotate_secret", endpoint.pk, reason=reason)
     return secret
 
 
@@ -162,7 +162,9 @@ def webhook_endpoint_delete(endpoint_id: str, *, caller: Caller) -> bool:
     return True
 
 
-def _audit(caller: Caller, action: str, endpoint_id: str, **data: object) -> None:
+def _audit(
+    caller: Caller, action: str, endpoint_id: str, *, reason: str = "", **data: object
+) -> None:
     """An operator's change to an endpoint, in the audit log (never a secret), written in the
     change's transaction."""
     AuditEntry.objects.create(
@@ -170,5 +172,6 @@ def _audit(caller: Caller, action: str, endpoint_id: str, **data: object) -> Non
         action=action,
         target_type="webhook_endpoint",
         target_id=endpoint_id,
+        reason=reason,
         data={"actor_name": caller.name, **data},
     )

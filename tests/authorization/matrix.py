@@ -273,9 +273,16 @@ ADMIN: tuple[AdminRow, ...] = (
         (*_LOGIN, "403", "done", "503"),
     ),
     AdminRow(
-        "webhook endpoints: rotate secret action",
+        "webhook endpoints: rotate secret action, asked",
         "/admin/executions/webhookendpoint/",
         {"action": "rotate_secret", "_selected_action": "{webhook}"},
+        "secret_rotated",
+        _ASKS,
+    ),
+    AdminRow(
+        "webhook endpoints: rotate secret action, confirmed",
+        "/admin/executions/webhookendpoint/",
+        {"action": "rotate_secret", "_selected_action": "{webhook}", **_CONFIRMED},
         "secret_rotated",
         _ACTION,
     ),

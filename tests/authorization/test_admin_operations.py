@@ -142,6 +142,7 @@ def test_reject_repeats_the_hash_then_cancels_with_the_reason(paused):
     assert paused.status == ExecutionStatus.CANCELED
     entry = AuditEntry.objects.get(target_id=paused.pk, action="execution.cancel")
     assert entry.reason == f"rejected the plan {PLAN_HASH}: not this week"
+    assert entry.data["rejected_plan"] == PLAN_HASH
 
 
 def test_rejecting_a_plan_that_changed_shows_the_new_one_and_cancels_nothing(paused):

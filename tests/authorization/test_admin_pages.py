@@ -291,12 +291,17 @@ def test_a_webhook_secret_is_shown_once_on_its_own_page_and_rotated_the_same_way
     assert endpoint.secret.encode() not in change.content
     assert b"execution.failed, execution.succeeded" in change.content
 
+    selected = {"action": "rotate_secret", "_selected_action": [endpoint.pk]}
+    asked = client.post("/admin/executions/webhookendpoint/", selected)
+    assert b'name="confirm"' in asked.content
+    assert WebhookEndpoint.objects.get(pk=endpoint.pk).secret == endpoint.secret
+
     rotated = client.post(
-        "/admin/executions/webhookendpoint/",
-        {"action": "rotate_secret", "_selected_action": [endpoint.pk]},
+        "/admin/executions/webhookendpoint/", {**selected, "confirm": "yes", "reason": "leaked"}
     )
     fresh = WebhookEndpoint.objects.get(pk=endpoint.pk).secret
     assert fresh != endpoint.secret and fresh.encode() in rotated.content
+    assert "no-store" in rotated["Cache-Control"]
 
 
 @pytest.mark.parametrize(

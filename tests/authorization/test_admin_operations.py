@@ -380,3 +380,20 @@ def test_endpoint_changes_in_the_admin_are_audited_like_the_apis(users, settings
         .values_list("action", flat=True)
     )
     assert actions == ["webhook.create", "webhook.delete"]
+
+
+def test_bulk_retry_and_cancel_say_what_happens_to_each_before_anything_does(
+    failed_in_rollback, paused
+):
+    client = _login("operator")
+    both = [failed_in_rollback.pk, paused.pk]
+
+    retry = _action(client, "executions_execution", "retry", both).content.decode()
+    cancel = _action(client, "executions_execution", "cancel", both).content.decode()
+
+    assert "a retry run is queued, ahead of its lane&#x27;s queue." in retry
+    assert "retry is not possible now, it is paused: left as it is." in retry
+    assert "canceled at once, which rejects the plan waiting for approval." in cancel
+    assert "cancel is not possible now, it is failed: left as it is." in cancel
+    assert Execution.objects.get(pk=paused.pk).status == ExecutionStatus.PAUSED
+    assert Execution.objects.get(pk=failed_in_rollback.pk).status == ExecutionStatus.FAILED

@@ -7,7 +7,8 @@
   ``is_staff``: ``executions.operate`` makes an operator (the ``alfred-operators`` group),
   ``executions.view_execution`` on a staff user a viewer (``alfred-viewers``).
 - A management command acts as ``cli:<actor>`` with the operator role: whoever can run it
-  has the machine's authority already.
+  has the machine's authority already. The actor is ``--actor`` or else the OS user who ran
+  it (``getpass.getuser()``); a shell with neither is refused rather than audited as nobody.
 
 Roles: an integration triggers, and reads, cancels and retries what it owns; a viewer reads
 everything and changes nothing; an operator may do everything.
@@ -16,9 +17,11 @@ everything and changes nothing; an operator may do everything.
 from __future__ import annotations
 
 import argparse
+import getpass
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.management.base import CommandError
 from django.db import models
 
 OPERATE_PERMISSION = "executions.operate"
@@ -80,5 +83,14 @@ def cli_actor(value: str) -> str:
     return value
 
 
-def cli_caller(actor: str) -> Caller:
+def cli_caller(actor: str | None = None) -> Caller:
+    """The operator a management command acts as: ``actor`` (``--actor``), else the OS user.
+
+    Raises :class:`~django.core.management.CommandError` when neither names anyone (no
+    ``--actor`` and no login name in the environment or the password database)."""
+    if actor is None:
+        try:
+            actor = cli_actor(getpass.getuser())
+        except (OSError, KeyError, argparse.ArgumentTypeError):
+            raise CommandError("say who you are with --actor NAME (no OS user to name)") from None
     return Caller(f"cli:{actor}", Role.OPERATOR, actor)

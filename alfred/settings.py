@@ -371,7 +371,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"quiet_scans": {"()": "alfred.logs.QuietScans"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["quiet_scans"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("ALFRED_LOG_LEVEL", default="INFO")},
 }
 

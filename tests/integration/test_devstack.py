@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -18,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -155,8 +156,16 @@ def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack
         status = providers.argocd().application("nginx-ingress")
         assert status.health_status == "Healthy"
 
+        # and: the printed curl starts an execution that runs to the end on its own
+        _printed_curl_succeeds(launcher.lines)
+
         # and: the printed demo login is an operator, not a superuser
         _demo_operator_can_operate_but_not_add_users(launcher.lines, f"http://127.0.0.1:{base + 4}")
+
+        # and: the periodic scans (every second) that found nothing wrote nothing to the log
+        # (beat's "Sending due task timers-scan", the worker's "Task …timers_scan[id] …")
+        scans = [line for line in launcher.lines if "timers_scan[" in line or "timers-scan" in line]
+        assert scans == [], "\n".join(scans[:10])
     finally:
         code = launcher.stop()
         shutil.rmtree(state, ignore_errors=True)
@@ -167,6 +176,26 @@ def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack
             # as a server binds (TIME_WAIT of closed connections does not count)
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind(("127.0.0.1", base + offset))  # free again: no listener left behind
+
+
+def _printed_curl_succeeds(lines: list[str]) -> None:
+    words = shlex.split(next(line for line in lines if "curl -sS -X POST" in line))
+    url = next(word for word in words if word.startswith("http"))
+    headers = dict(words[at + 1].split(": ", 1) for at, word in enumerate(words) if word == "-H")
+    body = words[words.index("-d") + 1]
+    accepted = httpx.post(url, content=body, headers=headers, timeout=10)
+    assert accepted.status_code == 202, accepted.text
+    location = urljoin(url, accepted.headers["location"])
+    auth = {"Authorization": headers["Authorization"]}
+    deadline = time.monotonic() + 60
+    while (state := httpx.get(location, headers=auth, timeout=10).json())["status"] not in (
+        "succeeded",
+        "failed",
+        "canceled",
+    ):
+        assert time.monotonic() < deadline, state
+        time.sleep(0.3)
+    assert state["status"] == "succeeded", state
 
 
 def _demo_operator_can_operate_but_not_add_users(lines: list[str], base: str) -> None:

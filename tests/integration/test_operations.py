@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import getpass
 import io
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -55,7 +57,8 @@ def test_a_token_is_printed_once_stored_hashed_and_usable():
         stdout=out,
         stderr=io.StringIO(),
     )
-    raw = out.getvalue().strip()
+    sentence, raw = out.getvalue().splitlines()
+    assert sentence.endswith("store it now, it is shown once:")
 
     token = ApiToken.objects.get(name="ci")
     assert raw.startswith("alf_") and raw not in (token.digest, token.prefix)
@@ -244,3 +247,46 @@ def test_beat_installs_the_scans_as_periodic_tasks_shown_read_only_in_the_admin(
         f"/admin/django_celery_beat/periodictask/{reconcile.pk}/change/", {"enabled": ""}
     )
     assert refused.status_code == 403 and PeriodicTask.objects.get(pk=reconcile.pk).enabled
+
+
+@pytest.mark.django_db
+def test_a_command_is_audited_as_the_os_user_or_the_named_actor():
+    from executions.models import AuditEntry
+
+    mine, theirs = (accepted(name) for name in ("mine", "theirs"))
+
+    call_command("alfred_executions", "cancel", mine.id, stdout=io.StringIO())
+    call_command("alfred_executions", "cancel", theirs.id, "--actor", "alice", stdout=io.StringIO())
+
+    actors = dict(
+        AuditEntry.objects.filter(action="execution.cancel").values_list("target_id", "actor")
+    )
+    assert actors == {mine.id: f"cli:{getpass.getuser()}", theirs.id: "cli:alice"}
+
+
+@pytest.mark.django_db
+def test_a_command_with_no_os_user_and_no_actor_is_refused(monkeypatch):
+    from django.core.management.base import CommandError
+
+    def nobody() -> str:
+        raise OSError("No username set in the environment")
+
+    monkeypatch.setattr(getpass, "getuser", nobody)
+    execution = accepted("nobody")
+
+    with pytest.raises(CommandError, match="--actor"):
+        call_command("alfred_executions", "cancel", execution.id, stdout=io.StringIO())
+    execution.refresh_from_db()
+    assert execution.status == "queued"
+
+
+def accepted(subdomain: str) -> Any:
+    from alfred.principals import cli_caller
+    from executions.acceptance import execution_accept
+
+    return execution_accept(
+        workflow_name="add-subdomain",
+        body={"zone": "example.com", "subdomain": subdomain, "ticket_ids": ["OPS-1"]},
+        idempotency_key=subdomain,
+        caller=cli_caller("integration"),
+    ).execution

@@ -4,6 +4,7 @@ exactly one demo token exists and the printed curl always works."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shlex
@@ -38,7 +39,10 @@ class Command(BaseCommand):
         password = self._operator_password()
         _, raw = token_rotate(name=DEMO_TOKEN, role=Role.INTEGRATION)
         base = os.environ.get("ALFRED_LOCAL_URL", settings.ALFRED_PUBLIC_URL)
-        body = '{"zone": "example.com", "subdomain": "www", "ticket_ids": ["OPS-1"]}'
+        # A name the seed does not have, new on every start: the curl creates a record and
+        # runs to the end without an operator (an existing name would wait for approval).
+        demo = f"demo-{secrets.token_hex(3)}"
+        body = json.dumps({"zone": "example.com", "subdomain": demo, "ticket_ids": ["OPS-1"]})
         curl = " ".join(
             [
                 "curl -sS -X POST",
@@ -48,7 +52,7 @@ class Command(BaseCommand):
                 "-H",
                 shlex.quote("Content-Type: application/json"),
                 "-H",
-                shlex.quote(f"Idempotency-Key: demo-{secrets.token_hex(4)}"),
+                shlex.quote(f"Idempotency-Key: {demo}"),
                 "-d",
                 shlex.quote(body),
             ]

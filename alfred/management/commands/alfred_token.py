@@ -41,8 +41,7 @@ class Command(BaseCommand):
             if active is None:
                 raise CommandError(f"no active token named {options['name']}; create one")
             token, raw = token_rotate(name=active.name, role=options["role"] or active.role)
-            self.stderr.write(f"rotated {active.id} → {token.id}; store it now, it is shown once:")
-            self.stdout.write(raw)
+            self._show(f"rotated {active.id} → {token.id}", raw)
         elif action == "create":
             try:
                 token, raw = token_create(name=options["name"], role=options["role"])
@@ -50,8 +49,7 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"an active token named {options['name']} exists; rotate or revoke it"
                 ) from None
-            self.stderr.write(f"created {token.id} ({token.role}); store it now, it is shown once:")
-            self.stdout.write(raw)
+            self._show(f"created {token.id} ({token.role})", raw)
         elif action == "list":
             for token in ApiToken.objects.order_by("name", "-created_at"):
                 state = f"revoked {token.revoked_at:%Y-%m-%d}" if token.revoked_at else "active"
@@ -62,3 +60,9 @@ class Command(BaseCommand):
             if not token_revoke(name=options["name"]):
                 raise CommandError(f"no active token named {options['name']}")
             self.stdout.write(f"revoked {options['name']}")
+
+    def _show(self, what: str, raw: str) -> None:
+        """The sentence, then the secret on a line of its own, both on stdout and in that
+        order however the streams are captured (``| tail -n1`` takes just the secret)."""
+        self.stdout.write(f"{what}; store it now, it is shown once:")
+        self.stdout.write(raw)

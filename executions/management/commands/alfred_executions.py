@@ -40,7 +40,7 @@ class Command(BaseCommand):
             control.add_argument("execution")
             control.add_argument("--reason", required=name in ("approve", "rollback"), default="")
             control.add_argument(
-                "--actor", default="cli", type=cli_actor, help="who you are, for the audit log"
+                "--actor", type=cli_actor, help="your name in the audit log (default: the OS user)"
             )
             if name == "approve":
                 control.add_argument("--plan-hash", required=True)
@@ -57,7 +57,7 @@ class Command(BaseCommand):
                 execution = selectors.execution_get(execution_id)
             except Execution.DoesNotExist:
                 raise CommandError(f"no execution {execution_id}") from None
-            caller = cli_caller("cli")
+            caller = cli_caller(options.get("actor"))
             data = ExecutionSerializer(execution, context={"caller": caller}).data
             self.stdout.write(json.dumps(data, indent=2, default=str))
             allowed = ", ".join(sorted(execution_controls(execution, caller))) or "none"

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from alfred.principals import cli_actor
+from alfred.principals import cli_actor, cli_caller
 from alfred.readonly import ReadOnlyInstance
 from lanes.models import Lane
 from lanes.selectors import lane_list, lane_queue
@@ -25,7 +25,7 @@ class Command(BaseCommand):
         recover.add_argument("--reason", required=True)
         recover.add_argument("--to", help="a queued execution to hand the lane to")
         recover.add_argument(
-            "--actor", default="cli", type=cli_actor, help="who you are, for the audit log"
+            "--actor", type=cli_actor, help="your name in the audit log (default: the OS user)"
         )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
@@ -51,7 +51,7 @@ class Command(BaseCommand):
                 recovered = lane_recover(
                     key=options["key"],
                     expected_owner=owner,
-                    actor=f"cli:{options['actor']}",
+                    actor=cli_caller(options["actor"]).principal,
                     reason=options["reason"],
                     to=options["to"],
                 )

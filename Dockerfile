@@ -9,14 +9,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# Dependencies in their own layer, so a code change does not reinstall them: `pip install .`
-# with the package directories still empty installs exactly what pyproject.toml requires.
-# The code then runs from /app (PYTHONPATH), beside manage.py and templates/.
-COPY pyproject.toml README.md ./
-RUN mkdir alfred executions lanes providers \
-    && pip install . \
-    && pip uninstall --yes alfred \
-    && rm -rf alfred executions lanes providers build ./*.egg-info
+# Dependencies in their own layer, so a code change does not reinstall them: exactly the
+# runtime lock (`make lock`), every file checked against its hash. The code then runs from
+# /app (PYTHONPATH), beside manage.py and templates/.
+COPY requirements/runtime.lock ./requirements/
+RUN pip install --require-hashes --no-deps -r requirements/runtime.lock
 
 # Explicit paths: no .venv/, .alfred/, .git/ or tests in the image.
 COPY manage.py ./

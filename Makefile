@@ -8,12 +8,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv browser screenshots run test lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
+.PHONY: help install venv browser screenshots run test fuzz lock lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
 	@echo "make test              lint, type-check and run the test suite"
+	@echo "make fuzz              Schemathesis over the OpenAPI document, against a live stack"
 	@echo "make lint              ruff check, ruff format --check, mypy"
+	@echo "make lock              refresh requirements/*.lock from pyproject.toml (newest allowed)"
 	@echo "make fmt               ruff format + ruff check --fix"
 	@echo "make migrations-check  fail if a model change lacks a migration"
 	@echo "make bench             run the benchmarks (python -m bench; reports in bench/reports)"
@@ -29,11 +31,32 @@ help:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# Re-install only when pyproject.toml changes (or the venv was recreated).
-$(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,sandbox]'
+# Exactly the lock (every package pinned, every file hashed), then Alfred itself without
+# dependencies; pip check fails if pyproject.toml asks for something the lock lacks (make lock).
+# Re-installs only when the lock or pyproject.toml changes (or the venv was recreated).
+PIP_VERSION := 26.3
+UV_VERSION := 0.13.9
+LOCK_DEV := requirements/dev.lock
+LOCK_RUNTIME := requirements/runtime.lock
+
+$(STAMP): pyproject.toml $(LOCK_DEV) | $(BIN)/python
+	$(BIN)/python -m pip install --quiet pip==$(PIP_VERSION)
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK_DEV)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	@$(BIN)/python -m pip check || { echo "the lock does not cover pyproject.toml: make lock"; exit 1; }
 	@touch $@
+
+# Refresh both locks from pyproject.toml (newest versions its ranges allow), for every platform
+# Python 3.11 runs on: dev (runtime + dev + sandbox: make run, make test, CI) and runtime (the
+# Docker image), the latter held to the versions of the former.
+lock: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra sandbox --universal \
+		--python-version 3.11 --generate-hashes --upgrade --custom-compile-command "make lock" \
+		--quiet -o $(LOCK_DEV)
+	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 \
+		--generate-hashes --constraint $(LOCK_DEV) --custom-compile-command "make lock" \
+		--quiet -o $(LOCK_RUNTIME)
 
 # Debian's chromium for the admin's browser tests (skipped, with the reason, where it can't be had).
 browser:
@@ -51,6 +74,10 @@ test: $(STAMP) browser
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
 	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest
+
+# Every check and phase of tests/fuzz/schemathesis.toml; ARGS go to `schemathesis run`.
+fuzz: $(STAMP)
+	$(BIN)/python scripts/fuzz_api.py $(ARGS)
 
 screenshots: $(STAMP) browser
 	ALFRED_SCREENSHOTS=docs/screenshots DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest tests/browser -q

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse
@@ -51,3 +52,67 @@ def problems(*statuses: int) -> dict[Any, OpenApiResponse]:
         )
         for status in sorted({*statuses, *COMMON_ERRORS})
     }
+
+
+# Refusals every operation of a kind can answer, whatever its view declares: a query string or
+# header it reads can be malformed (400); a body can be malformed (400), too large (413), of
+# another media type (415) or not fit the operation's input (422).
+_METHODS = ("get", "put", "post", "delete", "patch")
+
+
+def document_refusals(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
+    """A drf-spectacular post-processing hook: adds those refusals to each operation that can
+    answer them and does not declare them yet, as the same problem responses as
+    :func:`problems` gives."""
+    for item in result.get("paths", {}).values():
+        for method in _METHODS:
+            operation = item.get(method)
+            if operation is None:
+                continue
+            statuses: set[int] = set()
+            if any(p["in"] in ("query", "header") for p in operation.get("parameters", [])):
+                statuses.add(400)
+            if "requestBody" in operation:
+                statuses |= {400, 413, 415, 422}
+            responses = operation["responses"]
+            for status in sorted(statuses - {int(code) for code in responses}):
+                responses[str(status)] = _problem_response(status)
+    return result
+
+
+def _problem_response(status: int) -> dict[str, Any]:
+    codes = ", ".join(f"`{c}`" for c, (st, _) in CODES.items() if st == status)
+    return {
+        "description": f"Problem codes: {codes}",
+        "content": {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+
+
+def blank_strings(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
+    """A drf-spectacular post-processing hook: for a blank-allowed string with a pattern,
+    drf-spectacular writes ``oneOf: [the field, {"maxLength": 0}]``. Where the pattern itself
+    admits "" (free text), "" fits both and the ``oneOf`` fails: keep the field alone."""
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            one_of = node.get("oneOf")
+            if (
+                isinstance(one_of, list)
+                and len(one_of) == 2
+                and one_of[1] == {"type": "string", "maxLength": 0}
+                and "pattern" in one_of[0]
+                and re.search(one_of[0]["pattern"], "")
+            ):
+                node.update(node.pop("oneOf")[0])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(result)
+    return result

@@ -35,6 +35,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
+from alfred.problems import PROBLEM_CONTENT_TYPE as PROBLEM_JSON
 from alfred.problems import shown
 
 # Deeper than any workflow input (two levels) needs, shallow enough that nothing recursive
@@ -155,7 +156,17 @@ class StrictJSONParser(BaseParser):
 
 class StrictContentNegotiation(DefaultContentNegotiation):
     """Selects the parser whose media type the request names exactly (case-insensitive;
-    parameters other than ``charset`` ignored). Renderer selection is DRF's."""
+    parameters other than ``charset`` ignored). Renderer selection is DRF's, except that
+    ``application/problem+json`` in Accept counts as ``application/json``: a problem is JSON,
+    and a client that asks for problems (RFC 9457) gets JSON answers, not a 406."""
+
+    def get_accept_list(self, request: Request) -> list[str]:
+        return [
+            "application/json" + token[len(PROBLEM_JSON) :]
+            if token.lower().startswith(PROBLEM_JSON)
+            else token
+            for token in super().get_accept_list(request)
+        ]
 
     def select_parser(self, request: Request, parsers: Iterable[BaseParser]) -> BaseParser | None:
         content_type = request.content_type or ""
@@ -171,3 +182,15 @@ class StrictContentNegotiation(DefaultContentNegotiation):
             if parser.media_type == media_type:  # parse_header_parameters lower-cases it
                 return parser
         return None
+
+
+class FormatQueryNegotiation(StrictContentNegotiation):
+    """The schema view's negotiation: ``?format=json`` (or ``yaml``) picks the rendering, as
+    Swagger UI and ``/api/schema/?format=json`` expect. The API itself has no format
+    override (``URL_FORMAT_OVERRIDE`` is off): its answers are negotiated by Accept alone."""
+
+    def select_renderer(
+        self, request: Request, renderers: Any, format_suffix: str | None = None
+    ) -> Any:
+        chosen = format_suffix or request.query_params.get("format")
+        return super().select_renderer(request, renderers, chosen)

@@ -325,6 +325,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["alfred.throttling.PrincipalScopedThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    # No ?format= override: JSON is negotiated by Accept alone (an unknown format was a 404).
+    "URL_FORMAT_OVERRIDE": None,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Alfred",
@@ -334,6 +336,12 @@ SPECTACULAR_SETTINGS = {
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "executions.api.schema.workflow_paths",
+        "alfred.openapi.document_refusals",
+        "alfred.openapi.blank_strings",
+    ],
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVERS": [{"url": ALFRED_PUBLIC_URL}],
     "ENUM_NAME_OVERRIDES": {

@@ -26,12 +26,32 @@ def check_free_text(value: str) -> None:
         )
 
 
+# The same rule as ECMA regular expressions, for the OpenAPI schema (NUL included: DRF's
+# CharField refuses it too); a required text also holds something besides whitespace.
+_FORBIDDEN_CLASS = "\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f\\u202a-\\u202e\\u2066-\\u2069"
+FREE_TEXT_PATTERN = f"^[^{_FORBIDDEN_CLASS}]*$"
+REQUIRED_TEXT_PATTERN = f"^[^{_FORBIDDEN_CLASS}]*[^\\s{_FORBIDDEN_CLASS}][^{_FORBIDDEN_CLASS}]*$"
+
+
 class FreeTextField(serializers.CharField):
-    """A client's free text (a reason for the audit log): a string, surrounding whitespace
-    trimmed, at most ``max_length`` characters (longer is refused, never cut: the audit log
-    keeps what was sent or nothing), and :func:`check_free_text`."""
+    """A client's free text (a reason for the audit log): a string of at most ``max_length``
+    characters (longer is refused, never cut: the audit log keeps what was sent or nothing)
+    that passes :func:`check_free_text`, stored with surrounding whitespace trimmed. A
+    required one (``allow_blank=False``) must hold something besides whitespace.
+
+    The limits apply to the text as sent, so the schema can state them exactly
+    (:class:`alfred.schema.FreeTextFieldSchema`): what fits the schema is accepted."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_length", MAX_REASON_LENGTH)
+        kwargs["trim_whitespace"] = False
         super().__init__(**kwargs)
         self.validators.append(check_free_text)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):  # CharField would take 0 as "0"; the schema says string
+            self.fail("invalid")
+        text = super().to_internal_value(data).strip()
+        if not text and not self.allow_blank:
+            self.fail("blank")
+        return text

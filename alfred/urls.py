@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from alfred import views
 from alfred.login import AdminLoginForm
+from alfred.parsers import FormatQueryNegotiation
 
 admin.site.login_form = AdminLoginForm  # bounds failed logins (alfred/login.py)
 admin.site.site_header = "Alfred"
@@ -14,7 +15,11 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("api/v1/", include("executions.api.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path(
+        "api/schema/",
+        SpectacularAPIView.as_view(content_negotiation_class=FormatQueryNegotiation),
+        name="schema",
+    ),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
 ]

@@ -129,7 +129,7 @@ class LaneRecoverSerializer(serializers.Serializer):
         allow_null=True,
         help_text="The owner you saw: refused (409) if it changed meanwhile.",
     )
-    reason = FreeTextField(min_length=3)
+    reason = FreeTextField()
     to = serializers.RegexField(
         EXECUTION_ID,
         required=False,

@@ -150,7 +150,12 @@ class LaneOwnerMismatch(Exception):
     def __init__(
         self, key: str, expected: str | None, actual: str | None, message: str = ""
     ) -> None:
-        super().__init__(message or f"lane {key} is owned by {actual}, not {expected}")
+        def owner(execution: str | None) -> str:
+            return "no owner" if execution is None else f"owner {execution}"
+
+        super().__init__(
+            message or f"lane {key} has {owner(actual)} now; you named {owner(expected)}"
+        )
         self.key = key
         self.expected = expected
         self.actual = actual

@@ -8,10 +8,10 @@ import re
 from typing import Any
 
 from django.http import Http404
-from django.utils.dateparse import parse_datetime
+from drf_spectacular.utils import OpenApiParameter
 from rest_framework import pagination
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
+from rest_framework.utils.urls import replace_query_param
 
 from alfred.problems import Problem
 
@@ -25,6 +25,7 @@ IDEMPOTENCY_KEY_RE = re.compile(
 )
 # An integer query parameter: ASCII digits only (int() also takes "٣", " 3", "1_000").
 _DIGITS = re.compile(r"[0-9]{1,9}")
+MAX_INT_PARAM = 999_999_999
 
 
 def check_execution_id(execution_id: str) -> str:
@@ -49,6 +50,18 @@ def idempotency_key(request: Request) -> str:
     return key
 
 
+def int_parameter(
+    name: str, default: int, low: int, high: int | None, what: str
+) -> OpenApiParameter:
+    """The OpenAPI declaration of what :func:`int_param` reads, bounds included."""
+    most = MAX_INT_PARAM if high is None else high
+    return OpenApiParameter(
+        name,
+        {"type": "integer", "minimum": low, "maximum": most, "default": default},
+        description=f"{what} ({low}–{most}, default {default}).",
+    )
+
+
 def int_param(request: Request, name: str, default: int, low: int, high: int | None) -> int:
     raw = request.query_params.get(name)
     if raw is None:
@@ -65,63 +78,69 @@ def int_param(request: Request, name: str, default: int, low: int, high: int | N
 
 
 class StrictCursorPagination(pagination.CursorPagination):
-    """Cursor pages whose bad input is a 400 problem, not a silent default or a 404."""
+    """Cursor pages whose bad input is a 400 problem, not a silent default or a 404.
+
+    A cursor is plain text, ``<direction><offset>[.<position>]``: ``n`` pages on, ``p`` back;
+    the offset (0–999) counts rows past a position shared by several rows; the position is a
+    value of the ordering field (an execution id, an audit entry's number). The whole form is
+    declared as the parameter's pattern and every text that fits it is a page: a cursor that
+    does not fit is refused, never read as the first page."""
 
     page_size = 50
     max_page_size = 200
     page_size_query_param = "limit"
+    position_pattern: str  # a regular expression for the ordering field's values
 
     def get_page_size(self, request: Request) -> int:
         return int_param(request, "limit", self.page_size, 1, self.max_page_size)
 
-    def decode_cursor(self, request: Request) -> Any:
-        """The cursor, or 400 when it is not one this API gave out — including a well-formed
-        cursor whose position is not a value of the ordering field, which would otherwise
-        reach the database as a filter (a 500 for a timestamp column, or a NUL)."""
+    @classmethod
+    def cursor_pattern(cls) -> str:
+        """The cursor's form (no named groups: it is the OpenAPI pattern too, ECMA syntax)."""
+        offset = "0|[1-9][0-9]{0,2}"
+        return rf"([np])({offset})(?:\.({cls.position_pattern}))?"
+
+    def encode_cursor(self, cursor: pagination.Cursor) -> str:
+        text = f"{'p' if cursor.reverse else 'n'}{cursor.offset}"
+        if cursor.position is not None:
+            text += f".{cursor.position}"
+        return replace_query_param(str(self.base_url), self.cursor_query_param, text)
+
+    def decode_cursor(self, request: Request) -> pagination.Cursor | None:
         raw = request.query_params.get(self.cursor_query_param)
         if raw is None:
             return None
-        try:
-            if not _CURSOR.fullmatch(raw):  # b64decode skips the rest: "\x00" is the first page
-                raise NotFound
-            cursor = super().decode_cursor(request)
-        except NotFound:
-            cursor = None
-        if cursor is None or (
-            cursor.position is not None and not self.position_valid(str(cursor.position))
-        ):
+        match = re.fullmatch(self.cursor_pattern(), raw)
+        if match is None:
             raise Problem(
                 "malformed_request",
                 "The cursor is not one this API gave out; follow the `next` link as it is.",
                 errors=[{"field": "cursor", "message": "invalid cursor"}],
             )
-        return cursor
+        # DRF's stubs type the position as an int; DRF keeps it as the text it filters by.
+        position: Any = match[3]
+        return pagination.Cursor(offset=int(match[2]), reverse=match[1] == "p", position=position)
 
-    def position_valid(self, position: str) -> bool:
-        """Whether ``position`` is a value of the ordering field (override per ordering)."""
-        raise NotImplementedError
-
-
-# What DRF's b64encode of a cursor looks like, with room for a long position.
-_CURSOR = re.compile(r"[A-Za-z0-9+/]{1,400}={0,2}")
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        cursor, limit = super().get_schema_operation_parameters(view)
+        cursor["description"] = "A page's position: follow the `next` or `previous` link."
+        cursor["schema"] = {"type": "string", "pattern": f"^{self.cursor_pattern()}$"}
+        limit["description"] = f"Page size, 1–{self.max_page_size} (default {self.page_size})."
+        limit["schema"] = {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": self.max_page_size,
+            "default": self.page_size,
+        }
+        return [cursor, limit]
 
 
 class ExecutionCursorPagination(StrictCursorPagination):
     ordering = "-id"
-
-    def position_valid(self, position: str) -> bool:
-        return EXECUTION_ID_RE.fullmatch(position) is not None
+    position_pattern = EXECUTION_ID_RE.pattern
 
 
 class AuditEntryCursorPagination(StrictCursorPagination):
-    ordering = "-created_at"
-
-    def position_valid(self, position: str) -> bool:
-        # DRF writes the position as str(created_at): "2025-01-31 12:00:00.123456+00:00".
-        if len(position) > 40:
-            return False
-        try:
-            moment = parse_datetime(position)
-        except ValueError:  # well-formed but impossible, e.g. month 13
-            return False
-        return moment is not None and moment.tzinfo is not None
+    # By number, not time: unique and in the order entries were written.
+    ordering = "-id"
+    position_pattern = "[1-9][0-9]{0,17}"

@@ -9,6 +9,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from alfred.fields import StrictBooleanField
 from alfred.principals import Caller
 from alfred.text import FreeTextField
 from executions import selectors
@@ -33,7 +34,7 @@ class ApproveRequestSerializer(serializers.Serializer):
     plan_hash = serializers.RegexField(
         r"^[0-9a-f]{64}\Z", help_text="The hash of the pending plan (pending_approval.plan_hash)."
     )
-    force = serializers.BooleanField(
+    force = StrictBooleanField(
         default=False,
         help_text="Lift the blast-radius guard for this batch: required (and only honoured) "
         "when pending_approval.force_required.",
@@ -44,7 +45,7 @@ class ApproveRequestSerializer(serializers.Serializer):
 class RollbackRequestSerializer(serializers.Serializer):
     """``{"reason": "..."}``: required, kept in the audit log."""
 
-    reason = FreeTextField(min_length=3, help_text="Why (audit log).")
+    reason = FreeTextField(help_text="Why (audit log).")
 
 
 class StageSerializer(serializers.ModelSerializer):

@@ -27,7 +27,8 @@ TERMINAL_EVENT_TYPES = frozenset(
 )
 PAGE = 500
 
-_CURSOR_RE = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
+# Each part fits a bigint (18 digits); the whole is the API's pattern too (no strip()).
+FEED_CURSOR_RE = re.compile(r"([0-9]{1,18})-([0-9]{1,18})")
 
 
 @dataclass(frozen=True, order=True)
@@ -40,7 +41,7 @@ class Cursor:
 
     @classmethod
     def parse(cls, text: str) -> Cursor | None:
-        match = _CURSOR_RE.fullmatch(text.strip())
+        match = FEED_CURSOR_RE.fullmatch(text)
         return cls(int(match[1]), int(match[2])) if match else None
 
 

@@ -253,7 +253,7 @@ def test_a_lane_recovery_expects_the_owner_the_page_named(paused, approved):
         follow=True,
     )
 
-    assert f"owned by {paused.pk}, not {approved.pk}" in refused.content.decode()
+    assert f"has owner {paused.pk} now; you named owner {approved.pk}" in refused.content.decode()
     assert Lane.objects.get(key="aws-infrastructure").owner_id == paused.pk
     assert not AuditEntry.objects.filter(action="lane.recover").exists()
 

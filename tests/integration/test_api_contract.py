@@ -220,13 +220,61 @@ def test_the_openapi_schema_declares_the_contract(api):
     response = api.get("/api/schema/?format=json")
     schema = json.loads(response.content)
 
-    create = schema["paths"]["/api/v1/workflows/{workflow}/executions"]["post"]
+    create = schema["paths"]["/api/v1/workflows/add-subdomain/executions"]["post"]
     key = next(p for p in create["parameters"] if p["name"] == "Idempotency-Key")
     assert key["in"] == "header" and key["required"] is True
+    assert (key["schema"]["minLength"], key["schema"]["maxLength"]) == (1, 255)
     for status in ("400", "401", "403", "404", "409", "413", "415", "422", "503"):
         assert "application/problem+json" in create["responses"][status]["content"], status
     assert "lane_conflict" in create["responses"]["409"]["description"]
     assert schema["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
+
+
+def test_each_workflow_has_its_own_trigger_operation_with_its_input_schema(api):
+    from executions import selectors
+    from executions.workflows.registry import get_workflow
+
+    schema = json.loads(api.get("/api/schema/?format=json").content)
+
+    assert "/api/v1/workflows/{workflow}/executions" not in schema["paths"]
+    for name in selectors.workflow_names():
+        create = schema["paths"][f"/api/v1/workflows/{name}/executions"]["post"]
+        body = create["requestBody"]["content"]["application/json"]
+        declared = schema["components"]["schemas"][body["schema"]["$ref"].rsplit("/", 1)[1]]
+        served = get_workflow(name).input_schema
+        assert declared["required"] == served["required"], name
+        assert set(declared["properties"]) == set(served["properties"]), name
+        assert declared["additionalProperties"] is False, name
+        assert create["requestBody"]["required"] is True
+        assert [e["value"] for e in body["examples"].values()] == served["examples"], name
+
+
+def test_every_refusal_an_operation_can_answer_is_declared(api):
+    schema = json.loads(api.get("/api/schema/?format=json").content)
+
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            responses = operation["responses"]
+            if operation.get("parameters") and any(
+                p["in"] in ("query", "header") for p in operation["parameters"]
+            ):
+                assert "400" in responses, (method, path)
+            if "requestBody" in operation:
+                assert {"400", "413", "415", "422"} <= set(responses), (method, path)
+    audit = schema["paths"]["/api/v1/audit"]["get"]
+    limit = next(p for p in audit["parameters"] if p["name"] == "limit")
+    assert (limit["schema"]["minimum"], limit["schema"]["maximum"]) == (1, 200)
+    cursor = next(p for p in audit["parameters"] if p["name"] == "cursor")
+    assert cursor["schema"]["pattern"].startswith("^")
+
+
+def test_problem_json_in_accept_gets_json_not_406(api):
+    response = api.get("/api/v1/executions", HTTP_ACCEPT="application/problem+json")
+
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/json"
+    refused = api.get("/api/v1/executions?limit=0", HTTP_ACCEPT="application/problem+json")
+    assert_problem(refused, 400, "malformed_request")
 
 
 def test_the_api_docs_page_is_served_without_internet(client):
@@ -282,7 +330,7 @@ def test_the_lane_endpoints_declare_problem_responses(api):
     schema = json.loads(api.get("/api/schema/?format=json").content)
 
     detail = schema["paths"]["/api/v1/lanes/{key}"]["get"]["responses"]
-    create = schema["paths"]["/api/v1/workflows/{workflow}/executions"]["post"]["responses"]
+    create = schema["paths"]["/api/v1/workflows/add-domain/executions"]["post"]["responses"]
     assert "application/problem+json" in detail["404"]["content"]
     assert "application/problem+json" in detail["401"]["content"]
     assert set(create["202"]["headers"]) == {"Location", "Idempotent-Replayed"}

@@ -18,10 +18,12 @@ from alfred.problems import Problem
 from executions import selectors
 from executions.acceptance import UnknownWorkflow, execution_accept
 from executions.api.params import (
+    IDEMPOTENCY_KEY_RE,
     ExecutionCursorPagination,
     check_execution_id,
     idempotency_key,
     int_param,
+    int_parameter,
 )
 from executions.api.serializers import (
     EventPageSerializer,
@@ -35,7 +37,12 @@ IDEMPOTENCY_KEY_PARAM = OpenApiParameter(
     name="Idempotency-Key",
     location=OpenApiParameter.HEADER,
     required=True,
-    type=str,
+    type={
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 255,
+        "pattern": f"^{IDEMPOTENCY_KEY_RE.pattern}$",
+    },
     description=(
         "Client-chosen key (1–255 printable ASCII, no comma: send one key in one header), "
         "scoped to the caller. The same key with the same body returns the execution first "
@@ -124,14 +131,14 @@ class ExecutionListApi(generics.ListAPIView):
     def get_queryset(self) -> Any:
         params = self.request.query_params
         status = params.get("status")
-        if status and status not in ExecutionStatus.values:
+        if status is not None and status not in ExecutionStatus.values:
             raise Problem(
                 "malformed_request",
                 "status must be one of " + ", ".join(ExecutionStatus.values) + ".",
                 errors=[{"field": "status", "message": "unknown status"}],
             )
         workflow = params.get("workflow")
-        if workflow and workflow not in selectors.workflow_names():
+        if workflow is not None and workflow not in selectors.workflow_names():
             raise Problem(
                 "malformed_request",
                 "workflow must be the name of a workflow; GET /api/v1/workflows lists them.",
@@ -162,8 +169,8 @@ class ExecutionEventsApi(APIView):
         operation_id="executions_events",
         summary="The execution's events after a sequence number, in order",
         parameters=[
-            OpenApiParameter("after", int, description="Last sequence seen (default 0)."),
-            OpenApiParameter("limit", int, description="Page size, 1–500 (default 100)."),
+            int_parameter("after", 0, 0, None, "The last sequence seen"),
+            int_parameter("limit", 100, 1, 500, "Page size"),
         ],
         responses={(200, JSON): EventPageSerializer, **problems(400, 401, 404)},
     )

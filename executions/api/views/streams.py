@@ -8,12 +8,12 @@ held per client. Under WSGI these endpoints cannot stream; Alfred serves them un
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db import connections
 from django.http import Http404, HttpResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
@@ -24,7 +24,7 @@ from alfred.permissions import request_caller
 from alfred.problems import Problem
 from executions import selectors
 from executions.api.params import check_execution_id
-from executions.events.feed import Cursor
+from executions.events.feed import FEED_CURSOR_RE, Cursor
 from executions.events.stream import execution_stream, feed_stream
 
 EVENT_STREAM = "text/event-stream"
@@ -63,18 +63,43 @@ def close_old_connections_now() -> None:
         conn.close()
 
 
-def _last_event_id(request: Request) -> str | None:
-    return request.headers.get("Last-Event-ID") or request.query_params.get("after")
+def _last_event_id(request: Request, form: re.Pattern[str], what: str) -> str | None:
+    """Where to resume: the Last-Event-ID header if sent, else ``?after=``. Each one sent
+    must have ``form`` (an empty one too): a malformed one is refused, never ignored."""
+    header = request.headers.get("Last-Event-ID")
+    query = request.query_params.get("after")
+    for raw in (header, query):
+        if raw is not None and not form.fullmatch(raw):
+            raise Problem("malformed_request", f"Last-Event-ID (or after) must be {what}.")
+    return header if header is not None else query
 
 
-LAST_EVENT_ID = OpenApiParameter(
-    "Last-Event-ID",
-    str,
-    location=OpenApiParameter.HEADER,
-    description="The id of the last event received: the stream replays what came after it.",
-)
+# A sequence, or a feed cursor's parts: at most 18 digits, so any of them fits a bigint.
+SEQUENCE_RE = re.compile(r"[0-9]{1,18}")
+SEQUENCE = {"type": "string", "pattern": f"^{SEQUENCE_RE.pattern}$", "example": "12"}
+FEED_CURSOR = {"type": "string", "pattern": f"^{FEED_CURSOR_RE.pattern}$", "example": "1234-56"}
+
+
+def last_event_id(schema: dict[str, Any]) -> OpenApiParameter:
+    return OpenApiParameter(
+        "Last-Event-ID",
+        schema,
+        location=OpenApiParameter.HEADER,
+        description="The id of the last event received: the stream replays what came after it.",
+    )
+
+
 SSE_RESPONSE = OpenApiResponse(
-    response=OpenApiTypes.STR,
+    # One event of the stream, as an EventSource parses it (OpenAPI's reading of SSE).
+    response={
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "event": {"type": "string"},
+            "data": {"type": "string", "description": "The event document, as JSON."},
+            "retry": {"type": "integer", "minimum": 0},
+        },
+    },
     description=(
         "text/event-stream: `id:`, `event:` (the type) and `data:` (the event JSON: "
         "execution, sequence, key, type, payload, created_at) per event, a `retry:` hint "
@@ -96,16 +121,14 @@ class ExecutionEventStreamApi(APIView):
             "tells an EventSource to stop reconnecting."
         ),
         parameters=[
-            LAST_EVENT_ID,
-            OpenApiParameter("after", int, description="Same as Last-Event-ID (default 0)."),
+            last_event_id(SEQUENCE),
+            OpenApiParameter("after", SEQUENCE, description="Same as Last-Event-ID (default 0)."),
         ],
         responses={(200, EVENT_STREAM): SSE_RESPONSE, 204: None, **problems(400, 401, 404)},
     )
     def get(self, request: Request, execution_id: str) -> HttpResponseBase:
         check_execution_id(execution_id)
-        raw = _last_event_id(request)
-        if raw is not None and not raw.strip().isdigit():
-            raise Problem("malformed_request", "Last-Event-ID (or after) must be a sequence.")
+        raw = _last_event_id(request, SEQUENCE_RE, "a sequence (digits)")
         after = int(raw) if raw is not None else 0
         visible = selectors.executions_visible(request_caller(request))
         execution = visible.filter(pk=execution_id).only("status", "last_sequence").first()
@@ -132,21 +155,14 @@ class EventStreamApi(APIView):
             "execution's gapless sequence."
         ),
         parameters=[
-            LAST_EVENT_ID,
-            OpenApiParameter("after", str, description="Same as Last-Event-ID."),
+            last_event_id(FEED_CURSOR),
+            OpenApiParameter("after", FEED_CURSOR, description="Same as Last-Event-ID."),
         ],
         responses={(200, EVENT_STREAM): SSE_RESPONSE, **problems(400, 401)},
     )
     def get(self, request: Request) -> HttpResponseBase:
-        raw = _last_event_id(request)
-        after = None
-        if raw is not None:
-            after = Cursor.parse(raw)
-            if after is None:
-                raise Problem(
-                    "malformed_request",
-                    "Last-Event-ID (or after) must be a cursor this stream sent (like 1234-56).",
-                )
+        raw = _last_event_id(request, FEED_CURSOR_RE, "a cursor this stream sent (like 1234-56)")
+        after = None if raw is None else Cursor.parse(raw)
         caller = request_caller(request)
         return _streaming(
             feed_stream(

@@ -14,9 +14,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from alfred.fields import StrictBooleanField
 from alfred.openapi import JSON, problems
 from alfred.permissions import IsOperator, request_caller
 from alfred.problems import Problem
+from alfred.text import FreeTextField
+from executions.api.params import int_param, int_parameter
 from executions.events.endpoints import (
     EVENT_TYPE_RE,
     webhook_endpoint_delete,
@@ -29,15 +32,18 @@ from executions.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, W
 
 class WebhookEndpointSerializer(serializers.ModelSerializer):
     url = serializers.URLField(max_length=2000)
+    description = FreeTextField(max_length=200, required=False, allow_blank=True, default="")
     event_types = serializers.ListField(
-        child=serializers.CharField(max_length=200),
+        child=serializers.RegexField(f"^{EVENT_TYPE_RE.pattern}$", max_length=200),
         required=False,
         max_length=100,
         help_text="Event types to send (e.g. execution.failed); empty: every event.",
     )
+    active = StrictBooleanField(required=False, default=True)
     secret_previous_until = serializers.DateTimeField(
         source="previous_secret_expires_at",
         read_only=True,
+        allow_null=True,
         help_text="After a rotation: until when the old secret signs beside the new one.",
     )
 
@@ -57,7 +63,7 @@ class WebhookEndpointSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "disabled_reason", "created_at", "updated_at"]
 
     def validate_event_types(self, value: list[str]) -> list[str]:
-        for event_type in value:
+        for event_type in value:  # fullmatch: the pattern's "$" also matches before a "\n"
             if not EVENT_TYPE_RE.fullmatch(event_type):
                 raise serializers.ValidationError(
                     f"{event_type[:60]!r}: an event type is lower-case words joined by dots"
@@ -109,7 +115,7 @@ class WebhookDeliverySerializer(serializers.ModelSerializer):
 
 
 class ReasonSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    reason = FreeTextField(required=False, allow_blank=True, default="")
 
 
 class RedeliveredSerializer(serializers.Serializer):
@@ -248,13 +254,11 @@ class WebhookDeliveryListApi(APIView):
         summary="An endpoint's deliveries, newest first, with every attempt (operator)",
         parameters=[
             OpenApiParameter("status", str, enum=DeliveryStatus.values),
-            OpenApiParameter("limit", int, description="1–200 (default 50)."),
+            int_parameter("limit", 50, 1, 200, "How many, newest first"),
         ],
         responses={(200, JSON): WebhookDeliverySerializer(many=True), **problems(401, 403, 404)},
     )
     def get(self, request: Request, endpoint_id: str) -> Response:
-        from executions.api.params import int_param
-
         endpoint = _endpoint(endpoint_id)
         status = request.query_params.get("status")
         if status is not None and status not in DeliveryStatus.values:

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Fuzz Alfred's API with Schemathesis against a live stack: `make fuzz`.
+
+Starts `make run`'s launcher (embedded PostgreSQL and Redis, the sandbox providers, web,
+worker and beat) on free ports in a state directory of its own, with the per-principal
+throttles off (a fuzzer is one principal sending thousands of requests), creates an operator
+token, runs every check and phase of tests/fuzz/schemathesis.toml over /api/schema/, stops
+the stack and exits with Schemathesis's code: 0 only with no server error and no schema
+non-conformance. Arguments are passed on to `schemathesis run` (e.g. --max-examples 5).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def free_base() -> int:
+    """A port whose next four are free (stand-ins on base+1..3, the web server on base+4)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + 4 > 65535:
+            continue
+        try:
+            for offset in (1, 2, 3, 4):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", base + offset))
+        except OSError:
+            continue
+        return base
+    raise SystemExit("fuzz-api: no four consecutive free ports")
+
+
+def main() -> int:
+    state = ROOT / ".alfred" / f"fuzz-{os.getpid()}"
+    base = free_base()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("ALFRED_", "DJANGO_"))},
+        "ALFRED_STATE_DIR": str(state),
+        "ALFRED_PORT": str(base + 4),
+        "ALFRED_SANDBOX_PORT_BASE": str(base),
+        "ALFRED_THROTTLE_TRIGGER": "off",
+        "ALFRED_THROTTLE_CONTROL": "off",
+    }
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "AWS_ENDPOINT_URL"):
+        env.pop(name, None)
+    url = f"http://127.0.0.1:{base + 4}"
+    log = state.with_suffix(".log")
+    state.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as sink:
+        stack = subprocess.Popen(
+            [sys.executable, "-m", "alfred.devstack"],
+            cwd=ROOT,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        ready(stack, log)
+        token = operator_token(env)
+        print(f"fuzz-api: Alfred at {url} (log {log.relative_to(ROOT)})", flush=True)
+        return subprocess.call(
+            [
+                str(BIN / "schemathesis"),
+                "--config-file",
+                str(ROOT / "tests" / "fuzz" / "schemathesis.toml"),
+                "run",
+                f"{url}/api/schema/",
+                "--header",
+                f"Authorization: Bearer {token}",
+                *sys.argv[1:],
+            ],
+            cwd=ROOT,
+        )
+    finally:
+        stop(stack)
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def ready(stack: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while b"Alfred is ready" not in log.read_bytes():
+        if stack.poll() is not None or time.monotonic() > deadline:
+            sys.stderr.write(log.read_text(errors="replace")[-6000:])
+            raise SystemExit("fuzz-api: the stack did not start")
+        time.sleep(0.5)
+
+
+def operator_token(env: dict[str, str]) -> str:
+    created = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "alfred_token",
+            "create",
+            "--name",
+            "fuzz",
+            "--role",
+            "operator",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return created.stdout.strip().splitlines()[-1]
+
+
+def stop(stack: subprocess.Popen[bytes]) -> None:
+    if stack.poll() is None:
+        stack.send_signal(signal.SIGINT)
+        try:
+            stack.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(stack.pid, signal.SIGKILL)
+            stack.wait(10)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

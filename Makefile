@@ -19,7 +19,7 @@ help:
 	@echo "make fmt               ruff format + ruff check --fix"
 	@echo "make migrations-check  fail if a model change lacks a migration"
 	@echo "make bench             run the benchmarks (python -m bench; reports in bench/reports)"
-	@echo "make bench-engine      the engine's per-step cost and throughput vs a bare chain"
+	@echo "make bench-engine      the engine's step, stage and throughput vs a bare chain and DBOS"
 	@echo "make bench-add-subdomain  a no-operator add-subdomain end to end, split by stage"
 	@echo "make bench-add-certificate  a certificate requested, validated and issued, by stage"
 	@echo "make bench-add-domain  add-domain and onboard-domain end to end, split by stage"
@@ -47,11 +47,11 @@ $(STAMP): pyproject.toml $(LOCK_DEV) | $(BIN)/python
 	@touch $@
 
 # Refresh both locks from pyproject.toml (newest versions its ranges allow), for every platform
-# Python 3.11 runs on: dev (runtime + dev + sandbox: make run, make test, CI) and runtime (the
-# Docker image), the latter held to the versions of the former.
+# Python 3.11 runs on: dev (runtime + dev + sandbox + bench: make run, make test, CI, make
+# bench) and runtime (the Docker image), the latter held to the versions of the former.
 lock: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
-	$(BIN)/uv pip compile pyproject.toml --extra dev --extra sandbox --universal \
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra sandbox --extra bench --universal \
 		--python-version 3.11 --generate-hashes --upgrade --custom-compile-command "make lock" \
 		--quiet -o $(LOCK_DEV)
 	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 \

@@ -1,22 +1,27 @@
-"""The engine's own cost, beside a bare Celery chain on the same broker and worker.
+"""The engine's own cost, beside a bare Celery chain on the same broker and worker and beside
+DBOS Transact on the same PostgreSQL server (bench/dbos_peer.py).
 
 - step overhead: the time and SQL transactions one ``ctx.step`` adds (a stage of 200 no-op
   steps, in-process, against a stage of none);
 - throughput: ``EXECUTIONS`` no-op workflows of ``STAGES`` stages each, and as many bare
   Celery chains of ``STAGES`` no-op tasks, each batch published while the worker is stopped,
-  then drained by the same worker (2 processes); timed from the first task to the last.
+  then drained by the same worker (2 processes); timed from the first task to the last;
+- the peer: DBOS Transact's ms per step, per empty workflow, and four-step workflows per
+  second, measured in its own process against its own system database on the same server.
 
 Writes bench/reports/engine.md and prints it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from alfred.principals import cli_caller
 from bench.stack import bench_stack
@@ -167,12 +172,31 @@ def _celery_throughput(env: dict[str, str]) -> float:
     return EXECUTIONS / (float(last or 0) - float(first or 0))
 
 
+def _dbos_peer(env: dict[str, str]) -> dict[str, Any]:
+    """DBOS Transact's figures (bench/dbos_peer.py), in a process of its own, against a system
+    database of its own on the benchmark's PostgreSQL server."""
+    url = urlsplit(env["DATABASE_URL"])
+    system = urlunsplit(url._replace(path="/dbos_bench_peer"))
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.dbos_peer", system],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return figures
+
+
 def main() -> None:
     env, stack = _setup()
     try:
         steps = _step_overhead()
         engine = _engine_throughput(env)
         celery = _celery_throughput(env)
+        dbos = _dbos_peer(env)
     finally:
         if stack is not None:
             stack.stop()
@@ -203,6 +227,24 @@ def main() -> None:
         f"Ratio engine / bare chain: {engine / celery:.2f} (the engine claims, fences and "
         "projects every stage in PostgreSQL and writes its events; the bare chain does "
         "nothing durable).",
+        "",
+        f"## Beside DBOS Transact {dbos['version']} (same PostgreSQL server, its own process)",
+        "",
+        "An Alfred step records a receipt as a DBOS step checkpoints its output; an empty "
+        "Alfred stage is claimed under a lease and completed with its events, as an empty "
+        "DBOS workflow records its start and end; a four-stage Alfred workflow runs each "
+        "stage as a Celery task on 2 worker processes, a four-step DBOS workflow runs on "
+        "DBOS's executor threads in one process.",
+        "",
+        "| | Alfred | DBOS | Alfred / DBOS |",
+        "|---|---:|---:|---:|",
+        f"| ms per step | {steps['ms_per_step']:.2f} | {dbos['ms_per_step']:.2f} | "
+        f"{steps['ms_per_step'] / dbos['ms_per_step']:.2f} |",
+        f"| ms per empty stage / workflow | {steps['ms_per_stage']:.1f} | "
+        f"{dbos['ms_per_empty_workflow']:.1f} | "
+        f"{steps['ms_per_stage'] / dbos['ms_per_empty_workflow']:.2f} |",
+        f"| {STAGES}-stage / {STAGES}-step workflows per second | {engine:.1f} | "
+        f"{dbos['four_step_per_second']:.1f} | {engine / dbos['four_step_per_second']:.2f} |",
         "",
     ]
     REPORT.parent.mkdir(parents=True, exist_ok=True)

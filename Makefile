@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv browser screenshots run test fuzz lock lint fmt bench bench-engine bench-lanes bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
+.PHONY: help install venv browser screenshots run test fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -19,6 +19,7 @@ help:
 	@echo "make fmt               ruff format + ruff check --fix"
 	@echo "make migrations-check  fail if a model change lacks a migration"
 	@echo "make bench             run the benchmarks (python -m bench; reports in bench/reports)"
+	@echo "make bench-timers      the timer scan's tick at 10² and 10⁴ pending timers"
 	@echo "make bench-engine      the engine's step, stage and throughput vs a bare chain and DBOS"
 	@echo "make bench-add-subdomain  a no-operator add-subdomain end to end, split by stage"
 	@echo "make bench-add-certificate  a certificate requested, validated and issued, by stage"
@@ -102,6 +103,9 @@ bench-engine: $(STAMP)
 
 bench-lanes: $(STAMP)
 	$(BIN)/python -m bench lanes
+
+bench-timers: $(STAMP)
+	$(BIN)/python -m bench timers
 
 bench-acceptance: $(STAMP)
 	$(BIN)/python -m bench acceptance

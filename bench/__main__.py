@@ -12,6 +12,7 @@ from bench import (
     engine,
     events,
     lanes,
+    timers,
     update_lambda_version,
 )
 
@@ -23,6 +24,7 @@ BENCHMARKS = {
     "engine": engine.main,
     "events": events.main,
     "lanes": lanes.main,
+    "timers": timers.main,
     "update_lambda_version": update_lambda_version.main,
 }
 

@@ -1,5 +1,6 @@
 """End to end, a no-operator add-subdomain on the sandbox, ``RUNS`` times in turn (default
-20): the time from acceptance to the terminal event, split by stage, p50 and p90.
+20): the time from acceptance to the terminal event, split by stage,
+p50, p90 and p99, with the engine's share.
 
 The stack is the one ``make run`` starts (see :mod:`bench.sandbox`), with Route53's PENDING →
 INSYNC delay of the sandbox (2 s; ``BENCH_CHANGE_DELAY``). Each run is a new name in

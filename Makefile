@@ -8,11 +8,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv browser screenshots run test fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
+.PHONY: help install venv browser screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
-	@echo "make test              lint, type-check and run the test suite"
+	@echo "make test              lint, type-check and run the test suite (all but chaos)"
+	@echo "make chaos             the chaos suite (tests/chaos): kills, a flushed broker, a storm"
 	@echo "make fuzz              Schemathesis over the OpenAPI document, against a live stack"
 	@echo "make lint              ruff check, ruff format --check, mypy"
 	@echo "make lock              refresh requirements/*.lock from pyproject.toml (newest allowed)"
@@ -74,7 +75,12 @@ test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
-	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest
+	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest -m "not chaos"
+
+# The chaos suite, tests/chaos/ (marked `chaos`): SIGKILLed workers and whole worker hosts, a
+# flushed broker, lost wakes, a storm of duplicate requests. CI runs it after make test.
+chaos: $(STAMP)
+	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest -m chaos
 
 # Every check and phase of tests/fuzz/schemathesis.toml; ARGS go to `schemathesis run`.
 fuzz: $(STAMP)

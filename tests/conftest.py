@@ -73,6 +73,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("django_db") or item.get_closest_marker("worker"):
             item.add_marker(pytest.mark.services)
+        # The chaos suite (tests/chaos/: SIGKILLed workers, a flushed broker, a storm of
+        # duplicates) runs as `make chaos`, which CI runs beside `make test`; the workflows'
+        # kill tests (tests/integration/*_kills.py) stay in `make test`.
+        if item.path.parent.name == "chaos":
+            item.add_marker(pytest.mark.chaos)
 
 
 @pytest.fixture

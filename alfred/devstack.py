@@ -279,6 +279,27 @@ def lock_state_dir(state: Path) -> IO[str]:
     return handle
 
 
+def free_port_base(host: str = "127.0.0.1") -> int:
+    """A port base whose next four ports are free, for a second stack beside `make run` (the
+    tests, `make fuzz`): ALFRED_SANDBOX_PORT_BASE=base puts the stand-ins on base+1..base+3,
+    ALFRED_PORT=base+4 the web server. Two bind(0) calls in a row may well return
+    neighbouring ports, so each of the four is tried."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            base = int(probe.getsockname()[1])
+        if base + 4 > 65535:
+            continue
+        try:
+            for offset in (1, 2, 3, 4):
+                with socket.socket() as probe:
+                    probe.bind((host, base + offset))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no four consecutive free ports")
+
+
 def check_port_free(host: str, port: int, setting: str = "ALFRED_PORT") -> None:
     """Fail before starting anything if the port is taken: otherwise a leftover server (say, a
     web process of a launcher that was SIGKILLed) would answer our /readyz probe."""

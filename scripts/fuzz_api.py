@@ -14,37 +14,22 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from alfred.devstack import free_port_base  # noqa: E402 - after the path is set
+
 BIN = Path(sys.executable).parent
-
-
-def free_base() -> int:
-    """A port whose next four are free (stand-ins on base+1..3, the web server on base+4)."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + 4 > 65535:
-            continue
-        try:
-            for offset in (1, 2, 3, 4):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", base + offset))
-        except OSError:
-            continue
-        return base
-    raise SystemExit("fuzz-api: no four consecutive free ports")
 
 
 def main() -> int:
     state = ROOT / ".alfred" / f"fuzz-{os.getpid()}"
-    base = free_base()
+    base = free_port_base()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("ALFRED_", "DJANGO_"))},
         "ALFRED_STATE_DIR": str(state),

@@ -26,6 +26,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
+from alfred.devstack import free_port_base
 from providers.config import ProviderConfig
 from providers.factory import Providers
 from tests.conftest import ROOT, subprocess_database_url
@@ -33,29 +34,6 @@ from tests.conftest import ROOT, subprocess_database_url
 pytestmark = pytest.mark.worker  # the launcher starts one (and web, beat and the sandbox)
 
 DATABASE = "alfred_devstack_test"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _free_base() -> int:
-    """A base whose next four ports are free: the stand-ins take base+1..base+3, the web
-    server base+4 (two bind(0) calls in a row may well return neighbouring ports)."""
-    for _ in range(50):
-        base = _free_port()
-        if base + 4 > 65535:
-            continue
-        try:
-            for offset in (1, 2, 3, 4):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", base + offset))
-        except OSError:
-            continue
-        return base
-    raise AssertionError("no four consecutive free ports")
 
 
 def _other_redis_db(url: str) -> str:
@@ -125,7 +103,7 @@ class Launcher:
 def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack_database):
     # given: a launcher on free ports with its own database and broker
     state = ROOT / ".alfred" / f"devstack-test-{os.getpid()}"
-    base = _free_base()
+    base = free_port_base()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("ALFRED_", "DJANGO_"))},
         "ALFRED_STATE_DIR": str(state),

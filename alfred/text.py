@@ -12,7 +12,16 @@ MAX_REASON_LENGTH = 1000
 # C0 controls but NUL (which CharField refuses itself, as it does lone surrogates), tab and
 # newline; DEL and C1; and the bidirectional overrides and isolates that would make an audit
 # entry read differently from what it holds.
-_FORBIDDEN_IN_TEXT = re.compile("[\x01-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_FORBIDDEN = ((0x01, 0x08), (0x0B, 0x1F), (0x7F, 0x9F), (0x202A, 0x202E), (0x2066, 0x2069))
+
+
+def _class(ranges: tuple[tuple[int, int], ...]) -> str:
+    """A character class's ranges as ``\\uXXXX`` escapes, which Python's ``re`` and ECMA
+    regular expressions both read."""
+    return "".join(f"\\u{low:04x}-\\u{high:04x}" for low, high in ranges)
+
+
+_FORBIDDEN_IN_TEXT = re.compile(f"[{_class(_FORBIDDEN)}]")
 
 
 def check_free_text(value: str) -> None:
@@ -28,7 +37,7 @@ def check_free_text(value: str) -> None:
 
 # The same rule as ECMA regular expressions, for the OpenAPI schema (NUL included: DRF's
 # CharField refuses it too); a required text also holds something besides whitespace.
-_FORBIDDEN_CLASS = "\\u0000-\\u0008\\u000b-\\u001f\\u007f-\\u009f\\u202a-\\u202e\\u2066-\\u2069"
+_FORBIDDEN_CLASS = _class(((0x00, 0x08), *_FORBIDDEN[1:]))
 FREE_TEXT_PATTERN = f"^[^{_FORBIDDEN_CLASS}]*$"
 REQUIRED_TEXT_PATTERN = f"^[^{_FORBIDDEN_CLASS}]*[^\\s{_FORBIDDEN_CLASS}][^{_FORBIDDEN_CLASS}]*$"
 

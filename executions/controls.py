@@ -37,7 +37,6 @@ from executions.models import (
     Execution,
     ExecutionStatus,
     Hook,
-    HookStatus,
     RunKind,
 )
 from executions.workflows.base import InvalidInput
@@ -98,8 +97,7 @@ class Control:
 def approve_allowed(execution: Execution) -> bool:
     """Paused on an operator's checkpoint (a pending operator hook)."""
     return (
-        execution.status == ExecutionStatus.PAUSED
-        and execution.hooks.filter(status=HookStatus.PENDING, operator=True).exists()
+        execution.status == ExecutionStatus.PAUSED and execution.hooks.awaiting_operator().exists()
     )
 
 
@@ -245,11 +243,7 @@ class ForceRequired(InvalidState):
 
 
 def _pending_plan_hash(execution: Execution) -> str:
-    hook = (
-        Hook.objects.filter(execution=execution, status=HookStatus.PENDING, operator=True)
-        .order_by("-created_at")
-        .first()
-    )
+    hook = Hook.objects.filter(execution=execution).awaiting_operator().first()
     return str(hook.payload.get("plan_hash", "")) if hook is not None else ""
 
 
@@ -262,10 +256,7 @@ def execution_approve(
     with transaction.atomic(durable=True):
         execution = _locked_for(caller, execution_id, APPROVE)
         hook = (
-            Hook.objects.select_for_update()
-            .filter(execution=execution, status=HookStatus.PENDING, operator=True)
-            .order_by("-created_at")
-            .first()
+            Hook.objects.select_for_update().filter(execution=execution).awaiting_operator().first()
         )
         if execution.status != ExecutionStatus.PAUSED or hook is None:
             raise InvalidState(execution, APPROVE.name)

@@ -289,6 +289,13 @@ class HookStatus(models.TextChoices):
     CANCELED = "canceled"
 
 
+class HookQuerySet(models.QuerySet["Hook"]):
+    def awaiting_operator(self) -> HookQuerySet:
+        """The operator checkpoints not answered yet, newest first (an execution waits on
+        the first: the one its ``pending_approval`` shows and an approval must name)."""
+        return self.filter(status=HookStatus.PENDING, operator=True).order_by("-created_at")
+
+
 class Hook(models.Model):
     """A durable wait for an outside signal (an operator's approval, a callback)."""
 
@@ -306,6 +313,8 @@ class Hook(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
+
+    objects = HookQuerySet.as_manager()
 
     class Meta:
         indexes = [

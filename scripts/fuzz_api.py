@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from alfred.devstack import free_port_base  # noqa: E402 - after the path is set
+from alfred.devstack import READY, free_port_base  # noqa: E402 - after the path is set
 
 BIN = Path(sys.executable).parent
 
@@ -76,7 +76,7 @@ def main() -> int:
 
 def ready(stack: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
-    while b"Alfred is ready" not in log.read_bytes():
+    while READY.encode() not in log.read_bytes():
         if stack.poll() is not None or time.monotonic() > deadline:
             sys.stderr.write(log.read_text(errors="replace")[-6000:])
             raise SystemExit("fuzz-api: the stack did not start")

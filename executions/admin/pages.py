@@ -319,11 +319,7 @@ def plan_rows(plan: Any) -> list[dict[str, Any]]:
 
 
 def _pending_hook(execution: Execution) -> Hook | None:
-    return (
-        execution.hooks.filter(status=HookStatus.PENDING, operator=True)
-        .order_by("-created_at")
-        .first()
-    )
+    return execution.hooks.awaiting_operator().first()
 
 
 def pending_approval(execution: Execution) -> dict[str, Any] | None:

@@ -128,9 +128,20 @@ class Context:
         # and another worker take the run over, so the stage stops at its next boundary.
         self._renewals_failing = threading.Event()
         self._position = 0
-        self._recorded = list(
-            StepReceipt.objects.filter(run_id=run.id, stage=stage).order_by("sequence")
-        )
+        self._receipts: list[StepReceipt] | None = None  # read at the first primitive
+
+    @property
+    def _recorded(self) -> list[StepReceipt]:
+        """The stage's receipts in this run, in order: read once, when the first primitive
+        replays (a stage that calls none, or is claimed for the first time and calls one,
+        reads nothing it does not need); appended to as the stage records more."""
+        if self._receipts is None:
+            self._receipts = list(
+                StepReceipt.objects.filter(run_id=self.run_id, stage=self.stage).order_by(
+                    "sequence"
+                )
+            )
+        return self._receipts
 
     # --- the primitives -------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from executions.events.outbox import event_emit, event_key
+from executions.events.outbox import Event, event_emit, event_key
 from executions.models import Execution
 
 
@@ -22,8 +22,21 @@ def start_state_set(
     execution.start_state = state
     execution.start_error = error
     execution.save(update_fields=["start_state", "start_error", "updated_at"])
-    event_emit(
-        execution_id=execution.id,
+    event = start_state_event(execution, state, run_id=run_id, error=error, **payload)
+    event_emit(execution_id=execution.id, type=event.type, key=event.key, payload=event.payload)
+
+
+def start_state_event(
+    execution: Execution,
+    state: str,
+    *,
+    run_id: str,
+    error: dict[str, Any] | None = None,
+    **payload: Any,
+) -> Event:
+    """The event that announces start ``state`` (for a caller that writes the projection and
+    emits its events together)."""
+    return Event(
         type=f"execution.{state}",
         key=event_key(execution.id, f"{run_id}:{state}"),
         payload={"run": run_id, **({"error": error} if error else {}), **payload},

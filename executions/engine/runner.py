@@ -27,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import DateTimeField, Func, Subquery
 from django.utils import timezone
 
 from executions.engine.clock import Clock, db_now
@@ -40,19 +41,18 @@ from executions.engine.errors import (
     Suspend,
     unclassified,
 )
-from executions.engine.projections import start_state_set
+from executions.engine.projections import start_state_event
 from executions.engine.registry import claim_refusal, definition_get
 from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.rollback import rollback_stage
 from executions.engine.terminal import execution_finish
 from executions.events.links import approval_links
-from executions.events.outbox import event_emit, event_key
+from executions.events.outbox import Event, event_emit, event_key, events_emit
 from executions.models import (
     TERMINAL_STATUSES,
     Execution,
     ExecutionStatus,
     Hook,
-    HookStatus,
     Run,
     RunKind,
     RunStatus,
@@ -64,6 +64,10 @@ from executions.models import (
 )
 
 log = logging.getLogger(__name__)
+
+# The database's time as a column (``clock_timestamp()``: the statement's moment, not the
+# transaction's start), for a read that must also tell the time.
+_CLOCK = Func(function="clock_timestamp", output_field=DateTimeField())
 
 
 class Outcome(enum.Enum):
@@ -122,10 +126,13 @@ def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
 def _lock(run_id: str) -> tuple[Execution, Run] | None:
     """Lock the execution, then its run: the order every writer (controls, the terminal
     transition, the scans) keeps, so that two of them never wait on each other."""
-    execution_id = Run.objects.filter(pk=run_id).values_list("execution_id", flat=True).first()
-    if execution_id is None:
+    execution = (
+        Execution.objects.select_for_update()
+        .filter(pk=Subquery(Run.objects.filter(pk=run_id).values("execution_id")))
+        .first()
+    )
+    if execution is None:
         return None
-    execution = Execution.objects.select_for_update().get(pk=execution_id)
     run = Run.objects.select_for_update().get(pk=run_id)
     return execution, run
 
@@ -153,10 +160,13 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
         if locked is None:
             return Outcome.STOP
         execution, run = locked
-        now = db_now()  # after the locks: the lease counts from when the claim holds them
         if execution.current_run_id != run.id or execution.status in TERMINAL_STATUSES:
             return Outcome.STOP
-        stages = {s.name: s for s in Stage.objects.filter(run=run).order_by("position")}
+        # The database's time with the stages, read after the locks: the lease counts from
+        # when the claim holds them.
+        rows = list(Stage.objects.filter(run=run).annotate(db_now=_CLOCK).order_by("position"))
+        now = rows[0].db_now if rows else db_now()
+        stages = {s.name: s for s in rows}
         stage = stages.get(stage_name)
         if stage is None:
             return _fail_locked(execution, FatalError(f"no stage {stage_name!r}", code="bad_stage"))
@@ -213,17 +223,28 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
                 "recoveries",
             ]
         )
+        if stage.started_at is not None:
+            _timers_served(run, stage_name, now)  # a stage claimed before may have timers
         stage.status = StageStatus.RUNNING
         stage.started_at = stage.started_at or now
         stage.save(update_fields=["status", "started_at"])
-        _timers_served(run, stage_name, now)
+        events, changed = [], ["updated_at"]
         if execution.start_state != StartState.STARTED:
-            start_state_set(
-                execution, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
+            execution.start_state, execution.start_error = StartState.STARTED, None
+            changed += ["start_state", "start_error"]
+            events.append(
+                start_state_event(
+                    execution, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
+                )
             )
         if execution.status != ExecutionStatus.RUNNING:
-            _status_set(execution, ExecutionStatus.RUNNING, run, stage_name)
-        _emit(execution.id, run, "stage.started", stage_name, worker=worker)
+            execution.status = ExecutionStatus.RUNNING
+            changed.append("status")
+            events.append(_status_event(execution, run, stage_name))
+        if len(changed) > 1:
+            execution.save(update_fields=changed)
+        events.append(_stage_event(execution.id, run, "stage.started", stage_name, worker=worker))
+        events_emit(execution.id, events)
         return _Claim(run, run.fence, run.wakeups, execution.input, execution.workflow, Clock(now))
 
 
@@ -414,11 +435,7 @@ def _approval_asked(execution: Execution, run: Run) -> dict[str, Any]:
     """What ``execution.paused`` tells whoever must ask a person (a chat bot, a ticket
     system): the checkpoint's one-line summary, its plan and hash, when it expires, and
     where to approve it."""
-    hook = (
-        Hook.objects.filter(run=run, status=HookStatus.PENDING, operator=True)
-        .order_by("-created_at")
-        .first()
-    )
+    hook = Hook.objects.filter(run=run).awaiting_operator().first()
     if hook is None:
         return {}
     payload = hook.payload if isinstance(hook.payload, dict) else {}
@@ -448,21 +465,32 @@ def _fail_locked(execution: Execution, failure: FatalError) -> Outcome:
 def _status_set(execution: Execution, status: str, run: Run, stage: str, **payload: Any) -> None:
     execution.status = status
     execution.save(update_fields=["status", "updated_at"])
-    event_emit(
-        execution_id=execution.id,
-        type=f"execution.{status}",
-        key=event_key(execution.id, f"{run.id}:{status}:{run.fence}"),
+    _emit_one(execution.id, _status_event(execution, run, stage, **payload))
+
+
+def _status_event(execution: Execution, run: Run, stage: str, **payload: Any) -> Event:
+    """``execution.<status>`` for the status ``execution`` has now."""
+    return Event(
+        type=f"execution.{execution.status}",
+        key=event_key(execution.id, f"{run.id}:{execution.status}:{run.fence}"),
         payload={"run": run.id, "stage": stage, **payload},
     )
 
 
 def _emit(execution_id: str, run: Run, type: str, stage: str, **payload: Any) -> None:
-    event_emit(
-        execution_id=execution_id,
+    _emit_one(execution_id, _stage_event(execution_id, run, type, stage, **payload))
+
+
+def _stage_event(execution_id: str, run: Run, type: str, stage: str, **payload: Any) -> Event:
+    return Event(
         type=type,
         key=event_key(execution_id, f"{run.id}:{stage}:{type}:{run.fence}"),
         payload={"run": run.id, "stage": stage, "fence": run.fence, **payload},
     )
+
+
+def _emit_one(execution_id: str, event: Event) -> None:
+    event_emit(execution_id=execution_id, type=event.type, key=event.key, payload=event.payload)
 
 
 def _report_duplicate(execution: Execution, run: Run, stage: str, worker: str) -> None:

@@ -199,6 +199,50 @@ def test_a_re_emitted_event_key_is_a_no_op(api):
     assert (first, again, after) == (2, None, 3)
 
 
+@pytest.mark.django_db(transaction=True)  # NOTIFY is delivered at commit
+def test_events_emitted_together_skip_known_keys_number_gaplessly_and_owe_deliveries(api):
+    import psycopg
+    from django.db import transaction
+
+    from executions.events.outbox import CHANNEL, Event, event_emit, events_emit
+    from executions.models import Execution, OutboxEvent, WebhookDelivery, WebhookEndpoint
+    from tests.conftest import subprocess_database_url
+
+    execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
+    wants_b = WebhookEndpoint.objects.create(
+        url="https://hooks.example.com/b", secret="s", event_types=["t.b"]
+    )
+    event_emit(execution_id=execution_id, type="t.a", key="known", payload={})  # sequence 2
+
+    with psycopg.connect(subprocess_database_url(), autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        with transaction.atomic():
+            Execution.objects.select_for_update().get(pk=execution_id)  # the writers' lock
+            sequences = events_emit(
+                execution_id,
+                [
+                    Event("t.a", "first", {"n": 1}),
+                    Event("t.a", "known", {"n": 2}),  # emitted before: left out
+                    Event("t.b", "second", {"n": 3}),
+                ],
+            )
+            again = events_emit(execution_id, [Event("t.a", "first", {})])
+        notified = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
+
+    assert (sequences, again) == ([3, 4], [])
+    rows = OutboxEvent.objects.filter(execution_id=execution_id).order_by("sequence")
+    assert [(e.sequence, e.key, e.payload) for e in rows][1:] == [
+        (2, "known", {}),
+        (3, "first", {"n": 1}),
+        (4, "second", {"n": 3}),
+    ]
+    assert Execution.objects.get(pk=execution_id).last_sequence == 4
+    assert notified == [f"{execution_id} 3", f"{execution_id} 4"]
+    owed = WebhookDelivery.objects.filter(endpoint=wants_b).values_list("event__key", flat=True)
+    assert list(owed) == ["second"]
+    assert event_emit(execution_id=execution_id, type="t", key="next", payload={}) == 5
+
+
 def test_the_workflows_and_their_schemas(api):
     # (the tests' own workflows, ALFRED_EXTRA_WORKFLOWS, follow the five)
     body = [w for w in api.get("/api/v1/workflows").json() if not w["name"].startswith("test-")]

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from alfred.devstack import free_port_base
+from alfred.devstack import READY, free_port_base
 from providers.config import ProviderConfig
 from providers.factory import Providers
 from tests.conftest import ROOT, subprocess_database_url
@@ -116,7 +116,7 @@ def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack
     launcher = Launcher(env, state)
     try:
         # when: it reports ready
-        launcher.wait_for("Alfred is ready")
+        launcher.wait_for(READY)
 
         # then: the banner names the stand-ins, and each answers with the seed data
         aws_url = f"http://127.0.0.1:{base + 1}"

@@ -1,5 +1,6 @@
 import logging
 import os
+import threading
 
 from django.core.asgi import get_asgi_application
 
@@ -25,4 +26,8 @@ def _release_ready_lanes() -> None:
         logging.getLogger(__name__).exception("releasing ready lanes at start failed")
 
 
-_release_ready_lanes()
+# On a thread of its own: uvicorn's worker processes (--workers) import the application inside
+# a running event loop, where Django refuses a synchronous query.
+_start = threading.Thread(target=_release_ready_lanes, name="alfred-release-ready-lanes")
+_start.start()
+_start.join()

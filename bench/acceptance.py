@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from bench.stack import bench_stack
+from bench.stack import bench_stack, bench_token
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "bench" / "reports" / "acceptance.md"
@@ -175,15 +175,7 @@ def main() -> None:
     env["ALFRED_PUBLIC_URL"] = base
     web = None
     try:
-        token = _manage(
-            env,
-            "alfred_token",
-            "create",
-            "--name",
-            f"bench-{uuid.uuid4().hex[:8]}",
-            "--role",
-            "integration",
-        ).strip()
+        token = bench_token(env, "integration")
         web = subprocess.Popen(
             [
                 sys.executable,

@@ -31,8 +31,8 @@ from typing import Any
 
 import httpx
 
-from bench.acceptance import _free_port, _manage, _percentile
-from bench.stack import bench_stack
+from bench.acceptance import _free_port, _percentile
+from bench.stack import bench_stack, bench_token
 
 ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "bench" / "reports" / "events.md"
@@ -275,15 +275,7 @@ def main() -> None:
     env["ALFRED_PUBLIC_URL"] = base
     web = None
     try:
-        token = _manage(
-            env,
-            "alfred_token",
-            "create",
-            "--name",
-            f"bench-{uuid.uuid4().hex[:8]}",
-            "--role",
-            "operator",
-        ).strip()
+        token = bench_token(env, "operator")
         web = subprocess.Popen(
             [
                 sys.executable,

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,26 @@ def bench_stack(name: str, **extra_env: str) -> tuple[dict[str, str], Any]:
         capture_output=True,
     )
     return env, stack
+
+
+def bench_token(env: dict[str, str], role: str) -> str:
+    """A new API token of ``role`` in the benchmark's database: ``alfred_token create``'s
+    secret, the last line it prints."""
+    created = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "alfred_token",
+            "create",
+            "--name",
+            f"bench-{uuid.uuid4().hex[:8]}",
+            "--role",
+            role,
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return created.stdout.strip().splitlines()[-1]

@@ -82,6 +82,9 @@ class Acceptance:
     idempotency_key: str
     lane: LaneClaimResult | None = None
     dispatch: Dispatch | None = None
+    # A new execution's stages as inserted (None otherwise): its answer shows them, and
+    # knows it has no checkpoint and no child yet, without reading anything back.
+    stages: list[Stage] | None = None
 
 
 @dataclass(frozen=True)
@@ -183,8 +186,9 @@ def _accept_once(req: _Request) -> Acceptance:
             .order_by("-created_at")
             .first()
         )
+        stages: list[Stage] | None = None
         if latest is None or latest.status == ExecutionStatus.ROLLED_BACK:
-            execution, lane = _create(req, predecessor=latest)
+            execution, lane, stages = _create(req, predecessor=latest)
             outcome = AcceptanceOutcome.CREATED
         else:
             continues = _should_continue(req.workflow, latest)
@@ -217,7 +221,7 @@ def _accept_once(req: _Request) -> Acceptance:
             dispatch = run_dispatch_on_commit(
                 str(execution.current_run_id), stages=req.workflow.stages if fresh else None
             )
-        return Acceptance(execution, outcome, False, req.key, lane, dispatch)
+        return Acceptance(execution, outcome, False, req.key, lane, dispatch, stages)
 
 
 def _should_continue(workflow: Workflow, latest: Execution) -> bool:
@@ -249,12 +253,12 @@ def _claim(req: _Request, execution_id: str, *, urgent: bool = False) -> LaneCla
 
 def _create(
     req: _Request, *, predecessor: Execution | None
-) -> tuple[Execution, LaneClaimResult | None]:
+) -> tuple[Execution, LaneClaimResult | None, list[Stage]]:
     execution_id = new_id("exe")
     # The lane first, so that the accepted event can say how it went; the lane's owner FK
     # is checked at commit, when the execution exists.
     lane = _claim(req, execution_id)
-    execution = execution_insert(
+    execution, stages = execution_insert(
         execution_id=execution_id,
         workflow=req.workflow.name,
         stages=req.workflow.stages,
@@ -267,7 +271,7 @@ def _create(
         accepted_payload={"lane": _lane_payload(lane)},
     )
     _lane_event(execution, lane)
-    return execution, lane
+    return execution, lane, stages
 
 
 def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaimResult | None]:

@@ -155,7 +155,15 @@ class ExecutionSerializer(ExecutionSummarySerializer):
 
     @extend_schema_field(StageSerializer(many=True))
     def get_stages(self, obj: Execution) -> Any:
-        return StageSerializer(selectors.execution_stages(obj), many=True).data
+        created = self._created()
+        stages = created.stages if created is not None else selectors.execution_stages(obj)
+        return StageSerializer(stages, many=True).data
+
+    def _created(self) -> Any:
+        """The acceptance that created this execution in this request, if any: what it
+        inserted is what there is (no checkpoint, no child yet)."""
+        acceptance = self.context.get("acceptance")
+        return acceptance if acceptance is not None and acceptance.stages is not None else None
 
     @extend_schema_field(LaneViewSerializer(allow_null=True))
     def get_lane(self, obj: Execution) -> dict[str, Any] | None:
@@ -176,7 +184,9 @@ class ExecutionSerializer(ExecutionSummarySerializer):
 
     @extend_schema_field(serializers.DictField(allow_null=True))
     def get_pending_approval(self, obj: Execution) -> dict[str, Any] | None:
-        hook = obj.hooks.filter(status="pending", operator=True).order_by("-created_at").first()
+        if self._created() is not None:
+            return None
+        hook = obj.hooks.awaiting_operator().first()
         if hook is None:
             return None
         return {
@@ -191,6 +201,8 @@ class ExecutionSerializer(ExecutionSummarySerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_children(self, obj: Execution) -> list[str]:
+        if self._created() is not None:
+            return []
         return list(obj.children.order_by("id").values_list("id", flat=True))
 
     @extend_schema_field(AcceptanceSerializer(allow_null=True))

@@ -43,7 +43,7 @@ def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> tuple[
     owner = Execution.objects.values_list("principal", flat=True).get(pk=parent_id)
     try:
         with transaction.atomic():
-            child = execution_insert(
+            child, _ = execution_insert(
                 workflow=workflow,
                 stages=definition.stages,
                 canonical=canonical,

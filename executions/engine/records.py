@@ -31,8 +31,10 @@ def execution_insert(
     predecessor: Execution | None = None,
     parent_id: str | None = None,
     accepted_payload: dict[str, Any] | None = None,
-) -> Execution:
-    """Insert in the caller's transaction; nothing is published here."""
+) -> tuple[Execution, list[Stage]]:
+    """Insert in the caller's transaction; nothing is published here. Returns the execution
+    and its first run's stages, as inserted (an answer can show them without reading them
+    back)."""
     execution = Execution(
         **({"id": execution_id} if execution_id else {}),
         workflow=workflow,
@@ -52,7 +54,7 @@ def execution_insert(
     execution.save(force_insert=True)
     run.save(force_insert=True)
     execution.current_run = run
-    stages_insert(run, stages)
+    inserted = stages_insert(run, stages)
     # Through the outbox like every event: its NOTIFY and its webhook deliveries with it.
     event_emit(
         execution_id=execution.id,
@@ -66,7 +68,7 @@ def execution_insert(
             **(accepted_payload or {}),
         },
     )
-    return execution
+    return execution, inserted
 
 
 def run_new(execution: Execution, *, number: int, kind: str) -> Run:
@@ -75,12 +77,14 @@ def run_new(execution: Execution, *, number: int, kind: str) -> Run:
     return Run(execution=execution, number=number, kind=kind)
 
 
-def stages_insert(run: Run, stages: tuple[str, ...], done: dict[str, Any] | None = None) -> None:
+def stages_insert(
+    run: Run, stages: tuple[str, ...], done: dict[str, Any] | None = None
+) -> list[Stage]:
     """The run's stages, pending; those in ``done`` (name → output persisted by an earlier
     run) start out succeeded, so a continuation skips them."""
     done = done or {}
     now = timezone.now()
-    Stage.objects.bulk_create(
+    return Stage.objects.bulk_create(
         Stage(
             run=run,
             name=name,

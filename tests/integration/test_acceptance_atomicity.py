@@ -82,9 +82,9 @@ def test_after_a_failed_attempt_the_same_key_is_accepted(api, fail_on_insert):
 # (BEGIN, COMMIT counted): key lookup, identity lookup (FOR UPDATE), execution, run, stages,
 # lane create-or-lock, then either queue check + compare-and-swap (owner) or waiter insert +
 # queue position (queued), the accepted event, the lane event, delivery key = 13 (BEGIN and
-# COMMIT included); around it the token lookup and the answer's stages, pending approval and
-# children = 4.
-ACCEPTANCE_QUERIES = 17
+# COMMIT included); around it the token lookup = 14. The answer reads nothing back: the stages
+# are the ones just inserted, and a new execution has no checkpoint and no child.
+ACCEPTANCE_QUERIES = 14
 
 
 @pytest.mark.parametrize("role", ["owner", "queued"])

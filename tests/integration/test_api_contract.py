@@ -143,6 +143,10 @@ def test_the_execution_resource(api):
     body = api.get(f"/api/v1/executions/{created['id']}").json()
 
     assert body["id"] == created["id"]
+    # the answer to the POST (drawn from what the acceptance inserted) is what a read finds
+    assert {k: v for k, v in created.items() if k != "acceptance"} == {
+        k: v for k, v in body.items() if k != "acceptance"
+    }
     assert body["workflow"] == "update-lambda-version"
     assert body["input"] == {
         "target": "checkout-api",

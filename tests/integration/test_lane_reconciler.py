@@ -4,6 +4,7 @@ the terminal transition itself must hand the lane over."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 from django.db import connections
@@ -463,16 +464,37 @@ def test_two_api_processes_starting_together_release_a_ready_lane_once(api):
         "DJANGO_SETTINGS_MODULE": "alfred.settings",
     }
 
-    # what uvicorn does when it starts: import the ASGI application
-    starts = [
-        subprocess.Popen(
-            [sys.executable, "-c", "import alfred.asgi"],
-            cwd=ROOT,
-            env=env,
+    # when: uvicorn starts two worker processes (each imports the ASGI application, inside
+    # its event loop)
+    import signal
+    import tempfile
+
+    from tests.live import free_port
+
+    log = tempfile.NamedTemporaryFile(prefix="alfred-web-", suffix=".log")  # noqa: SIM115
+    web = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "uvicorn", "alfred.asgi:application", "--workers", "2"),
+            *("--port", str(free_port()), "--lifespan", "off"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        # both processes have started serving: each has imported the application
+        wait_for(
+            lambda: Path(log.name).read_text().count("Started server process") == 2,
+            timeout=60,
+            interval=0.2,
         )
-        for _ in range(2)
-    ]
-    assert [p.wait(60) for p in starts] == [0, 0]
+    finally:
+        os.killpg(web.pid, signal.SIGTERM)
+        web.wait(30)
+    output = Path(log.name).read_text()
+    assert "releasing ready lanes at start failed" not in output, output
 
     lane = Lane.objects.get(key=KEY)
     assert (lane.state, lane.owner_id, lane.version) == ("held", queued, version + 1)

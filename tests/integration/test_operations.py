@@ -44,6 +44,28 @@ def test_readyz_is_503_when_the_broker_is_away(client, settings):
     assert response.json()["checks"]["database"] == "ok"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_benchmarks_take_the_secret_the_token_command_prints():
+    # (the benchmarks create their tokens with the command in a process of their own)
+    from django.conf import settings
+
+    from bench.stack import bench_token
+    from tests.conftest import subprocess_database_url
+
+    env = {
+        **os.environ,
+        "DATABASE_URL": subprocess_database_url(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "DJANGO_SETTINGS_MODULE": "alfred.settings",
+        "ALFRED_ENV": "test",
+    }
+    secret = bench_token(env, "integration")
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert client.get("/api/v1/executions").status_code == 200
+
+
 @pytest.mark.django_db
 def test_a_token_is_printed_once_stored_hashed_and_usable():
     out = io.StringIO()

@@ -76,7 +76,7 @@ def _stop(worker: subprocess.Popen[bytes]) -> None:
     worker.wait(30)
 
 
-def _step_overhead() -> dict[str, float]:
+def _step_overhead() -> dict[str, Any]:
     """In-process: a stage of STEPS no-op steps against a stage of none."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -85,6 +85,11 @@ def _step_overhead() -> dict[str, float]:
     from executions.engine.runner import stage_execute
 
     def run(steps: int) -> tuple[float, int, int]:
+        elapsed, queries = timed(steps)
+        commits = sum(1 for q in queries if q["sql"] == "COMMIT")
+        return elapsed, len(queries), commits
+
+    def timed(steps: int) -> tuple[float, list[dict[str, Any]]]:
         execution = execution_accept(
             workflow_name="bench-steps",
             body={"steps": steps, "n": time.time_ns() % 10**12},
@@ -95,17 +100,30 @@ def _step_overhead() -> dict[str, float]:
             start = time.perf_counter()
             stage_execute(str(execution.current_run_id), "s0", "bench@local:1")
             elapsed = time.perf_counter() - start
-        commits = sum(1 for q in queries.captured_queries if q["sql"] == "COMMIT")
-        return elapsed, len(queries.captured_queries), commits
+        return elapsed, queries.captured_queries
 
     run(5)  # warm-up
-    base, base_queries, base_commits = run(0)
     many, many_queries, many_commits = run(STEPS)
+    # The empty stage: the median of 21, and where its statements go, transaction by
+    # transaction (the claim; the completion, here with the terminal transition).
+    empties = sorted((timed(0) for _ in range(21)), key=lambda sample: sample[0])
+    base, queries = empties[10]
+    base_commits = sum(1 for q in queries if q["sql"] == "COMMIT")
+    transactions: list[list[dict[str, Any]]] = []
+    for query in queries:
+        if query["sql"] == "BEGIN":
+            transactions.append([])
+        elif transactions and query["sql"] != "COMMIT":
+            transactions[-1].append(query)
     return {
         "ms_per_step": (many - base) / STEPS * 1000,
         "transactions_per_step": (many_commits - base_commits) / STEPS,
-        "queries_per_step": (many_queries - base_queries) / STEPS,
+        "queries_per_step": (many_queries - len(queries)) / STEPS,
         "ms_per_stage": base * 1000,
+        "stage_statements": len(queries),
+        "stage_transactions": [len(t) for t in transactions],
+        "stage_outside": len(queries) - sum(len(t) + 2 for t in transactions),
+        "stage_db_ms": sum(float(q["time"]) for q in queries) * 1000,
     }
 
 
@@ -215,6 +233,14 @@ def main() -> None:
         "|---:|---:|---:|---:|",
         f"| {steps['ms_per_step']:.2f} | {steps['transactions_per_step']:.2f} | "
         f"{steps['queries_per_step']:.2f} | {steps['ms_per_stage']:.1f} |",
+        "",
+        f"Where the empty stage's time goes (the median of 21): {steps['stage_statements']} SQL "
+        f"statements, BEGIN and COMMIT included, in {len(steps['stage_transactions'])} "
+        f"transactions of {' and '.join(map(str, steps['stage_transactions']))} statements "
+        f"(the claim; the completion with the terminal transition) and "
+        f"{steps['stage_outside']} outside them; {steps['stage_db_ms']:.1f} ms of the "
+        f"{steps['ms_per_stage']:.1f} ms waiting on PostgreSQL, the rest in Python (the ORM "
+        "building statements, the stage's context and lease heartbeat).",
         "",
         f"## Throughput ({EXECUTIONS} no-op workflows of {STAGES} stages; as many bare chains "
         f"of {STAGES} no-op tasks)",

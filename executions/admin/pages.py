@@ -238,15 +238,19 @@ def _stage_view(
     }
 
 
+# What a run recorded, each in its order: loaded with the runs, one query each.
+_RUN_RECORDS = (
+    Prefetch("stages", queryset=Stage.objects.order_by("position")),
+    Prefetch("receipts", queryset=StepReceipt.objects.order_by("created_at", "pk")),
+    Prefetch("timers", queryset=Timer.objects.order_by("created_at", "pk")),
+    Prefetch("hooks", queryset=Hook.objects.order_by("created_at", "pk")),
+)
+
+
 def execution_timeline(execution: Execution) -> list[dict[str, Any]]:
     """Every run, newest first, each as its stages and what happened in them (five queries,
     whatever the number of runs)."""
-    runs = execution.runs.order_by("-number").prefetch_related(
-        Prefetch("stages", queryset=Stage.objects.order_by("position")),
-        Prefetch("receipts", queryset=StepReceipt.objects.order_by("created_at", "pk")),
-        Prefetch("timers", queryset=Timer.objects.order_by("created_at", "pk")),
-        Prefetch("hooks", queryset=Hook.objects.order_by("created_at", "pk")),
-    )
+    runs = execution.runs.order_by("-number").prefetch_related(*_RUN_RECORDS)
     return [_run_view(run, run.pk == execution.current_run_id) for run in runs]
 
 
@@ -423,7 +427,6 @@ def execution_events(execution: Execution) -> dict[str, Any]:
     return {
         "events": [{"event": e, "payload": pretty(e.payload)} for e in reversed(events)],
         "events_total": execution.last_sequence,
-        "last_sequence": events[0].sequence if events else 0,
         "events_url": reverse("admin:executions_outboxevent_changelist")
         + "?"
         + urlencode({"q": execution.pk}),
@@ -441,12 +444,7 @@ def execution_history(execution: Execution) -> dict[str, Any]:
     """Everything recorded about the execution, in one document: the execution, every run
     with its stages, receipts, waits and checkpoints, every event and the audit entries that
     name it. Values are the stored ones (JSON as recorded, times in UTC)."""
-    runs = execution.runs.order_by("number").prefetch_related(
-        Prefetch("stages", queryset=Stage.objects.order_by("position")),
-        Prefetch("receipts", queryset=StepReceipt.objects.order_by("created_at", "pk")),
-        Prefetch("timers", queryset=Timer.objects.order_by("created_at", "pk")),
-        Prefetch("hooks", queryset=Hook.objects.order_by("created_at", "pk")),
-    )
+    runs = execution.runs.order_by("number").prefetch_related(*_RUN_RECORDS)
     execution_fields = [f.attname for f in Execution._meta.concrete_fields]
     return {
         "execution": _fields(execution, execution_fields),

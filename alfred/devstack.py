@@ -520,3 +520,18 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def token_created(env: dict[str, str], *, name: str, role: str) -> str:
+    """A new API token in the database ``env`` points at, made by ``manage.py alfred_token
+    create`` in a process of its own (for scripts beside a stack: `make fuzz`, the
+    benchmarks): the secret, the last line the command prints."""
+    created = subprocess.run(  # noqa: S603 - our own manage.py
+        [sys.executable, MANAGE, "alfred_token", "create", "--name", name, "--role", role],
+        cwd=BASE_DIR,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return created.stdout.strip().splitlines()[-1]

@@ -46,23 +46,7 @@ def bench_stack(name: str, **extra_env: str) -> tuple[dict[str, str], Any]:
 
 
 def bench_token(env: dict[str, str], role: str) -> str:
-    """A new API token of ``role`` in the benchmark's database: ``alfred_token create``'s
-    secret, the last line it prints."""
-    created = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "alfred_token",
-            "create",
-            "--name",
-            f"bench-{uuid.uuid4().hex[:8]}",
-            "--role",
-            role,
-        ],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return created.stdout.strip().splitlines()[-1]
+    """A new API token of ``role`` in the benchmark's database."""
+    from alfred.devstack import token_created
+
+    return token_created(env, name=f"bench-{uuid.uuid4().hex[:8]}", role=role)

@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from alfred.devstack import READY, free_port_base  # noqa: E402 - after the path is set
+from alfred.devstack import READY, free_port_base, token_created  # noqa: E402 - after the path
 
 BIN = Path(sys.executable).parent
 
@@ -84,24 +84,7 @@ def ready(stack: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> No
 
 
 def operator_token(env: dict[str, str]) -> str:
-    created = subprocess.run(
-        [
-            sys.executable,
-            "manage.py",
-            "alfred_token",
-            "create",
-            "--name",
-            "fuzz",
-            "--role",
-            "operator",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return created.stdout.strip().splitlines()[-1]
+    return token_created(env, name="fuzz", role="operator")
 
 
 def stop(stack: subprocess.Popen[bytes]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from executions.events.outbox import Event, event_emit, event_key
+from executions.events.outbox import Event, event_key, events_emit
 from executions.models import Execution
 
 
@@ -22,8 +22,9 @@ def start_state_set(
     execution.start_state = state
     execution.start_error = error
     execution.save(update_fields=["start_state", "start_error", "updated_at"])
-    event = start_state_event(execution, state, run_id=run_id, error=error, **payload)
-    event_emit(execution_id=execution.id, type=event.type, key=event.key, payload=event.payload)
+    events_emit(
+        execution.id, [start_state_event(execution, state, run_id=run_id, error=error, **payload)]
+    )
 
 
 def start_state_event(

@@ -465,7 +465,7 @@ def _fail_locked(execution: Execution, failure: FatalError) -> Outcome:
 def _status_set(execution: Execution, status: str, run: Run, stage: str, **payload: Any) -> None:
     execution.status = status
     execution.save(update_fields=["status", "updated_at"])
-    _emit_one(execution.id, _status_event(execution, run, stage, **payload))
+    events_emit(execution.id, [_status_event(execution, run, stage, **payload)])
 
 
 def _status_event(execution: Execution, run: Run, stage: str, **payload: Any) -> Event:
@@ -478,7 +478,7 @@ def _status_event(execution: Execution, run: Run, stage: str, **payload: Any) ->
 
 
 def _emit(execution_id: str, run: Run, type: str, stage: str, **payload: Any) -> None:
-    _emit_one(execution_id, _stage_event(execution_id, run, type, stage, **payload))
+    events_emit(execution_id, [_stage_event(execution_id, run, type, stage, **payload)])
 
 
 def _stage_event(execution_id: str, run: Run, type: str, stage: str, **payload: Any) -> Event:
@@ -487,10 +487,6 @@ def _stage_event(execution_id: str, run: Run, type: str, stage: str, **payload: 
         key=event_key(execution_id, f"{run.id}:{stage}:{type}:{run.fence}"),
         payload={"run": run.id, "stage": stage, "fence": run.fence, **payload},
     )
-
-
-def _emit_one(execution_id: str, event: Event) -> None:
-    event_emit(execution_id=execution_id, type=event.type, key=event.key, payload=event.payload)
 
 
 def _report_duplicate(execution: Execution, run: Run, stage: str, worker: str) -> None:

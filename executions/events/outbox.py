@@ -25,45 +25,11 @@ from executions.models import (
 # "<execution id> <sequence>"; listeners read the event itself from the table.
 CHANNEL = "alfred_events"
 
-# Table names come from model metadata; every value is a bound parameter.
+# Events of one execution in one statement, in the order given: lock the execution row, leave
+# out the keys already emitted, insert the rest at ``last_sequence + 1, + 2...``, owe each to
+# every active webhook endpoint that wants its type, advance ``last_sequence``, announce each
+# on ``CHANNEL``. Table names come from model metadata; every value is a bound parameter.
 _EMIT_SQL = f"""
-    WITH locked AS (
-        SELECT id, last_sequence FROM {Execution._meta.db_table} WHERE id = %(execution)s
-        FOR UPDATE
-    ), inserted AS (
-        INSERT INTO {OutboxEvent._meta.db_table}
-            (execution_id, sequence, key, type, payload, created_at)
-        SELECT locked.id, locked.last_sequence + 1, %(key)s, %(type)s, %(payload)s, now()
-        FROM locked
-        ON CONFLICT (key) DO NOTHING
-        RETURNING id, execution_id, sequence
-    ), owed AS (
-        INSERT INTO {WebhookDelivery._meta.db_table}
-            (endpoint_id, event_id, status, attempts, round_attempts, next_attempt_at,
-             last_error, created_at)
-        SELECT endpoint.id, inserted.id, '{DeliveryStatus.PENDING.value}', 0, 0, now(), '', now()
-        FROM inserted JOIN {WebhookEndpoint._meta.db_table} AS endpoint
-            ON endpoint.active
-            AND (endpoint.event_types = '[]'::jsonb
-                 OR jsonb_exists(endpoint.event_types, %(type)s))
-        RETURNING id
-    ), advanced AS (
-        UPDATE {Execution._meta.db_table} AS e SET last_sequence = inserted.sequence
-        FROM inserted WHERE e.id = inserted.execution_id
-        RETURNING inserted.sequence
-    )
-    SELECT advanced.sequence,
-           pg_notify('{CHANNEL}', %(execution)s || ' ' || advanced.sequence),
-           ARRAY(SELECT id FROM owed)
-    FROM advanced
-"""  # noqa: S608
-
-
-# Several events of one execution in one statement, in the order given: as ``_EMIT_SQL``, the
-# keys already emitted left out before the rest are numbered, so that the sequence stays
-# gapless. The caller holds the execution's row lock from an earlier statement (the engine's
-# writers lock it first), so this statement's snapshot sees every event committed for it.
-_EMIT_MANY_SQL = f"""
     WITH locked AS (
         SELECT id, last_sequence FROM {Execution._meta.db_table} WHERE id = %(execution)s
         FOR UPDATE
@@ -116,16 +82,30 @@ class Event:
     payload: dict[str, Any]
 
 
+def event_emit(*, execution_id: str, type: str, key: str, payload: dict[str, Any]) -> int | None:
+    """Append one event; returns its sequence, or None when ``key`` was already emitted.
+
+    Two emitters for one execution serialize on its row lock, so sequences stay gapless and
+    unique, and an execution's events commit in sequence order. Must run inside the caller's
+    transaction: the event, its deliveries and its NOTIFY commit with the transition or not
+    at all."""
+    emitted = events_emit(execution_id, [Event(type, key, payload)])
+    return emitted[0] if emitted else None
+
+
 def events_emit(execution_id: str, events: Sequence[Event]) -> list[int]:
-    """Append ``events`` to one execution's log in one statement, in order (what
-    :func:`event_emit` does for one, with one round trip for all); returns the sequences of
-    those not emitted before. Inside the caller's transaction, with the execution's row
-    locked by an earlier statement of it."""
+    """Append ``events`` to one execution's log in one statement, in order; returns the
+    sequences of those not emitted before (a retried emission is a no-op).
+
+    With more than one, the caller holds the execution's row lock from an earlier statement
+    of its transaction (the engine's writers lock it first): this statement's snapshot then
+    sees every event committed for the execution, so a key emitted before is left out before
+    the rest are numbered, never found only at insert (which would leave a gap)."""
     if not events:
         return []
     with connection.cursor() as cursor:
         cursor.execute(
-            _EMIT_MANY_SQL,
+            _EMIT_SQL,
             {
                 "execution": execution_id,
                 "events": json.dumps(
@@ -144,33 +124,3 @@ def events_emit(execution_id: str, events: Sequence[Event]) -> list[int]:
 
 def event_key(execution_id: str, name: str) -> str:
     return f"{execution_id}:{name}"
-
-
-def event_emit(*, execution_id: str, type: str, key: str, payload: dict[str, Any]) -> int | None:
-    """Append one event; returns its sequence, or None when ``key`` was already emitted.
-
-    One statement: lock the execution row, insert at ``last_sequence + 1`` unless the key
-    exists, owe it to every active webhook endpoint that wants its type, advance
-    ``last_sequence``, announce it on ``CHANNEL``. Two emitters for one execution serialize
-    on the row lock, so sequences stay gapless and unique, and an execution's events commit
-    in sequence order. Must run inside the caller's transaction: the event, its deliveries
-    and its NOTIFY commit with the transition or not at all.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _EMIT_SQL,
-            {
-                "execution": execution_id,
-                "key": key,
-                "type": type,
-                "payload": json.dumps(payload, cls=DjangoJSONEncoder),
-            },
-        )
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    if row[2]:
-        from executions.events.relay import deliveries_send_on_commit
-
-        deliveries_send_on_commit()
-    return int(row[0])

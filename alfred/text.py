@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from rest_framework import serializers
+from rest_framework.fields import empty
 
 MAX_REASON_LENGTH = 1000
 # C0 controls but NUL (which CharField refuses itself, as it does lone surrogates), tab and
@@ -60,7 +61,16 @@ class FreeTextField(serializers.CharField):
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):  # CharField would take 0 as "0"; the schema says string
             self.fail("invalid")
-        text = super().to_internal_value(data).strip()
+        return str(super().to_internal_value(data))
+
+    def run_validation(self, data: Any = empty) -> Any:
+        # The validators (length, control characters) judge the text as sent; only then is
+        # it trimmed. Trimmed first, a leading vertical tab or a 1,001st character that is a
+        # space would pass.
+        value = super().run_validation(data)
+        if not isinstance(value, str):
+            return value  # None where null is allowed
+        text = value.strip()
         if not text and not self.allow_blank:
             self.fail("blank")
         return text

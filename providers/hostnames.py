@@ -108,7 +108,9 @@ def quoted(value: str, limit: int = 40) -> str:
 
 def normalize_hostname(raw: str, *, show: Show = quoted) -> str:
     """The canonical form of ``raw``: strip, lower-case (UTS #46 mapping for a non-ASCII name),
-    drop one trailing dot, encode each non-ASCII label as its A-label. Raises ValueError (its
+    drop one trailing dot (the root's; a name that ends in two keeps both, so that
+    normalizing again changes nothing: it is refused by the check), encode each non-ASCII
+    label as its A-label. Raises ValueError (its
     message completes "not a valid hostname: ...") for a name IDNA rejects.
 
     Does not validate: see :func:`hostname_problem`."""
@@ -119,7 +121,7 @@ def normalize_hostname(raw: str, *, show: Show = quoted) -> str:
         except idna.IDNAError as exc:
             raise ValueError(f"it {_idna_reason(exc)}") from None
     name = name.lower()
-    if name.endswith("."):
+    if name.endswith(".") and not name.endswith(".."):
         name = name[:-1]
     return ".".join(_ascii_label(label, show) for label in name.split("."))
 

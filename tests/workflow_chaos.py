@@ -124,7 +124,8 @@ class Chaos:
 
     def __init__(self, sandbox: Sandbox, rng: random.Random, token: str) -> None:
         self.sandbox = sandbox
-        self.rng = rng
+        self.rng = rng  # the faults' draws; the submissions' pace draws from its own, so that
+        self.pace = random.Random(rng.random())  # the two threads never share one sequence
         self.token = token
         self.started = time.monotonic()
         self.faults: list[Fault] = []
@@ -238,7 +239,7 @@ class Chaos:
             for item in planned:
                 self.accept(http, item)
                 self.sent += 1
-                time.sleep(self.rng.uniform(*gap))
+                time.sleep(self.pace.uniform(*gap))
 
     def accept(self, http: httpx.Client, item: Planned, deadline: float = 60.0) -> dict[str, Any]:
         give_up = time.monotonic() + deadline

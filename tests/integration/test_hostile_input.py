@@ -56,8 +56,25 @@ def execution_id(api: APIClient) -> str:
 
 @pytest.mark.parametrize(
     "reason",
-    ["a\x00b", "esc \x1b[31m red", "carriage\rreturn", "rtl \u202e override", "x" * 1001],
-    ids=["nul", "escape", "carriage-return", "bidi-override", "too-long"],
+    [
+        "a\x00b",
+        "esc \x1b[31m red",
+        "carriage\rreturn",
+        "rtl \u202e override",
+        "x" * 1001,
+        # what trimming would hide: a control character or the excess at an end
+        "\x0bvertical tab first",
+        "x" * 1000 + " ",
+    ],
+    ids=[
+        "nul",
+        "escape",
+        "carriage-return",
+        "bidi-override",
+        "too-long",
+        "leading-control",
+        "too-long-with-a-trailing-space",
+    ],
 )
 def test_a_cancel_reason_breaking_the_text_rule_is_422(api, execution_id, reason):
     # when

@@ -5,7 +5,7 @@ caller allows them; and the routing file editors applying them. Pure Python: no 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from providers.errors import Rejected
@@ -53,6 +53,8 @@ def test_the_canonical_form_is_the_lower_case_a_label(raw: str, canonical: str) 
 
 
 @given(st.text(max_size=40))
+@example("..")  # found by this test: one trailing dot dropped twice over two normalizations
+@example("a.。")
 def test_normalizing_is_idempotent_or_refuses(raw: str) -> None:
     try:
         normalized = normalize_hostname(raw)

@@ -68,7 +68,7 @@ _EMIT_SQL = f"""
     )
     SELECT inserted.sequence,
            pg_notify('{CHANNEL}', %(execution)s || ' ' || inserted.sequence),
-           (SELECT count(*) FROM owed), (SELECT count(*) FROM advanced)
+           (SELECT count(*) FROM owed)
     FROM inserted ORDER BY inserted.sequence
 """  # noqa: S608
 

@@ -60,15 +60,21 @@ def _started_by(execution_id: str) -> list[tuple[str, int]]:
     return [(e.payload["worker"], e.payload["fence"]) for e in events.order_by("sequence")]
 
 
+def _a_run_in_its_steps(api, label: str, steps: int) -> tuple[dict, str, Run]:
+    """A test-slow run of ``steps`` steps of 1.5 s, once its first step is recorded: its
+    accepted body, its run id, and the run as it is then."""
+    body = submit(api, "test-slow", {"label": label, "steps": steps, "step_seconds": 1.5}).json()
+    run_id = body["current_run"]["id"]
+    wait_for(lambda: StepReceipt.objects.filter(run_id=run_id).exists(), timeout=30)
+    return body, run_id, Run.objects.get(pk=run_id)
+
+
 def test_a_host_cut_off_mid_step_loses_its_run_and_its_late_writes_are_fenced_out(api, hosts):
     one, two = hosts
     # given: a run on host one's worker, its first step recorded, in its second step
     first = _ready(one.worker("first", beat=False))
     label = f"cut-{uuid.uuid4().hex[:6]}"
-    body = submit(api, "test-slow", {"label": label, "steps": 4, "step_seconds": 1.5}).json()
-    run_id = body["current_run"]["id"]
-    wait_for(lambda: StepReceipt.objects.filter(run_id=run_id).exists(), timeout=30)
-    run = Run.objects.get(pk=run_id)
+    body, run_id, run = _a_run_in_its_steps(api, label, steps=4)
     fence, holder = run.fence, run.lease_owner
     assert holder.startswith("first@")
 
@@ -125,10 +131,7 @@ def test_a_duplicate_delivery_never_takes_over_a_live_worker_on_another_host(api
     first = _ready(one.worker("first", beat=False))
     label = f"live-{uuid.uuid4().hex[:6]}"
     # (long enough for the second worker to start, on a loaded machine too)
-    body = submit(api, "test-slow", {"label": label, "steps": 8, "step_seconds": 1.5}).json()
-    run_id = body["current_run"]["id"]
-    wait_for(lambda: StepReceipt.objects.filter(run_id=run_id).exists(), timeout=30)
-    run = Run.objects.get(pk=run_id)
+    body, run_id, run = _a_run_in_its_steps(api, label, steps=8)
     assert run.lease_owner.startswith("first@")
 
     # when: the stage's message is delivered again, to host two's idle worker (the same host

@@ -26,11 +26,13 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.aggregates import JSONBAgg
 from django.db import transaction
-from django.db.models import DateTimeField, Func, Subquery
+from django.db.models import DateTimeField, Func, JSONField, OuterRef, Subquery
+from django.db.models.functions import JSONObject
 from django.utils import timezone
 
-from executions.engine.clock import Clock, db_now
+from executions.engine.clock import Clock
 from executions.engine.context import Context
 from executions.engine.errors import (
     Canceled,
@@ -46,6 +48,7 @@ from executions.engine.registry import claim_refusal, definition_get
 from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.rollback import rollback_stage
 from executions.engine.terminal import execution_finish
+from executions.engine.writes import Change, fields_of, rows_update
 from executions.events.links import approval_links
 from executions.events.outbox import Event, event_emit, event_key, events_emit
 from executions.models import (
@@ -78,6 +81,7 @@ class Outcome(enum.Enum):
 @dataclass(frozen=True)
 class _Claim:
     run: Run
+    stage_id: int
     fence: int
     wakeups: int
     input: dict[str, Any]
@@ -123,18 +127,41 @@ def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
     return _complete(claimed, stage, output, last=stage == stages[-1])
 
 
-def _lock(run_id: str) -> tuple[Execution, Run] | None:
-    """Lock the execution, then its run: the order every writer (controls, the terminal
-    transition, the scans) keeps, so that two of them never wait on each other."""
-    execution = (
-        Execution.objects.select_for_update()
-        .filter(pk=Subquery(Run.objects.filter(pk=run_id).values("execution_id")))
-        .first()
+# The run's stages as the claim reads them, with its locks: one JSON array, in order.
+_STAGES = Subquery(
+    Stage.objects.filter(run=OuterRef("pk"))
+    .order_by()
+    .values("run")
+    .annotate(
+        rows=JSONBAgg(
+            JSONObject(
+                id="id", name="name", position="position", status="status", started="started_at"
+            ),
+            order_by="position",
+        )
     )
-    if execution is None:
+    .values("rows"),
+    output_field=JSONField(),
+)
+
+
+def _lock(run_id: str, *, stages: bool = False) -> tuple[Execution, Run] | None:
+    """Lock the execution, then its run, in one statement (``FOR UPDATE OF`` locks in the
+    order it names): the order every writer (controls, the terminal transition, the scans)
+    keeps, so that two of them never wait on each other. With ``stages``, the run also
+    carries ``stage_rows`` and ``db_now``: the database's time, read with the locks held, so
+    a lease counts from when the claim holds them."""
+    query = (
+        Run.objects.select_related("execution")
+        .select_for_update(of=("execution", "self"))
+        .filter(pk=run_id)
+    )
+    if stages:
+        query = query.annotate(db_now=_CLOCK, stage_rows=_STAGES)
+    run = next(iter(query), None)
+    if run is None:
         return None
-    run = Run.objects.select_for_update().get(pk=run_id)
-    return execution, run
+    return run.execution, run
 
 
 def _lock_current(claim: _Claim) -> tuple[Execution, Run] | None:
@@ -156,32 +183,29 @@ def _lock_current(claim: _Claim) -> tuple[Execution, Run] | None:
 
 def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
     with transaction.atomic(durable=True):
-        locked = _lock(run_id)
+        locked = _lock(run_id, stages=True)
         if locked is None:
             return Outcome.STOP
         execution, run = locked
         if execution.current_run_id != run.id or execution.status in TERMINAL_STATUSES:
             return Outcome.STOP
-        # The database's time with the stages, read after the locks: the lease counts from
-        # when the claim holds them.
-        rows = list(Stage.objects.filter(run=run).annotate(db_now=_CLOCK).order_by("position"))
-        now = rows[0].db_now if rows else db_now()
-        stages = {s.name: s for s in rows}
-        stage = stages.get(stage_name)
+        now: datetime = run.db_now  # type: ignore[attr-defined]
+        stages: list[dict[str, Any]] = run.stage_rows or []  # type: ignore[attr-defined]
+        stage = next((s for s in stages if s["name"] == stage_name), None)
         if stage is None:
             return _fail_locked(execution, FatalError(f"no stage {stage_name!r}", code="bad_stage"))
-        if stage.status == StageStatus.SUCCEEDED:
+        if stage["status"] == StageStatus.SUCCEEDED:
             # A redelivered message for work already done. Its chain goes on only while the
             # next stage has not started: the next stage's message may have been lost with
             # the worker; once that stage started, it is a worker's, a timer's or a hook's.
-            after = [s for s in stages.values() if s.position > stage.position]
-            if after and after[0].status != StageStatus.PENDING:
+            after = [s for s in stages if s["position"] > stage["position"]]
+            if after and after[0]["status"] != StageStatus.PENDING:
                 return Outcome.STOP
             return Outcome.NEXT
         if any(
-            s.status != StageStatus.SUCCEEDED
-            for s in stages.values()
-            if s.position < stage.position
+            s["status"] != StageStatus.SUCCEEDED
+            for s in stages
+            if s["position"] < stage["position"]
         ):
             return Outcome.STOP  # out of order: the chain of the earlier stage will get here
         if _leased_by_other(run, worker, now):
@@ -211,24 +235,31 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
         run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_LEASE_SECONDS)
         run.status = RunStatus.RUNNING
         run.started_at = run.started_at or now
-        run.save(
-            update_fields=[
-                "fence",
-                "wakeups_seen",
-                "lease_owner",
-                "lease_expires_at",
-                "status",
-                "started_at",
-                "deadline_at",
-                "recoveries",
-            ]
-        )
-        if stage.started_at is not None:
+        changes: list[Change] = [
+            fields_of(
+                run,
+                [
+                    "fence",
+                    "wakeups_seen",
+                    "lease_owner",
+                    "lease_expires_at",
+                    "status",
+                    "started_at",
+                    "deadline_at",
+                    "recoveries",
+                ],
+            ),
+            (
+                Stage,
+                stage["id"],
+                {"status": StageStatus.RUNNING}
+                if stage["started"]
+                else {"status": StageStatus.RUNNING, "started_at": now},
+            ),
+        ]
+        if stage["started"]:
             _timers_served(run, stage_name, now)  # a stage claimed before may have timers
-        stage.status = StageStatus.RUNNING
-        stage.started_at = stage.started_at or now
-        stage.save(update_fields=["status", "started_at"])
-        events, changed = [], ["updated_at"]
+        events, changed = [], []
         if execution.start_state != StartState.STARTED:
             execution.start_state, execution.start_error = StartState.STARTED, None
             changed += ["start_state", "start_error"]
@@ -241,11 +272,21 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
             execution.status = ExecutionStatus.RUNNING
             changed.append("status")
             events.append(_status_event(execution, run, stage_name))
-        if len(changed) > 1:
-            execution.save(update_fields=changed)
+        if changed:
+            execution.updated_at = timezone.now()
+            changes.append(fields_of(execution, [*changed, "updated_at"]))
+        rows_update(changes)
         events.append(_stage_event(execution.id, run, "stage.started", stage_name, worker=worker))
         events_emit(execution.id, events)
-        return _Claim(run, run.fence, run.wakeups, execution.input, execution.workflow, Clock(now))
+        return _Claim(
+            run,
+            stage["id"],
+            run.fence,
+            run.wakeups,
+            execution.input,
+            execution.workflow,
+            Clock(now),
+        )
 
 
 def _timers_served(run: Run, stage_name: str, now: datetime) -> None:
@@ -358,20 +399,22 @@ def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Out
         if locked is None:
             return Outcome.STOP
         execution, run = locked
-        _stage_end(execution, run, stage_name, StageStatus.SUCCEEDED, output=output)
+        end, events = _stage_end(execution, run, claim.stage_id, stage_name, output=output)
         if last:
             done = (
                 ExecutionStatus.ROLLED_BACK
                 if run.kind == RunKind.ROLLBACK
                 else ExecutionStatus.SUCCEEDED
             )
-            execution_finish(execution, done, result=output)
+            rows_update([end])
+            execution_finish(execution, done, result=output, events=events)
             return Outcome.STOP
         # Between stages the run belongs to no worker; if the next stage's message never
         # comes (a lost broker), the recovery scan picks the run up once this grace is over.
         run.lease_owner = ""
         run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_HANDOFF_GRACE_SECONDS)
-        run.save(update_fields=["lease_owner", "lease_expires_at"])
+        rows_update([end, fields_of(run, ["lease_owner", "lease_expires_at"])])
+        events_emit(execution.id, events)
     return Outcome.NEXT
 
 
@@ -383,35 +426,47 @@ def _finish(
         if locked is None:
             return Outcome.STOP
         execution, run = locked
-        _stage_end(execution, run, stage_name, StageStatus.FAILED, error=error)
-        execution_finish(execution, status, error=error)
+        end, events = _stage_end(execution, run, claim.stage_id, stage_name, error=error)
+        rows_update([end])
+        execution_finish(execution, status, error=error, events=events)
     return Outcome.STOP
 
 
 def _stage_end(
     execution: Execution,
     run: Run,
+    stage_id: int,
     stage: str,
-    status: str,
     *,
     output: Any = None,
     error: dict[str, Any] | None = None,
-) -> None:
-    Stage.objects.filter(run=run, name=stage).update(
-        status=status, output=output, error=error, finished_at=timezone.now()
+) -> tuple[Change, list[Event]]:
+    """The stage's end (``succeeded`` with ``output``, or ``failed`` with ``error``) as a
+    change to write and the events to emit after it: the caller writes it with its own
+    changes, in one statement. The help a succeeded stage asks for is added here."""
+    status = StageStatus.FAILED if error is not None else StageStatus.SUCCEEDED
+    end: Change = (
+        Stage,
+        stage_id,
+        {"status": status, "output": output, "error": error, "finished_at": timezone.now()},
     )
-    _emit(execution.id, run, f"stage.{status}", stage, **({"error": error} if error else {}))
+    events = [
+        _stage_event(
+            execution.id, run, f"stage.{status}", stage, **({"error": error} if error else {})
+        )
+    ]
     if status == StageStatus.SUCCEEDED and isinstance(output, dict):
-        _assistance_add(execution, run, stage, output.get("assistance"))
+        events += _assistance_add(execution, run, stage, output.get("assistance"))
+    return end, events
 
 
-def _assistance_add(execution: Execution, run: Run, stage: str, items: Any) -> None:
+def _assistance_add(execution: Execution, run: Run, stage: str, items: Any) -> list[Event]:
     """A stage asks a person for help by listing it in its output (``assistance``: objects
     with a ``kind``): each is added to the execution's ``assistance`` once (a stage that
-    completes again after a crash adds nothing new), with an event, in the stage's
-    transaction."""
+    completes again after a crash adds nothing new), in the stage's transaction; returns
+    the events that announce them, for the stage's emission."""
     if not isinstance(items, list):
-        return
+        return []
     known = list(execution.assistance or [])
     fresh = [
         {**item, "stage": stage, "run": run.id}
@@ -419,16 +474,17 @@ def _assistance_add(execution: Execution, run: Run, stage: str, items: Any) -> N
         if isinstance(item, dict) and not any(_same_help(item, held) for held in known)
     ]
     if not fresh:
-        return
+        return []
     execution.assistance = known + fresh
     execution.save(update_fields=["assistance", "updated_at"])
-    for position, item in enumerate(fresh, start=len(known)):
-        event_emit(
-            execution_id=execution.id,
+    return [
+        Event(
             type="execution.assistance",
             key=event_key(execution.id, f"assistance:{position}"),
             payload=item,
         )
+        for position, item in enumerate(fresh, start=len(known))
+    ]
 
 
 def _approval_asked(execution: Execution, run: Run) -> dict[str, Any]:

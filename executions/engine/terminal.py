@@ -4,14 +4,14 @@ emits the terminal event; after commit, the lane is asked to act and a waiting p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from executions.events.outbox import event_emit, event_key
+from executions.events.outbox import Event, event_emit, event_key, events_emit
 from executions.models import (
     TERMINAL_STATUSES,
     Execution,
@@ -62,15 +62,50 @@ def execution_stop(
     return True
 
 
+_FINISH_SQL = f"""
+    WITH execution AS (
+        UPDATE {Execution._meta.db_table}
+        SET status = %(status)s, result = %(result)s, error = %(error)s,
+            finished_at = %(now)s, updated_at = %(now)s
+        WHERE id = %(execution)s
+    ), run AS (
+        UPDATE {Run._meta.db_table}
+        SET status = %(run_status)s, finished_at = %(now)s, error = %(error)s,
+            lease_owner = '', lease_expires_at = NULL, fence = fence + 1
+        WHERE id = %(run)s
+    ), stages AS (
+        UPDATE {Stage._meta.db_table}
+        SET status = '{StageStatus.FAILED}', error = %(stage_error)s, finished_at = %(now)s
+        WHERE run_id = %(run)s
+          AND status IN ('{StageStatus.RUNNING}', '{StageStatus.WAITING}')
+    ), timers AS (
+        UPDATE {Timer._meta.db_table} SET status = '{TimerStatus.CANCELED}'
+        WHERE run_id = %(run)s AND status = '{TimerStatus.PENDING}'
+    ), hooks AS (
+        UPDATE {Hook._meta.db_table}
+        SET status = '{HookStatus.CANCELED}', resolved_at = %(now)s
+        WHERE run_id = %(run)s AND status = '{HookStatus.PENDING}'
+    )
+    SELECT EXISTS (
+        SELECT 1 FROM {Execution._meta.db_table}
+        WHERE parent_id = %(execution)s AND NOT (status = ANY(%(terminal)s))
+    )
+"""  # noqa: S608
+_TERMINAL = sorted(TERMINAL_STATUSES)
+
+
 def execution_finish(
     execution: Execution,
     status: str,
     *,
     result: Any = None,
     error: dict[str, Any] | None = None,
+    events: Sequence[Event] = (),
 ) -> bool:
-    """Move ``execution`` (its row locked by the caller's transaction) to terminal ``status``.
-    Returns False, changing nothing, when it is terminal already."""
+    """Move ``execution`` (its row locked by the caller's transaction) to terminal ``status``:
+    one statement for its own rows, then its pending children, then ``events`` (the caller's,
+    such as the last stage's end) and the terminal event in one emission. Returns False,
+    changing nothing, when it is terminal already."""
     if execution.status in TERMINAL_STATUSES:
         return False
     now = timezone.now()
@@ -78,42 +113,42 @@ def execution_finish(
     execution.status = status
     execution.result = result
     execution.error = error
-    execution.finished_at = now
-    execution.save(update_fields=["status", "result", "error", "finished_at", "updated_at"])
+    execution.finished_at = execution.updated_at = now
+    json = Execution._meta.get_field("result")
     # The fence moves: a worker still running a stage of this run is fenced out at its next
     # write (it cannot bring a finished execution back).
-    Run.objects.filter(pk=run_id).update(
-        status=_RUN_STATUS[ExecutionStatus(status)],
-        finished_at=now,
-        error=error,
-        lease_owner="",
-        lease_expires_at=None,
-        fence=F("fence") + 1,
-    )
-    Stage.objects.filter(
-        run_id=run_id, status__in=[StageStatus.RUNNING, StageStatus.WAITING]
-    ).update(status=StageStatus.FAILED, error=error or {"code": status}, finished_at=now)
-    Timer.objects.filter(run_id=run_id, status=TimerStatus.PENDING).update(
-        status=TimerStatus.CANCELED
-    )
-    Hook.objects.filter(run_id=run_id, status=HookStatus.PENDING).update(
-        status=HookStatus.CANCELED, resolved_at=now
-    )
-    for child in Execution.objects.select_for_update().filter(
-        parent_id=execution.id, status__in=sorted(set(ExecutionStatus) - TERMINAL_STATUSES)
-    ):
-        execution_stop(
-            child,
-            actor=f"execution:{execution.id}",
-            reason=f"parent {execution.id} became {status}",
-            code="parent_finished",
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _FINISH_SQL,
+            {
+                "execution": execution.id,
+                "run": run_id,
+                "status": status,
+                "run_status": _RUN_STATUS[ExecutionStatus(status)],
+                "result": json.get_db_prep_save(result, connection),
+                "error": json.get_db_prep_save(error, connection),
+                "stage_error": json.get_db_prep_save(error or {"code": status}, connection),
+                "now": now,
+                "terminal": _TERMINAL,
+            },
         )
-    event_emit(
-        execution_id=execution.id,
+        (children,) = cursor.fetchone()
+    if children:
+        for child in Execution.objects.select_for_update().filter(
+            parent_id=execution.id, status__in=sorted(set(ExecutionStatus) - TERMINAL_STATUSES)
+        ):
+            execution_stop(
+                child,
+                actor=f"execution:{execution.id}",
+                reason=f"parent {execution.id} became {status}",
+                code="parent_finished",
+            )
+    terminal = Event(
         type=f"execution.{status}",
         key=event_key(execution.id, f"{run_id}:{status}"),
         payload={"run": run_id, "result": result, "error": error},
     )
+    events_emit(execution.id, [*events, terminal])
     if execution.parent_id:
         from executions.engine.dispatch import run_wake
 

@@ -16,7 +16,7 @@ from celery import shared_task
 from django.conf import settings
 
 from executions.engine import scans
-from executions.engine.runner import Outcome, stage_execute, worker_identity
+from executions.engine.runner import stage_execute, worker_identity
 
 
 @shared_task(
@@ -33,8 +33,9 @@ def run_stage(self: Any, run_id: str, stage: str) -> str:
         return "read_only"
     worker = worker_identity(self.request.hostname or "worker")
     outcome = stage_execute(run_id, stage, worker)
-    if outcome is Outcome.STOP:
-        self.request.chain = None  # suspended, finished or refused: the rest of the chain waits
+    # The stages after it ran here, or wait: a chain of stage messages (an older publisher's)
+    # has nothing left to send.
+    self.request.chain = None
     return outcome.value
 
 

@@ -15,10 +15,11 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
-from celery.signals import task_prerun, task_success
 from django.conf import settings
+from django.dispatch import receiver
 
 from executions.engine.errors import FatalError, ReadinessFailure, RetryableError
+from executions.engine.signals import stage_claiming, stage_completed
 from executions.workflows.base import LaneClaim, Workflow
 
 
@@ -339,9 +340,9 @@ class InfraExclusive(Infra):
 
 # Kill points of test-kill-points, armed by the tests as "<label>:<point>" members of this
 # set. A point is ``step:<i>`` (after the i-th step of the work stage), ``before:<stage>``
-# (the stage's message delivered, the stage not yet claimed: between stages) or
-# ``after:<stage>`` (the stage committed and the next one published, its message not yet
-# acknowledged); a ``worker:`` prefix kills the whole worker (its process group: the main
+# (the stage about to be claimed, the one before it committed: between stages) or
+# ``after:<stage>`` (the stage committed, the next one not yet claimed, the run's message not
+# yet acknowledged); a ``worker:`` prefix kills the whole worker (its process group: the main
 # process, beat and the pool) instead of the pool process running the task.
 KILL_POINTS = "alfred-test:kill-points"
 
@@ -355,27 +356,25 @@ def kill_point(label: str, point: str) -> None:
         os.killpg(os.getpgid(0), signal.SIGKILL)
 
 
-def _kill_point_of_task(sender: Any, args: Any, point: str) -> None:
-    if getattr(sender, "name", None) != "executions.tasks.run_stage" or not args:
-        return
+def _kill_point_of_stage(run_id: str, stage: str, point: str) -> None:
     if not counters().scard(KILL_POINTS):
         return  # nothing armed: no database read for every other test's stages
     from executions.models import Run
 
-    row = Run.objects.filter(pk=args[0]).values_list("execution__workflow", "execution__input")
+    row = Run.objects.filter(pk=run_id).values_list("execution__workflow", "execution__input")
     workflow, data = row.first() or (None, None)
     if workflow == KillPoints.name:
-        kill_point(data["label"], f"{point}:{args[1]}")
+        kill_point(data["label"], f"{point}:{stage}")
 
 
-@task_prerun.connect
-def _kill_before_stage(sender: Any = None, args: Any = None, **_: Any) -> None:
-    _kill_point_of_task(sender, args, "before")
+@receiver(stage_claiming)
+def _kill_before_stage(sender: Any = None, run_id: str = "", stage: str = "", **_: Any) -> None:
+    _kill_point_of_stage(run_id, stage, "before")
 
 
-@task_success.connect
-def _kill_after_stage(sender: Any = None, **_: Any) -> None:
-    _kill_point_of_task(sender, getattr(sender, "request", None) and sender.request.args, "after")
+@receiver(stage_completed)
+def _kill_after_stage(sender: Any = None, run_id: str = "", stage: str = "", **_: Any) -> None:
+    _kill_point_of_stage(run_id, stage, "after")
 
 
 class KillPoints(TestWorkflow):

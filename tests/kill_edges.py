@@ -1,7 +1,7 @@
 """What the workflows' kill points share (:mod:`tests.kill_points`, ``_acm``, ``_lambda``): the
 stage task a pool process runs, kill points after an adapter's outermost call returns, and
-``before:``/``after:<stage>`` points around a stage task, each labelled the way the tests arm
-them (a workflow's own label: its subdomain, domain or fleet).
+``before:``/``after:<stage>`` points around each stage a task runs, each labelled the way the
+tests arm them (a workflow's own label: its subdomain, domain or fleet).
 
 A point is armed as a member ``<label>:<point>`` of
 :data:`~tests.engine_workflows.KILL_POINTS` (``<label>:worker:<point>`` kills the whole worker);
@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery.signals import task_postrun, task_prerun, task_success
+from celery.signals import task_postrun, task_prerun
 
+from executions.engine.signals import stage_claiming, stage_completed
 from tests.engine_workflows import KILL_POINTS, counters, kill_point
 
 RUN_STAGE = "executions.tasks.run_stage"
@@ -37,6 +38,7 @@ class EdgeKills:
     before_claim: Callable[[str, str], None] | None = None  # (label, stage)
     armed: Callable[[], bool] = lambda: False
     task: tuple[str, str, str] | None = None  # (task id, stage, label) running now
+    _task_id: str | None = field(default=None, repr=False)  # the stage task running now
     _depth: int = field(default=0, repr=False)
 
     def kill(self, label: str, point: str) -> None:
@@ -86,8 +88,9 @@ class EdgeKills:
 
     def connect(self) -> None:
         task_prerun.connect(self._on_prerun, weak=False)
-        task_success.connect(self._on_success, weak=False)
         task_postrun.connect(self._on_postrun, weak=False)
+        stage_claiming.connect(self._on_claiming, weak=False)
+        stage_completed.connect(self._on_completed, weak=False)
 
     def _label_of(self, run_id: Any) -> str | None:
         from executions.models import Run
@@ -97,37 +100,31 @@ class EdgeKills:
         workflows = self.workflow if isinstance(self.workflow, tuple) else (self.workflow,)
         return self.label(data) if workflow in workflows and data else None
 
-    def _on_prerun(
-        self, sender: Any = None, task_id: str | None = None, args: Any = None, **_: Any
-    ) -> None:
-        if getattr(sender, "name", None) != RUN_STAGE:
-            return
+    def _on_prerun(self, sender: Any = None, task_id: str | None = None, **_: Any) -> None:
+        if getattr(sender, "name", None) == RUN_STAGE:
+            self.task, self._task_id = None, str(task_id)
+
+    def _on_claiming(self, sender: Any = None, run_id: str = "", stage: str = "", **_: Any) -> None:
+        """``before:<stage>``: the stage a message or the hand-off names, about to be claimed
+        (the one before it committed)."""
         self.task = None
-        if not args or len(args) < 2:
-            return
+        if self._task_id is None:
+            return  # not in a stage task (a test delivering stages itself)
         if not counters().scard(KILL_POINTS) and not self.armed():
             return  # nothing armed: no database read for every other stage
-        label = self._label_of(args[0])
+        label = self._label_of(run_id)
         if label is None:
             return
-        self.task = (str(task_id), str(args[1]), label)
+        self.task = (self._task_id, stage, label)
         if self.before_claim is not None:
-            self.before_claim(label, str(args[1]))
-        self.kill(label, f"before:{args[1]}")
+            self.before_claim(label, stage)
+        self.kill(label, f"before:{stage}")
 
-    def _on_success(self, sender: Any = None, **_: Any) -> None:
-        """``after:<stage>`` once the stage has succeeded (a stage task also returns when the
-        stage suspends on a wait)."""
-        if getattr(sender, "name", None) != RUN_STAGE or self.task is None:
-            return
-        if not counters().scard(KILL_POINTS):
-            return
-        from executions.models import Stage, StageStatus
-
-        run_id, stage = sender.request.args[0], sender.request.args[1]
-        if Stage.objects.filter(run_id=run_id, name=stage, status=StageStatus.SUCCEEDED).exists():
+    def _on_completed(self, sender: Any = None, stage: str = "", **_: Any) -> None:
+        """``after:<stage>`` once the stage's success committed (the next not yet claimed)."""
+        if self.task is not None and counters().scard(KILL_POINTS):
             self.kill(self.task[2], f"after:{stage}")
 
     def _on_postrun(self, sender: Any = None, **_: Any) -> None:
         if getattr(sender, "name", None) == RUN_STAGE:
-            self.task = None
+            self.task, self._task_id = None, None

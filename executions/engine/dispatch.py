@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from celery import Celery, chain, current_app
+from celery import Celery, current_app
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -35,24 +35,22 @@ def run_publish(
     countdown: float | None = None,
     stages: tuple[str, ...] | None = None,
 ) -> None:
-    """Publish the run's remaining stages (``stages`` when the caller knows them) as one chain
-    of ``run_stage`` tasks."""
+    """Publish one ``run_stage`` message for the run's first remaining stage (the first of
+    ``stages`` when the caller knows them): the worker that takes it runs the stages after it
+    too (``stage_execute``)."""
     app = app or current_app
-    remaining = (
-        list(stages)
-        if stages is not None
-        else list(
-            Stage.objects.filter(run_id=run_id)
-            .exclude(status=StageStatus.SUCCEEDED)
-            .order_by("position")
-            .values_list("name", flat=True)
-        )
+    first = (
+        stages[0]
+        if stages
+        else Stage.objects.filter(run_id=run_id)
+        .exclude(status=StageStatus.SUCCEEDED)
+        .order_by("position")
+        .values_list("name", flat=True)
+        .first()
     )
-    if not remaining:
+    if first is None:
         return
-    chain(*(_signature(app, run_id, stage) for stage in remaining)).apply_async(
-        countdown=countdown or 0
-    )
+    _signature(app, run_id, first).apply_async(countdown=countdown or 0)
 
 
 def run_dispatch(

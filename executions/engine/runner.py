@@ -1,17 +1,29 @@
-"""Run one stage of one run under a fenced lease (DESIGN §2.2–2.7).
+"""Run the stages of one run under a fenced lease (DESIGN §2.2–2.7).
 
-``stage_execute`` is what a ``run_stage`` task calls. In order:
+``stage_execute`` is what a ``run_stage`` task calls. For each stage, in order:
 
 1. claim — one transaction, the run and execution rows locked: refuse a superseded or
-   finished run, a stage already done, a run held under another worker's live lease (a
-   duplicate delivery: reported, nothing executed), a run its lane does not admit (the claim
-   guards: a root must own its lane, a child's root must); honour a cancel request and the
-   deadline; else ``fence += 1``, lease, stage and execution ``running`` (the first claim
-   binds the run: ``start_state = started``, and starts its deadline: time spent queued
-   behind a lane does not count against it).
+   finished run, a run held under another worker's live lease (a duplicate delivery:
+   reported, nothing executed), a run its lane does not admit (the claim guards: a root must
+   own its lane, a child's root must); honour a cancel request and the deadline; else
+   ``fence += 1``, lease, stage and execution ``running`` (the first claim binds the run:
+   ``start_state = started``, and starts its deadline: time spent queued behind a lane does
+   not count against it). A message naming a stage already done stands for the run's first
+   unfinished stage, unless that one waits (a timer's or a hook's to wake).
 2. the stage's code, outside any transaction, through its ``Context``;
-3. the outcome, fenced: succeeded (the next stage follows in the chain; after the last, the
-   terminal transition), suspended (``waiting``/``paused``; the worker is free), or failed.
+3. the outcome, fenced: succeeded (after the last stage, the terminal transition), suspended
+   (``waiting``/``paused``; the worker is free), or failed.
+
+After a stage succeeds, the same worker hands the run to itself: it claims the next stage in
+this process, with no message between them (the stage path's hop is a claim, not a broker
+round trip). The message that started the run stays unacknowledged until the last stage it
+ran ends, so a worker that dies anywhere in them has it delivered again, and the delivery
+finds the run at the stage the worker died in. Between two stages the run is leased to no
+one, for a short grace: if the worker dies right there, the recovery scan or the delivery
+again takes it on.
+
+Around each stage it sends ``engine.signals`` (instrumentation: tracing, the tests' kill
+points between and after stages).
 """
 
 from __future__ import annotations
@@ -47,6 +59,7 @@ from executions.engine.projections import start_state_event
 from executions.engine.registry import claim_refusal, definition_get
 from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.rollback import rollback_stage
+from executions.engine.signals import stage_claiming, stage_completed
 from executions.engine.terminal import execution_finish
 from executions.engine.writes import Change, fields_of, rows_update
 from executions.events.links import approval_links
@@ -74,8 +87,15 @@ _CLOCK = Func(function="clock_timestamp", output_field=DateTimeField())
 
 
 class Outcome(enum.Enum):
-    NEXT = "next"  # the stage is done: the chain goes on
-    STOP = "stop"  # suspended, finished, superseded or refused: the chain ends here
+    NEXT = "next"  # the stage is done: the next one is owed
+    STOP = "stop"  # suspended, finished, superseded or refused: nothing more to run now
+
+
+@dataclass(frozen=True)
+class _Onward:
+    """A message named a stage already done: it stands for ``stage``, the run's next."""
+
+    stage: str
 
 
 @dataclass(frozen=True)
@@ -89,10 +109,27 @@ class _Claim:
     clock: Clock
 
 
-def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
+def stage_execute(run_id: str, stage: str, worker: str, *, onward: bool = True) -> Outcome:
+    """Run ``stage`` of the run and, ``onward`` (a worker's task), the stages after it in this
+    process, until the run ends, suspends, or is no longer this worker's: returns STOP.
+    Without ``onward`` it runs the one stage and returns NEXT when the next one is owed (a
+    caller that delivers each stage itself)."""
+    while True:
+        outcome, following = _stage_round(run_id, stage, worker)
+        if outcome is Outcome.STOP or following is None or not onward:
+            return outcome
+        stage = following
+
+
+def _stage_round(run_id: str, stage: str, worker: str) -> tuple[Outcome, str | None]:
+    """One stage: claimed, run, and its outcome written; with the stage to go on with."""
+    stage_claiming.send(Run, run_id=run_id, stage=stage)
     claimed = _claim(run_id, stage, worker)
+    if isinstance(claimed, _Onward):
+        return _stage_round(run_id, claimed.stage, worker)  # the message stands for that one
     if not isinstance(claimed, _Claim):
-        return claimed
+        return claimed, None
+    rollback = claimed.run.kind == RunKind.ROLLBACK
     try:
         definition = definition_get(claimed.workflow)
         ctx = Context(
@@ -103,28 +140,31 @@ def stage_execute(run_id: str, stage: str, worker: str) -> Outcome:
             wake=_hint(run_id),
             clock=claimed.clock,
         )
-        rollback = claimed.run.kind == RunKind.ROLLBACK
         with ctx.heartbeat():
             if rollback:
                 output = rollback_stage(ctx, claimed.run.number)
             else:
                 output = definition.run_stage(stage, ctx)
     except Suspend as suspend:
-        return _suspend(claimed, stage, suspend)
+        return _suspend(claimed, stage, suspend), None
     except LeaseLost as lost:
         log.warning("run %s stage %s: %s", run_id, stage, lost)
-        return Outcome.STOP
+        return Outcome.STOP, None
     except Canceled as canceled:
-        return _finish(claimed, stage, ExecutionStatus.CANCELED, error=canceled.projection())
+        return _finish(claimed, stage, ExecutionStatus.CANCELED, error=canceled.projection()), None
     except ReadinessFailure as failure:
-        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection())
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection()), None
     except EngineError as failure:
-        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection())
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection()), None
     except Exception as exc:
         log.exception("run %s stage %s raised", run_id, stage)
-        return _finish(claimed, stage, ExecutionStatus.FAILED, error=unclassified(exc))
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=unclassified(exc)), None
     stages = ROLLBACK_STAGES if rollback else definition.stages
-    return _complete(claimed, stage, output, last=stage == stages[-1])
+    following = stages[stages.index(stage) + 1] if stage != stages[-1] else None
+    if not _complete(claimed, stage, output, last=following is None):
+        return Outcome.STOP, None  # fenced out: the run is no longer ours
+    stage_completed.send(Run, run_id=run_id, stage=stage)
+    return (Outcome.NEXT, following) if following else (Outcome.STOP, None)
 
 
 # The run's stages as the claim reads them, with its locks: one JSON array, in order.
@@ -181,7 +221,7 @@ def _lock_current(claim: _Claim) -> tuple[Execution, Run] | None:
     return execution, run
 
 
-def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
+def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | _Onward | Outcome:
     with transaction.atomic(durable=True):
         locked = _lock(run_id, stages=True)
         if locked is None:
@@ -195,13 +235,22 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | Outcome:
         if stage is None:
             return _fail_locked(execution, FatalError(f"no stage {stage_name!r}", code="bad_stage"))
         if stage["status"] == StageStatus.SUCCEEDED:
-            # A redelivered message for work already done. Its chain goes on only while the
-            # next stage has not started: the next stage's message may have been lost with
-            # the worker; once that stage started, it is a worker's, a timer's or a hook's.
-            after = [s for s in stages if s["position"] > stage["position"]]
-            if after and after[0]["status"] != StageStatus.PENDING:
+            # A message for work already done (delivered again, or the hand-off's): the run
+            # goes on at its first unfinished stage — pending (the hand-off was lost with its
+            # worker) or running (its worker died in it: taken over as a message naming it
+            # would be, once no live worker holds the lease) — unless that one waits: a
+            # waiting stage is a timer's or a hook's to wake.
+            stage = next(
+                (
+                    s
+                    for s in stages
+                    if s["position"] > stage["position"] and s["status"] != StageStatus.SUCCEEDED
+                ),
+                None,
+            )
+            if stage is None or stage["status"] not in (StageStatus.PENDING, StageStatus.RUNNING):
                 return Outcome.STOP
-            return Outcome.NEXT
+            return _Onward(stage["name"])
         if any(
             s["status"] != StageStatus.SUCCEEDED
             for s in stages
@@ -392,12 +441,14 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
     return Outcome.STOP
 
 
-def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Outcome:
+def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> bool:
+    """Write the stage's success (after the last stage, the terminal transition); False when
+    the round is no longer ours and nothing was written."""
     now = claim.clock.now()
     with transaction.atomic(durable=True):
         locked = _lock_current(claim)
         if locked is None:
-            return Outcome.STOP
+            return False
         execution, run = locked
         end, events = _stage_end(execution, run, claim.stage_id, stage_name, output=output)
         if last:
@@ -408,14 +459,15 @@ def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> Out
             )
             rows_update([end])
             execution_finish(execution, done, result=output, events=events)
-            return Outcome.STOP
-        # Between stages the run belongs to no worker; if the next stage's message never
-        # comes (a lost broker), the recovery scan picks the run up once this grace is over.
+            return True
+        # Between stages the run belongs to no worker; if this worker dies before it claims
+        # the next one, the recovery scan picks the run up once this grace is over (or the
+        # message, delivered again, does sooner).
         run.lease_owner = ""
         run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_HANDOFF_GRACE_SECONDS)
         rows_update([end, fields_of(run, ["lease_owner", "lease_expires_at"])])
         events_emit(execution.id, events)
-    return Outcome.NEXT
+    return True
 
 
 def _finish(

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import subprocess
 import threading
 import uuid
 from datetime import timedelta
@@ -18,9 +20,9 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from executions.engine.runner import Outcome, stage_execute
+from executions.engine.runner import Outcome, stage_execute, worker_identity
 from executions.engine.scans import timers_fire
-from executions.models import Execution, Run, StepReceipt, Timer
+from executions.models import Execution, OutboxEvent, Run, Stage, StepReceipt, Timer
 from tests.conftest import WorkerProcess, wait_for
 from tests.engine_workflows import effects
 from tests.helpers import submit
@@ -46,7 +48,7 @@ def _terminate(pid: int) -> None:
 
 def _deliver(execution_id: str, stage: str) -> Outcome:
     run_id = Execution.objects.values_list("current_run_id", flat=True).get(pk=execution_id)
-    return stage_execute(str(run_id), stage, "test@here:0:1")
+    return stage_execute(str(run_id), stage, "test@here:0:1", onward=False)  # one stage
 
 
 @pytest.mark.worker
@@ -123,18 +125,53 @@ def test_a_scanner_fires_timers_by_the_databases_clock_not_its_own(api, monkeypa
     assert Timer.objects.filter(status="pending").count() == 1
 
 
-def test_a_redelivered_finished_stage_goes_on_only_while_the_next_has_not_started(api):
+def test_a_redelivered_finished_stage_stands_for_the_next_until_that_one_waits(api):
     # given: a run whose plan is done and whose wait has not started
     body = submit(api, "test-waits", {"label": "again", "mode": "sleep", "seconds": 90}).json()
     assert _deliver(body["id"], "plan") is Outcome.NEXT
 
-    # then: plan's message again goes on (the wait's message may have been lost)
-    assert _deliver(body["id"], "plan") is Outcome.NEXT
-
-    # and once the wait started (it sleeps on a timer), plan's message again stops there
-    assert _deliver(body["id"], "wait") is Outcome.STOP
+    # when: plan's message comes again (the worker died before it claimed the wait)
+    # then: it runs the wait, which goes to sleep on its timer
     assert _deliver(body["id"], "plan") is Outcome.STOP
+    run = Execution.objects.get(pk=body["id"]).current_run
+    assert dict(run.stages.values_list("name", "status")) == {
+        "plan": "succeeded",
+        "wait": "waiting",
+    }
     assert Timer.objects.filter(status="pending").count() == 1
+
+    # and once the wait waits, plan's message again stops there: the timer wakes it
+    fence = Run.objects.get(pk=run.pk).fence
+    assert _deliver(body["id"], "plan") is Outcome.STOP
+    assert Run.objects.get(pk=run.pk).fence == fence
+
+
+def test_a_redelivered_finished_stage_takes_over_the_next_from_a_dead_worker(api):
+    # given: a run whose worker handed itself the wait stage and died in it (its lease names
+    # a process of this host that is gone)
+    body = submit(api, "test-waits", {"label": "died", "mode": "sleep", "seconds": 90}).json()
+    assert _deliver(body["id"], "plan") is Outcome.NEXT
+    run = Execution.objects.get(pk=body["id"]).current_run
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    Stage.objects.filter(run=run, name="wait").update(status="running", started_at=timezone.now())
+    Run.objects.filter(pk=run.pk).update(
+        status="running",
+        lease_owner=worker_identity(socket.gethostname()).rsplit(":", 1)[0] + f":{dead.pid}",
+        lease_expires_at=timezone.now() + timedelta(minutes=5),
+    )
+
+    # when: the run's message (plan's) is delivered again
+    assert _deliver(body["id"], "plan") is Outcome.STOP
+
+    # then: the wait is taken over at once and goes to sleep, under the new worker's fence
+    assert Stage.objects.get(run=run, name="wait").status == "waiting"
+    started = list(
+        OutboxEvent.objects.filter(execution_id=body["id"], type="stage.started").values_list(
+            "payload__stage", "payload__worker"
+        )
+    )
+    assert started == [("plan", "test@here:0:1"), ("wait", "test@here:0:1")]
 
 
 def test_a_claim_serves_its_stages_due_timers_so_the_scanner_wakes_nobody_twice(api):

@@ -77,7 +77,7 @@ class LanesAndRuns(RuleBasedStateMachine):
             .first()
         )
         if stage is not None:
-            stage_execute(str(run_id), stage, "prop@here:0:1")
+            stage_execute(str(run_id), stage, "prop@here:0:1", onward=False)  # one stage
 
     @rule(which=st.integers(0, 20))
     def cancel(self, which: int) -> None:

@@ -31,9 +31,10 @@ KEY = "aws-infrastructure"
 
 
 def _deliver(execution_id: str, stage: str = "plan") -> Outcome:
-    """A worker gets this execution's stage message, whoever sent it."""
+    """A worker gets this execution's stage message, whoever sent it, and runs that one stage
+    (the test decides what happens before the next)."""
     run_id = Execution.objects.values_list("current_run_id", flat=True).get(pk=execution_id)
-    return stage_execute(str(run_id), stage, "test@here:0:1")
+    return stage_execute(str(run_id), stage, "test@here:0:1", onward=False)
 
 
 def _started(execution_id: str) -> None:

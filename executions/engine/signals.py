@@ -1,0 +1,16 @@
+"""What the stage path tells instrumentation (tracing, the tests' kill points), each sent
+with ``run_id`` and ``stage`` in the worker running the run:
+
+- ``stage_claiming``: before the claim of the stage a message or the hand-off names (a
+  message naming a stage already done then stands for the run's next: sent again for that
+  one);
+- ``stage_completed``: once the stage's success committed (after the last stage, with the
+  terminal transition).
+
+A module of its own, importing nothing: a receiver can connect before the apps are ready.
+"""
+
+from django.dispatch import Signal
+
+stage_claiming = Signal()
+stage_completed = Signal()

@@ -29,6 +29,7 @@ points between and after stages).
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import os
 import socket
@@ -38,10 +39,7 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.contrib.postgres.aggregates import JSONBAgg
-from django.db import transaction
-from django.db.models import DateTimeField, Func, JSONField, OuterRef, Subquery
-from django.db.models.functions import JSONObject
+from django.db import connection, transaction
 from django.utils import timezone
 
 from executions.engine.clock import Clock
@@ -61,7 +59,7 @@ from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.rollback import rollback_stage
 from executions.engine.signals import stage_claiming, stage_completed
 from executions.engine.terminal import execution_finish
-from executions.engine.writes import Change, fields_of, rows_update
+from executions.engine.writes import Change, columns, fields_of, instance, rows_update
 from executions.events.links import approval_links
 from executions.events.outbox import Event, event_emit, event_key, events_emit
 from executions.models import (
@@ -80,10 +78,6 @@ from executions.models import (
 )
 
 log = logging.getLogger(__name__)
-
-# The database's time as a column (``clock_timestamp()``: the statement's moment, not the
-# transaction's start), for a read that must also tell the time.
-_CLOCK = Func(function="clock_timestamp", output_field=DateTimeField())
 
 
 class Outcome(enum.Enum):
@@ -167,41 +161,48 @@ def _stage_round(run_id: str, stage: str, worker: str) -> tuple[Outcome, str | N
     return (Outcome.NEXT, following) if following else (Outcome.STOP, None)
 
 
-# The run's stages as the claim reads them, with its locks: one JSON array, in order.
-_STAGES = Subquery(
-    Stage.objects.filter(run=OuterRef("pk"))
-    .order_by()
-    .values("run")
-    .annotate(
-        rows=JSONBAgg(
-            JSONObject(
-                id="id", name="name", position="position", status="status", started="started_at"
-            ),
-            order_by="position",
-        )
+@cache
+def _lock_sql(stages: bool) -> str:
+    """The locked read, written once from the models: the execution and its run (``FOR
+    UPDATE OF`` locks in the order it names), with the stages as one JSON array in order and
+    the database's time (``clock_timestamp()``: the statement's moment, not the
+    transaction's start) when ``stages``."""
+    extra = (
+        f""", clock_timestamp(), (
+            SELECT jsonb_agg(jsonb_build_object(
+                'id', s.id, 'name', s.name, 'position', s.position, 'status', s.status,
+                'started', s.started_at IS NOT NULL) ORDER BY s.position)
+            FROM {Stage._meta.db_table} s WHERE s.run_id = r.id)"""  # noqa: S608
+        if stages
+        else ""
     )
-    .values("rows"),
-    output_field=JSONField(),
-)
+    return (
+        f"SELECT {columns(Execution, 'e')}, {columns(Run, 'r')}{extra} "  # noqa: S608
+        f"FROM {Execution._meta.db_table} e "
+        f"JOIN {Run._meta.db_table} r ON r.execution_id = e.id "
+        "WHERE r.id = %s FOR UPDATE OF e, r"
+    )
 
 
 def _lock(run_id: str, *, stages: bool = False) -> tuple[Execution, Run] | None:
-    """Lock the execution, then its run, in one statement (``FOR UPDATE OF`` locks in the
-    order it names): the order every writer (controls, the terminal transition, the scans)
-    keeps, so that two of them never wait on each other. With ``stages``, the run also
-    carries ``stage_rows`` and ``db_now``: the database's time, read with the locks held, so
-    a lease counts from when the claim holds them."""
-    query = (
-        Run.objects.select_related("execution")
-        .select_for_update(of=("execution", "self"))
-        .filter(pk=run_id)
-    )
-    if stages:
-        query = query.annotate(db_now=_CLOCK, stage_rows=_STAGES)
-    run = next(iter(query), None)
-    if run is None:
+    """Lock the execution, then its run, in one statement: the order every writer (controls,
+    the terminal transition, the scans) keeps, so that two of them never wait on each other.
+    With ``stages``, the run also carries ``stage_rows`` and ``db_now``: the database's time,
+    read with the locks held, so a lease counts from when the claim holds them."""
+    with connection.cursor() as cursor:
+        cursor.execute(_lock_sql(stages), [run_id])
+        row = cursor.fetchone()
+    if row is None:
         return None
-    return run.execution, run
+    width = len(Execution._meta.concrete_fields)
+    rest = width + len(Run._meta.concrete_fields)
+    execution = instance(Execution, row[:width])
+    run = instance(Run, row[width:rest])
+    if stages:
+        run.db_now = row[rest]  # type: ignore[attr-defined]
+        listed = row[rest + 1]
+        run.stage_rows = json.loads(listed) if isinstance(listed, str) else listed or []  # type: ignore[attr-defined]
+    return execution, run  # type: ignore[return-value]
 
 
 def _lock_current(claim: _Claim) -> tuple[Execution, Run] | None:

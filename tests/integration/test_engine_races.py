@@ -18,6 +18,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from executions.engine.runner import Outcome, stage_execute, worker_identity
@@ -317,3 +318,30 @@ def test_the_recovery_scan_backs_off_a_run_it_has_just_published(api):
     assert runs_recover() == 0  # 2 × the grace now
     assert _deliver(body["id"], "plan") is Outcome.NEXT  # claimed: the backoff starts over
     assert Run.objects.get(pk=run.pk).recoveries == 0
+
+
+def test_a_worker_hands_the_run_to_itself_from_stage_to_stage(api):
+    # given: a run of three stages, published as one message naming its first
+    body = submit(api, "test-counter", {"label": "inline", "steps": 0}).json()
+    run_id = body["current_run"]["id"]
+
+    # when: a worker takes that message
+    with CaptureQueriesContext(connection) as queries:
+        outcome = stage_execute(run_id, "plan", "test@here:0:1")
+
+    # then: it ran every stage, one claim each, with no message between them
+    assert outcome is Outcome.STOP
+    execution = Execution.objects.get(pk=body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert Run.objects.get(pk=run_id).fence == 4  # three claims, then the terminal transition
+    started = OutboxEvent.objects.filter(execution_id=body["id"], type="stage.started")
+    assert [(e.payload["stage"], e.payload["worker"]) for e in started.order_by("sequence")] == [
+        ("plan", "test@here:0:1"),
+        ("work", "test@here:0:1"),
+        ("verify", "test@here:0:1"),
+    ]
+    # and in few round trips: each claim and each completion is BEGIN, the locked read, one
+    # write of its rows, one emission, COMMIT; the last completion also writes the terminal
+    # transition's rows in one statement
+    assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 6
+    assert len(queries.captured_queries) == 3 * 5 + 2 * 5 + 6

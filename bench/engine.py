@@ -239,28 +239,29 @@ def main() -> None:
         f"transactions of {' and '.join(map(str, steps['stage_transactions']))} statements "
         f"(the claim; the completion with the terminal transition) and "
         f"{steps['stage_outside']} outside them; {steps['stage_db_ms']:.1f} ms of the "
-        f"{steps['ms_per_stage']:.1f} ms waiting on PostgreSQL, the rest in Python (the ORM "
-        "building statements, the stage's context and lease heartbeat).",
+        f"{steps['ms_per_stage']:.1f} ms waiting on PostgreSQL (and in the driver), the rest "
+        "in Python (the stage's context, its lease heartbeat, the events' payloads).",
         "",
         f"## Throughput ({EXECUTIONS} no-op workflows of {STAGES} stages; as many bare chains "
         f"of {STAGES} no-op tasks)",
         "",
-        "| | per second | stage tasks per second |",
+        "| | per second | stages per second |",
         "|---|---:|---:|",
         f"| Alfred engine | {engine:.1f} executions | {engine * STAGES:.0f} |",
         f"| bare Celery chain | {celery:.1f} chains | {celery * STAGES:.0f} |",
         "",
         f"Ratio engine / bare chain: {engine / celery:.2f} (the engine claims, fences and "
-        "projects every stage in PostgreSQL and writes its events; the bare chain does "
-        "nothing durable).",
+        "projects every stage in PostgreSQL and writes its events, each execution one message "
+        "whose worker hands it from stage to stage; the bare chain is a message per task and "
+        "does nothing durable).",
         "",
         f"## Beside DBOS Transact {dbos['version']} (same PostgreSQL server, its own process)",
         "",
         "An Alfred step records a receipt as a DBOS step checkpoints its output; an empty "
         "Alfred stage is claimed under a lease and completed with its events, as an empty "
-        "DBOS workflow records its start and end; a four-stage Alfred workflow runs each "
-        "stage as a Celery task on 2 worker processes, a four-step DBOS workflow runs on "
-        "DBOS's executor threads in one process.",
+        "DBOS workflow records its start and end; a four-stage Alfred workflow is one Celery "
+        "message whose worker runs its stages one after another (2 worker processes), a "
+        "four-step DBOS workflow runs on DBOS's executor threads in one process.",
         "",
         "| | Alfred | DBOS | Alfred / DBOS |",
         "|---|---:|---:|---:|",

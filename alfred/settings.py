@@ -196,6 +196,9 @@ if ALFRED_DB_POOL_SIZE > 0:
         "max_size": ALFRED_DB_POOL_SIZE,
         "timeout": env.float("ALFRED_DB_POOL_TIMEOUT", default=10.0),
     }
+# The stage path's and the outbox's hand-written statements as server-side prepared
+# statements (alfred/db.py); off behind a transaction-mode pooler that cannot keep them.
+ALFRED_DB_PREPARED = env.bool("ALFRED_DB_PREPARED", default=True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery -----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "bench" / "reports" / "engine.md"
 EXECUTIONS = int(os.environ.get("BENCH_EXECUTIONS", "300"))
 STEPS = 200
-CONCURRENCY = 2
+CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "2"))
 
 
 def _setup() -> tuple[dict[str, str], Any]:

@@ -38,6 +38,7 @@ from django.db import (
 from django.utils.dateparse import parse_datetime
 from jsonschema import Draft202012Validator
 
+from alfred.db import prepared_cursor
 from executions.engine.clock import Clock
 from executions.engine.errors import (
     Canceled,
@@ -543,7 +544,7 @@ class Context:
             thread.join()
 
     def _renew(self) -> tuple[datetime | None, datetime | None]:
-        with connection.cursor() as cursor:
+        with prepared_cursor() as cursor:
             cursor.execute(_RENEW_SQL, [settings.ALFRED_LEASE_SECONDS, self.run_id, self.fence])
             row = cursor.fetchone()
         if row is None:

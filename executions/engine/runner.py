@@ -33,15 +33,17 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from alfred.db import prepared_cursor
 from executions.engine.clock import Clock
 from executions.engine.context import Context
 from executions.engine.errors import (
@@ -59,7 +61,7 @@ from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.rollback import rollback_stage
 from executions.engine.signals import stage_claiming, stage_completed
 from executions.engine.terminal import execution_finish
-from executions.engine.writes import Change, columns, fields_of, instance, rows_update
+from executions.engine.writes import Change, columns, fields_of, instance, transition_write
 from executions.events.links import approval_links
 from executions.events.outbox import Event, event_emit, event_key, events_emit
 from executions.models import (
@@ -95,6 +97,7 @@ class _Onward:
 @dataclass(frozen=True)
 class _Claim:
     run: Run
+    stage: str
     stage_id: int
     fence: int
     wakeups: int
@@ -108,21 +111,26 @@ def stage_execute(run_id: str, stage: str, worker: str, *, onward: bool = True) 
     process, until the run ends, suspends, or is no longer this worker's: returns STOP.
     Without ``onward`` it runs the one stage and returns NEXT when the next one is owed (a
     caller that delivers each stage itself)."""
-    while True:
-        outcome, following = _stage_round(run_id, stage, worker)
-        if outcome is Outcome.STOP or following is None or not onward:
-            return outcome
-        stage = following
+    claimed = _claim_named(run_id, stage, worker)
+    while isinstance(claimed, _Claim):
+        claimed = _stage_run(claimed, worker, onward=onward)
+    return claimed
 
 
-def _stage_round(run_id: str, stage: str, worker: str) -> tuple[Outcome, str | None]:
-    """One stage: claimed, run, and its outcome written; with the stage to go on with."""
+def _claim_named(run_id: str, stage: str, worker: str) -> _Claim | Outcome:
+    """The claim of the stage a message names (or of the one it stands for)."""
     stage_claiming.send(Run, run_id=run_id, stage=stage)
     claimed = _claim(run_id, stage, worker)
     if isinstance(claimed, _Onward):
-        return _stage_round(run_id, claimed.stage, worker)  # the message stands for that one
-    if not isinstance(claimed, _Claim):
-        return claimed, None
+        return _claim_named(run_id, claimed.stage, worker)  # the message stands for that one
+    return claimed
+
+
+def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcome:
+    """One claimed stage: its code run, and its outcome written. When it succeeded and
+    another stage follows, ``onward``, the transaction that ends it claims the next one for
+    this worker (the hand-off is one transaction, not two): returns that claim."""
+    run_id, stage = claimed.run.id, claimed.stage
     rollback = claimed.run.kind == RunKind.ROLLBACK
     try:
         definition = definition_get(claimed.workflow)
@@ -140,25 +148,28 @@ def _stage_round(run_id: str, stage: str, worker: str) -> tuple[Outcome, str | N
             else:
                 output = definition.run_stage(stage, ctx)
     except Suspend as suspend:
-        return _suspend(claimed, stage, suspend), None
+        return _suspend(claimed, stage, suspend)
     except LeaseLost as lost:
         log.warning("run %s stage %s: %s", run_id, stage, lost)
-        return Outcome.STOP, None
+        return Outcome.STOP
     except Canceled as canceled:
-        return _finish(claimed, stage, ExecutionStatus.CANCELED, error=canceled.projection()), None
+        return _finish(claimed, stage, ExecutionStatus.CANCELED, error=canceled.projection())
     except ReadinessFailure as failure:
-        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection()), None
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection())
     except EngineError as failure:
-        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection()), None
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection())
     except Exception as exc:
         log.exception("run %s stage %s raised", run_id, stage)
-        return _finish(claimed, stage, ExecutionStatus.FAILED, error=unclassified(exc)), None
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=unclassified(exc))
     stages = ROLLBACK_STAGES if rollback else definition.stages
     following = stages[stages.index(stage) + 1] if stage != stages[-1] else None
-    if not _complete(claimed, stage, output, last=following is None):
-        return Outcome.STOP, None  # fenced out: the run is no longer ours
+    ended = _complete(claimed, output, following=following, worker=worker if onward else None)
+    if ended is None:
+        return Outcome.STOP  # fenced out: the run is no longer ours
     stage_completed.send(Run, run_id=run_id, stage=stage)
-    return (Outcome.NEXT, following) if following else (Outcome.STOP, None)
+    if isinstance(ended, _Claim):
+        stage_claiming.send(Run, run_id=run_id, stage=ended.stage)
+    return ended
 
 
 @cache
@@ -189,7 +200,7 @@ def _lock(run_id: str, *, stages: bool = False) -> tuple[Execution, Run] | None:
     the terminal transition, the scans) keeps, so that two of them never wait on each other.
     With ``stages``, the run also carries ``stage_rows`` and ``db_now``: the database's time,
     read with the locks held, so a lease counts from when the claim holds them."""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_lock_sql(stages), [run_id])
         row = cursor.fetchone()
     if row is None:
@@ -205,11 +216,11 @@ def _lock(run_id: str, *, stages: bool = False) -> tuple[Execution, Run] | None:
     return execution, run  # type: ignore[return-value]
 
 
-def _lock_current(claim: _Claim) -> tuple[Execution, Run] | None:
+def _lock_current(claim: _Claim, *, stages: bool = False) -> tuple[Execution, Run] | None:
     """Lock for a write after the stage ran; None when the round is no longer ours: fenced
     out (a takeover, or the terminal transition, which bumps the fence), superseded by a
     newer run, or finished."""
-    locked = _lock(claim.run.id)
+    locked = _lock(claim.run.id, stages=stages)
     if locked is None:
         return None
     execution, run = locked
@@ -261,82 +272,103 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | _Onward | Outc
         if _leased_by_other(run, worker, now):
             _report_duplicate(execution, run, stage_name, worker)
             return Outcome.STOP
-        refusal = claim_refusal(execution)
-        if refusal is not None:
-            # Dispatched without its lane (a stale message, a scan's guess): nothing runs.
-            # The lane's handover dispatches it again once it is its turn.
-            log.warning("run %s stage %s not claimed: %s", run.id, stage_name, refusal)
-            return Outcome.STOP
-        if run.cancel_requested_at is not None:
-            execution_finish(execution, ExecutionStatus.CANCELED)
-            return Outcome.STOP
-        if run.deadline_at is not None and now > run.deadline_at:
-            return _fail_locked(
-                execution, FatalError("the run passed its deadline", code="timed_out")
-            )
+        return _take(execution, run, stage, worker)
 
-        if run.started_at is None and run.deadline_at is None:
-            deadline = _deadline_seconds(execution.workflow)
-            run.deadline_at = now + timedelta(seconds=deadline) if deadline else None
-        run.fence += 1
-        run.recoveries = 0  # its message arrived: the recovery backoff starts over
-        run.wakeups_seen = run.wakeups
-        run.lease_owner = worker
-        run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_LEASE_SECONDS)
-        run.status = RunStatus.RUNNING
-        run.started_at = run.started_at or now
-        changes: list[Change] = [
-            fields_of(
-                run,
-                [
-                    "fence",
-                    "wakeups_seen",
-                    "lease_owner",
-                    "lease_expires_at",
-                    "status",
-                    "started_at",
-                    "deadline_at",
-                    "recoveries",
-                ],
-            ),
-            (
-                Stage,
-                stage["id"],
-                {"status": StageStatus.RUNNING}
-                if stage["started"]
-                else {"status": StageStatus.RUNNING, "started_at": now},
-            ),
-        ]
-        if stage["started"]:
-            _timers_served(run, stage_name, now)  # a stage claimed before may have timers
-        events, changed = [], []
-        if execution.start_state != StartState.STARTED:
-            execution.start_state, execution.start_error = StartState.STARTED, None
-            changed += ["start_state", "start_error"]
-            events.append(
-                start_state_event(
-                    execution, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
-                )
-            )
-        if execution.status != ExecutionStatus.RUNNING:
-            execution.status = ExecutionStatus.RUNNING
-            changed.append("status")
-            events.append(_status_event(execution, run, stage_name))
-        if changed:
-            execution.updated_at = timezone.now()
-            changes.append(fields_of(execution, [*changed, "updated_at"]))
-        rows_update(changes)
-        events.append(_stage_event(execution.id, run, "stage.started", stage_name, worker=worker))
-        events_emit(execution.id, events)
-        return _Claim(
+
+def _take(
+    execution: Execution,
+    run: Run,
+    stage: dict[str, Any],
+    worker: str,
+    *,
+    ended: tuple[Change, list[Event]] | None = None,
+) -> _Claim | Outcome:
+    """Claim ``stage`` (a row of ``run.stage_rows``) for ``worker``, the execution and run
+    locked (by ``_lock(stages=True)``) and found to be the execution's current run. ``ended``:
+    the end of the stage before, which this worker has just run, and its events: written in
+    this transaction, before the claim, whether or not the claim is made."""
+    end, ended_events = ended or (None, [])
+    pending: list[Change] = [end] if end is not None else []
+    now: datetime = run.db_now  # type: ignore[attr-defined]
+    refusal = claim_refusal(execution)
+    if refusal is not None:
+        # Dispatched without its lane (a stale message, a scan's guess): nothing runs.
+        # The lane's handover dispatches it again once it is its turn.
+        log.warning("run %s stage %s not claimed: %s", run.id, stage["name"], refusal)
+        if end is not None:
+            _hand_off(run, now, pending)
+            transition_write(pending, execution.id, ended_events)
+        return Outcome.STOP
+    if run.cancel_requested_at is not None:
+        execution_finish(execution, ExecutionStatus.CANCELED, events=ended_events, rows=pending)
+        return Outcome.STOP
+    if run.deadline_at is not None and now > run.deadline_at:
+        failure = FatalError("the run passed its deadline", code="timed_out")
+        return _fail_locked(execution, failure, events=ended_events, rows=pending)
+
+    if run.started_at is None and run.deadline_at is None:
+        deadline = _deadline_seconds(execution.workflow)
+        run.deadline_at = now + timedelta(seconds=deadline) if deadline else None
+    run.fence += 1
+    run.recoveries = 0  # its message arrived: the recovery backoff starts over
+    run.wakeups_seen = run.wakeups
+    run.lease_owner = worker
+    run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_LEASE_SECONDS)
+    run.status = RunStatus.RUNNING
+    run.started_at = run.started_at or now
+    pending += [
+        fields_of(
             run,
+            [
+                "fence",
+                "wakeups_seen",
+                "lease_owner",
+                "lease_expires_at",
+                "status",
+                "started_at",
+                "deadline_at",
+                "recoveries",
+            ],
+        ),
+        (
+            Stage,
             stage["id"],
-            run.fence,
-            run.wakeups,
-            execution.input,
-            execution.workflow,
-            Clock(now),
+            {"status": StageStatus.RUNNING}
+            if stage["started"]
+            else {"status": StageStatus.RUNNING, "started_at": now},
+        ),
+    ]
+    stage_name = stage["name"]
+    if stage["started"]:
+        _timers_served(run, stage_name, now)  # a stage claimed before may have timers
+    events, changed = list(ended_events), []
+    if execution.start_state != StartState.STARTED:
+        execution.start_state, execution.start_error = StartState.STARTED, None
+        changed += ["start_state", "start_error"]
+        events.append(
+            start_state_event(
+                execution, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
+            )
         )
+    if execution.status != ExecutionStatus.RUNNING:
+        execution.status = ExecutionStatus.RUNNING
+        changed.append("status")
+        events.append(_status_event(execution, run, stage_name))
+    if changed:
+        execution.updated_at = timezone.now()
+        pending.append(fields_of(execution, [*changed, "updated_at"]))
+    events.append(_stage_event(execution.id, run, "stage.started", stage_name, worker=worker))
+    transition_write(pending, execution.id, events)
+    return _Claim(
+        run,
+        stage_name,
+        stage["id"],
+        run.fence,
+        run.wakeups,
+        execution.input,
+        execution.workflow,
+        Clock(now),
+    )
 
 
 def _timers_served(run: Run, stage_name: str, now: datetime) -> None:
@@ -442,33 +474,46 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
     return Outcome.STOP
 
 
-def _complete(claim: _Claim, stage_name: str, output: Any, *, last: bool) -> bool:
-    """Write the stage's success (after the last stage, the terminal transition); False when
-    the round is no longer ours and nothing was written."""
+def _complete(
+    claim: _Claim, output: Any, *, following: str | None, worker: str | None
+) -> _Claim | Outcome | None:
+    """Write the stage's success; None when the round is no longer ours and nothing was
+    written. After the last stage, with the terminal transition: STOP. Else, with a
+    ``worker`` to go on, in the same transaction the claim of ``following`` for it (the
+    claim's outcome: a ``_Claim``, or STOP where it was refused); without one, the run is
+    left between stages for whoever delivers the next: NEXT."""
     now = claim.clock.now()
     with transaction.atomic(durable=True):
-        locked = _lock_current(claim)
+        locked = _lock_current(claim, stages=following is not None and worker is not None)
         if locked is None:
-            return False
+            return None
         execution, run = locked
-        end, events = _stage_end(execution, run, claim.stage_id, stage_name, output=output)
-        if last:
+        end, events = _stage_end(execution, run, claim.stage_id, claim.stage, output=output)
+        if following is None:
             done = (
                 ExecutionStatus.ROLLED_BACK
                 if run.kind == RunKind.ROLLBACK
                 else ExecutionStatus.SUCCEEDED
             )
-            rows_update([end])
-            execution_finish(execution, done, result=output, events=events)
-            return True
-        # Between stages the run belongs to no worker; if this worker dies before it claims
-        # the next one, the recovery scan picks the run up once this grace is over (or the
-        # message, delivered again, does sooner).
-        run.lease_owner = ""
-        run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_HANDOFF_GRACE_SECONDS)
-        rows_update([end, fields_of(run, ["lease_owner", "lease_expires_at"])])
-        events_emit(execution.id, events)
-    return True
+            execution_finish(execution, done, result=output, events=events, rows=[end])
+            return Outcome.STOP
+        if worker is not None:
+            rows: list[dict[str, Any]] = run.stage_rows or []  # type: ignore[attr-defined]
+            stage = next(s for s in rows if s["name"] == following)
+            return _take(execution, run, stage, worker, ended=(end, events))
+        changes = [end]
+        _hand_off(run, now, changes)
+        transition_write(changes, execution.id, events)
+    return Outcome.NEXT
+
+
+def _hand_off(run: Run, now: datetime, changes: list[Change]) -> None:
+    """Leave the run between stages, leased to no one: if whoever delivers the next stage
+    never does (its worker died), the recovery scan picks the run up once this grace is over
+    (or the message, delivered again, does sooner)."""
+    run.lease_owner = ""
+    run.lease_expires_at = now + timedelta(seconds=settings.ALFRED_HANDOFF_GRACE_SECONDS)
+    changes.append(fields_of(run, ["lease_owner", "lease_expires_at"]))
 
 
 def _finish(
@@ -480,8 +525,7 @@ def _finish(
             return Outcome.STOP
         execution, run = locked
         end, events = _stage_end(execution, run, claim.stage_id, stage_name, error=error)
-        rows_update([end])
-        execution_finish(execution, status, error=error, events=events)
+        execution_finish(execution, status, error=error, events=events, rows=[end])
     return Outcome.STOP
 
 
@@ -566,8 +610,15 @@ def _same_help(item: dict[str, Any], held: Any) -> bool:
     return isinstance(held, dict) and all(held.get(k) == v for k, v in item.items())
 
 
-def _fail_locked(execution: Execution, failure: FatalError) -> Outcome:
-    execution_finish(execution, ExecutionStatus.FAILED, error=failure.projection())
+def _fail_locked(
+    execution: Execution,
+    failure: FatalError,
+    *,
+    events: Sequence[Event] = (),
+    rows: Sequence[Change] = (),
+) -> Outcome:
+    error = failure.projection()
+    execution_finish(execution, ExecutionStatus.FAILED, error=error, events=events, rows=rows)
     return Outcome.STOP
 
 

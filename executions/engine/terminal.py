@@ -11,7 +11,15 @@ from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from executions.events.outbox import Event, event_emit, event_key, events_emit
+from alfred.db import Statement, statements_run
+from executions.engine.writes import Change, rows_update_statement, rows_updated
+from executions.events.outbox import (
+    Event,
+    event_emit,
+    event_key,
+    events_emit_statement,
+    events_emitted,
+)
 from executions.models import (
     TERMINAL_STATUSES,
     Execution,
@@ -101,11 +109,13 @@ def execution_finish(
     result: Any = None,
     error: dict[str, Any] | None = None,
     events: Sequence[Event] = (),
+    rows: Sequence[Change] = (),
 ) -> bool:
     """Move ``execution`` (its row locked by the caller's transaction) to terminal ``status``:
-    one statement for its own rows, then its pending children, then ``events`` (the caller's,
-    such as the last stage's end) and the terminal event in one emission. Returns False,
-    changing nothing, when it is terminal already."""
+    the caller's ``rows`` (such as the last stage's end), one statement for its own rows, and
+    ``events`` (the caller's) with the terminal event in one emission, all three in one round
+    trip; then its pending children. Returns False, changing nothing, when it is terminal
+    already."""
     if execution.status in TERMINAL_STATUSES:
         return False
     now = timezone.now()
@@ -115,24 +125,34 @@ def execution_finish(
     execution.error = error
     execution.finished_at = execution.updated_at = now
     json = Execution._meta.get_field("result")
+    terminal = Event(
+        type=f"execution.{status}",
+        key=event_key(execution.id, f"{run_id}:{status}"),
+        payload={"run": run_id, "result": result, "error": error},
+    )
     # The fence moves: a worker still running a stage of this run is fenced out at its next
     # write (it cannot bring a finished execution back).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _FINISH_SQL,
-            {
-                "execution": execution.id,
-                "run": run_id,
-                "status": status,
-                "run_status": _RUN_STATUS[ExecutionStatus(status)],
-                "result": json.get_db_prep_save(result, connection),
-                "error": json.get_db_prep_save(error, connection),
-                "stage_error": json.get_db_prep_save(error or {"code": status}, connection),
-                "now": now,
-                "terminal": _TERMINAL,
-            },
-        )
-        (children,) = cursor.fetchone()
+    finish = Statement(
+        _FINISH_SQL,
+        {
+            "execution": execution.id,
+            "run": run_id,
+            "status": status,
+            "run_status": _RUN_STATUS[ExecutionStatus(status)],
+            "result": json.get_db_prep_save(result, connection),
+            "error": json.get_db_prep_save(error, connection),
+            "stage_error": json.get_db_prep_save(error or {"code": status}, connection),
+            "now": now,
+            "terminal": _TERMINAL,
+        },
+    )
+    update = rows_update_statement(rows)
+    emit = events_emit_statement(execution.id, [*events, terminal])
+    answers = statements_run([s for s in (update, finish, emit) if s is not None])
+    if update is not None:
+        rows_updated(rows, answers[0])
+    ((children,),) = answers[-2]
+    events_emitted(answers[-1])
     if children:
         for child in Execution.objects.select_for_update().filter(
             parent_id=execution.id, status__in=sorted(set(ExecutionStatus) - TERMINAL_STATUSES)
@@ -143,12 +163,6 @@ def execution_finish(
                 reason=f"parent {execution.id} became {status}",
                 code="parent_finished",
             )
-    terminal = Event(
-        type=f"execution.{status}",
-        key=event_key(execution.id, f"{run_id}:{status}"),
-        payload={"run": run_id, "result": result, "error": error},
-    )
-    events_emit(execution.id, [*events, terminal])
     if execution.parent_id:
         from executions.engine.dispatch import run_wake
 

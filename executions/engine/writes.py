@@ -5,7 +5,8 @@ rows read by hand-written SQL made into model instances.
 data-modifying ``WITH`` queries of one statement. Each row must be one the caller's
 transaction has locked already (the stage path's rows are, by its locked read), so the
 statement waits on nothing and every row is found; a row not found is a bug, and raises.
-One statement cannot change one row twice: one entry per row.
+One statement cannot change one row twice: one entry per row. ``transition_write`` sends
+that statement and the transition's event emission together, in one round trip.
 """
 
 from __future__ import annotations
@@ -16,13 +17,35 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field, Model
 
+from alfred.db import Statement, statements_run
+from executions.events.outbox import Event, events_emit_statement, events_emitted
+
 Change = tuple[type[Model], Any, Mapping[str, Any]]  # (model, primary key, {field: value})
 
 
+def transition_write(changes: Sequence[Change], execution_id: str, events: Sequence[Event]) -> None:
+    """A transition's rows and its events (:func:`events_emit`), in one round trip."""
+    update = rows_update_statement(changes)
+    emit = events_emit_statement(execution_id, events)
+    answers = iter(statements_run([s for s in (update, emit) if s is not None]))
+    if update is not None:
+        rows_updated(changes, next(answers))
+    if emit is not None:
+        events_emitted(next(answers))
+
+
 def rows_update(changes: Sequence[Change]) -> None:
+    statement = rows_update_statement(changes)
+    if statement is not None:
+        rows_updated(changes, statements_run([statement])[0])
+
+
+def rows_update_statement(changes: Sequence[Change]) -> Statement | None:
+    """The statement that writes ``changes`` (None when there is nothing to write), for
+    :func:`alfred.db.statements_run`; its rows go to :func:`rows_updated`."""
     changes = [change for change in changes if change[2]]
     if not changes:
-        return
+        return None
     quote = connection.ops.quote_name
     queries, params = [], []
     for position, (model, pk, values) in enumerate(changes):
@@ -41,10 +64,13 @@ def rows_update(changes: Sequence[Change]) -> None:
         queries.append(f"u{position} AS ({update})")
     # names of our own tables and columns only: every value is a parameter
     counts = ", ".join(f"(SELECT count(*) FROM u{i})" for i in range(len(changes)))  # noqa: S608
-    with connection.cursor() as cursor:
-        cursor.execute(f"WITH {', '.join(queries)} SELECT {counts}", params)
-        found = cursor.fetchone()
-    missing = [changes[i][:2] for i, count in enumerate(found) if count != 1]
+    return Statement(f"WITH {', '.join(queries)} SELECT {counts}", params)
+
+
+def rows_updated(changes: Sequence[Change], rows: Sequence[Sequence[Any]]) -> None:
+    """Check the answer of :func:`rows_update_statement`: every row found, once."""
+    changes = [change for change in changes if change[2]]
+    missing = [changes[i][:2] for i, count in enumerate(rows[0]) if count != 1]
     if missing:
         raise LookupError(f"rows not updated (not found): {missing}")
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connection
 
+from alfred.db import Statement, statements_run
 from executions.models import (
     DeliveryStatus,
     Execution,
@@ -29,6 +29,10 @@ CHANNEL = "alfred_events"
 # out the keys already emitted, insert the rest at ``last_sequence + 1, + 2...``, owe each to
 # every active webhook endpoint that wants its type, advance ``last_sequence``, announce each
 # on ``CHANNEL``. Table names come from model metadata; every value is a bound parameter.
+# ``OFFSET 0`` keeps the key check a probe of the key's unique index per event given: made an
+# anti-join, it is planned for the hundred rows a set-returning function is guessed to give,
+# and hashing the whole outbox beats a hundred probes (a prepared statement's generic plan
+# kept that choice while the table grew).
 _EMIT_SQL = f"""
     WITH locked AS (
         SELECT id, last_sequence FROM {Execution._meta.db_table} WHERE id = %(execution)s
@@ -41,6 +45,7 @@ _EMIT_SQL = f"""
         ) WITH ORDINALITY AS given (key, type, payload, position)
         WHERE NOT EXISTS (
             SELECT 1 FROM {OutboxEvent._meta.db_table} AS held WHERE held.key = given.key
+            OFFSET 0
         )
     ), inserted AS (
         INSERT INTO {OutboxEvent._meta.db_table}
@@ -101,20 +106,26 @@ def events_emit(execution_id: str, events: Sequence[Event]) -> list[int]:
     of its transaction (the engine's writers lock it first): this statement's snapshot then
     sees every event committed for the execution, so a key emitted before is left out before
     the rest are numbered, never found only at insert (which would leave a gap)."""
-    if not events:
+    statement = events_emit_statement(execution_id, events)
+    if statement is None:
         return []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _EMIT_SQL,
-            {
-                "execution": execution_id,
-                "events": json.dumps(
-                    [{"key": e.key, "type": e.type, "payload": e.payload} for e in events],
-                    cls=DjangoJSONEncoder,
-                ),
-            },
-        )
-        rows = cursor.fetchall()
+    return events_emitted(statements_run([statement])[0])
+
+
+def events_emit_statement(execution_id: str, events: Sequence[Event]) -> Statement | None:
+    """:func:`events_emit` as a statement for :func:`alfred.db.statements_run` (to travel
+    with the transition's other writes); its rows go to :func:`events_emitted`."""
+    if not events:
+        return None
+    payload = [{"key": e.key, "type": e.type, "payload": e.payload} for e in events]
+    return Statement(
+        _EMIT_SQL,
+        {"execution": execution_id, "events": json.dumps(payload, cls=DjangoJSONEncoder)},
+    )
+
+
+def events_emitted(rows: Sequence[Sequence[Any]]) -> list[int]:
+    """The sequences :func:`events_emit_statement` gave; its deliveries sent after commit."""
     if any(row[2] for row in rows):
         from executions.events.relay import deliveries_send_on_commit
 

@@ -340,8 +340,9 @@ def test_a_worker_hands_the_run_to_itself_from_stage_to_stage(api):
         ("work", "test@here:0:1"),
         ("verify", "test@here:0:1"),
     ]
-    # and in few round trips: each claim and each completion is BEGIN, the locked read, one
-    # write of its rows, one emission, COMMIT; the last completion also writes the terminal
-    # transition's rows in one statement
-    assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 6
-    assert len(queries.captured_queries) == 3 * 5 + 2 * 5 + 6
+    # and in few round trips: the first claim, and each hand-off (one stage's end with the
+    # next one's claim, in one transaction), is BEGIN, the locked read, one write of its
+    # rows, one emission, COMMIT; the last completion also writes the terminal transition's
+    # rows in one statement
+    assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 4
+    assert len(queries.captured_queries) == 5 + 2 * 5 + 6

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import threading
 import time
@@ -499,49 +500,11 @@ class Context:
     @contextmanager
     def heartbeat(self) -> Iterator[None]:
         """Keep the lease for as long as the stage runs, so that no other worker takes the run
-        over (and runs a step again) behind a slow provider call or slow stage code. One
-        thread per stage round, on its own database connection (named ``alfred-lease`` in
-        ``pg_stat_activity``), opened only once it renews.
-
-        It renews through connection errors on a fresh connection, and stops only when the
-        lease is provably lost (the fence moved). Should renewals fail for half a lease, the
-        stage stops at its next boundary (``_renewals_failing``)."""
-        stop = threading.Event()
-        every = settings.ALFRED_LEASE_SECONDS / 3
-        patience = settings.ALFRED_LEASE_SECONDS / 2
-
-        def beat() -> None:
-            failing_since: float | None = None
-            try:
-                while not stop.wait(every if failing_since is None else min(every, 0.5)):
-                    try:
-                        if connection.connection is None:
-                            connection.ensure_connection()
-                            with connection.cursor() as cursor:
-                                cursor.execute(
-                                    "SELECT set_config('application_name', %s, false)",
-                                    [HEARTBEAT_APPLICATION_NAME],
-                                )
-                        self._renew()
-                        failing_since = None
-                    except DatabaseError as exc:  # LeaseLost is not one: it ends the loop
-                        log.warning("run %s: lease renewal failed: %s", self.run_id, exc)
-                        connection.close()
-                        failing_since = failing_since or time.monotonic()
-                        if time.monotonic() - failing_since >= patience:
-                            self._renewals_failing.set()
-            except LeaseLost:
-                log.warning("run %s: lease lost during a step", self.run_id)
-            finally:
-                connections.close_all()
-
-        thread = threading.Thread(target=beat, name=f"lease-{self.run_id}", daemon=True)
-        thread.start()
-        try:
+        over (and runs a step again) behind a slow provider call or slow stage code: the
+        process's heartbeat thread (:class:`_Heartbeat`) renews it while the block runs, and
+        renews it no more once the block is left."""
+        with _HEARTBEAT.holding(self):
             yield
-        finally:
-            stop.set()
-            thread.join()
 
     def _renew(self) -> tuple[datetime | None, datetime | None]:
         with prepared_cursor() as cursor:
@@ -708,3 +671,100 @@ def _check_mutation(key: str, output: Any, schema: dict[str, Any] | None) -> Non
             f"step {key!r} returned an invalid mutation receipt: {errors[0].message}",
             code="bad_mutation_receipt",
         )
+
+
+@dataclass
+class _Beating:
+    """A stage whose lease the heartbeat keeps: when to renew next, since when renewals fail."""
+
+    ctx: Context
+    every: float
+    patience: float
+    due: float
+    failing_since: float | None = None
+
+
+class _Heartbeat:
+    """One thread per process renews the leases of the stages running in it (a prefork worker
+    runs one at a time), on its own database connection (named ``alfred-lease`` in
+    ``pg_stat_activity``), opened when it first renews and closed whenever no stage runs, as
+    a thread per stage would (one thread for the process's life spares starting and joining
+    one for every stage).
+
+    It renews through connection errors on a fresh connection, and stops renewing a stage's
+    lease only when the lease is provably lost (the fence moved). Should renewals fail for
+    half a lease, the stage stops at its next boundary (``_renewals_failing``). A renewal in
+    flight when its stage ends is waited for: none lands after the stage has left."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._renewing = threading.Lock()  # held by the thread while it renews
+        self._beating: dict[int, _Beating] = {}
+        self._pid: int | None = None
+
+    @contextmanager
+    def holding(self, ctx: Context) -> Iterator[None]:
+        every = settings.ALFRED_LEASE_SECONDS / 3
+        beating = _Beating(ctx, every, settings.ALFRED_LEASE_SECONDS / 2, time.monotonic() + every)
+        with self._changed:
+            self._started()
+            self._beating[id(ctx)] = beating
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._renewing, self._changed:
+                self._beating.pop(id(ctx), None)
+                self._changed.notify()
+
+    def _started(self) -> None:
+        """The thread of this process (a forked worker process has none of its parent's)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        while True:
+            with self._changed:
+                while not self._beating:
+                    connections.close_all()  # no stage runs: hold no connection either
+                    self._changed.wait()
+                due = min(b.due for b in self._beating.values())
+                if due > time.monotonic():
+                    self._changed.wait(due - time.monotonic())
+                    continue
+            with self._renewing:
+                with self._changed:
+                    now = time.monotonic()
+                    owed = [b for b in self._beating.values() if b.due <= now]
+                for beating in owed:
+                    self._renew(beating)
+
+    def _renew(self, beating: _Beating) -> None:
+        ctx = beating.ctx
+        try:
+            if connection.connection is None:
+                connection.ensure_connection()
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT set_config('application_name', %s, false)",
+                        [HEARTBEAT_APPLICATION_NAME],
+                    )
+            ctx._renew()
+            beating.failing_since = None
+            beating.due = time.monotonic() + beating.every
+        except LeaseLost:
+            log.warning("run %s: lease lost during a step", ctx.run_id)
+            with self._changed:
+                self._beating.pop(id(ctx), None)
+        except DatabaseError as exc:
+            log.warning("run %s: lease renewal failed: %s", ctx.run_id, exc)
+            connection.close()
+            now = time.monotonic()
+            beating.failing_since = beating.failing_since or now
+            beating.due = now + min(beating.every, 0.5)
+            if now - beating.failing_since >= beating.patience:
+                ctx._renewals_failing.set()
+
+
+_HEARTBEAT = _Heartbeat()

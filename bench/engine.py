@@ -2,10 +2,11 @@
 DBOS Transact on the same PostgreSQL server (bench/dbos_peer.py).
 
 - step overhead: the time and SQL transactions one ``ctx.step`` adds (a stage of 200 no-op
-  steps, in-process, against a stage of none);
+  steps, in-process, against a stage of none), and where an empty stage's time goes;
 - throughput: ``EXECUTIONS`` no-op workflows of ``STAGES`` stages each, and as many bare
   Celery chains of ``STAGES`` no-op tasks, each batch published while the worker is stopped,
-  then drained by the same worker (2 processes); timed from the first task to the last;
+  then drained by a worker of one process per core (and the engine's again by one of two
+  per core); timed from the first task to the last;
 - the peer: DBOS Transact's ms per step, per empty workflow, and four-step workflows per
   second, measured in its own process against its own system database on the same server.
 
@@ -30,7 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "bench" / "reports" / "engine.md"
 EXECUTIONS = int(os.environ.get("BENCH_EXECUTIONS", "300"))
 STEPS = 200
-CONCURRENCY = int(os.environ.get("BENCH_CONCURRENCY", "2"))
+EMPTY = 101
+# Worker processes: Celery's default on this machine (one per core), and twice that (stages
+# wait on PostgreSQL and on providers more than they compute).
+CONCURRENCY = (os.cpu_count() or 2, 2 * (os.cpu_count() or 2))
 
 
 def _setup() -> tuple[dict[str, str], Any]:
@@ -42,7 +46,7 @@ def _setup() -> tuple[dict[str, str], Any]:
     return env, stack
 
 
-def _worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _worker(env: dict[str, str], concurrency: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -54,7 +58,7 @@ def _worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
             "-Q",
             "stages,celery",
             "--concurrency",
-            str(CONCURRENCY),
+            str(concurrency),
             "--include",
             "bench.tasks",
             "--without-heartbeat",
@@ -77,58 +81,81 @@ def _stop(worker: subprocess.Popen[bytes]) -> None:
 
 
 def _step_overhead() -> dict[str, Any]:
-    """In-process: a stage of STEPS no-op steps against a stage of none."""
+    """In-process: a stage of STEPS no-op steps against a stage of none; the empty stage's
+    time (the median of EMPTY, timed without capturing queries), split into this process's
+    CPU, its PostgreSQL backend's CPU and the rest (waiting: commits' flushes, scheduling);
+    its statements counted from one more, captured."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
     from executions.acceptance import execution_accept
     from executions.engine.runner import stage_execute
 
-    def run(steps: int) -> tuple[float, int, int]:
-        elapsed, queries = timed(steps)
-        commits = sum(1 for q in queries if q["sql"] == "COMMIT")
-        return elapsed, len(queries), commits
+    def accepted(steps: int) -> str:
+        return str(
+            execution_accept(
+                workflow_name="bench-steps",
+                body={"steps": steps, "n": time.time_ns() % 10**12},
+                idempotency_key=f"steps-{time.time_ns()}",
+                caller=cli_caller("bench"),
+            ).execution.current_run_id
+        )
 
-    def timed(steps: int) -> tuple[float, list[dict[str, Any]]]:
-        execution = execution_accept(
-            workflow_name="bench-steps",
-            body={"steps": steps, "n": time.time_ns() % 10**12},
-            idempotency_key=f"steps-{time.time_ns()}",
-            caller=cli_caller("bench"),
-        ).execution
+    def timed(run_id: str) -> tuple[float, float, float]:
+        wall, cpu, backend = time.perf_counter(), time.process_time(), _backend_cpu()
+        stage_execute(run_id, "s0", "bench@local:1")
+        return (
+            time.perf_counter() - wall,
+            time.process_time() - cpu,
+            _backend_cpu() - backend,
+        )
+
+    def captured(steps: int) -> tuple[float, list[dict[str, Any]]]:
+        run_id = accepted(steps)
         with CaptureQueriesContext(connection) as queries:
-            start = time.perf_counter()
-            stage_execute(str(execution.current_run_id), "s0", "bench@local:1")
-            elapsed = time.perf_counter() - start
+            elapsed = timed(run_id)[0]
         return elapsed, queries.captured_queries
 
-    run(5)  # warm-up
-    many, many_queries, many_commits = run(STEPS)
-    # The empty stage: the median of 21, and where its statements go, transaction by
-    # transaction (the claim; the completion, here with the terminal transition).
-    empties = sorted((timed(0) for _ in range(21)), key=lambda sample: sample[0])
-    base, queries = empties[10]
-    base_commits = sum(1 for q in queries if q["sql"] == "COMMIT")
+    captured(5)  # warm-up: the connection, its prepared statements
+    many, many_queries = captured(STEPS)
+    samples = sorted(timed(accepted(0)) for _ in range(EMPTY))
+    base, python_cpu, backend_cpu = samples[len(samples) // 2]
+    _, queries = captured(0)
     transactions: list[list[dict[str, Any]]] = []
     for query in queries:
         if query["sql"] == "BEGIN":
             transactions.append([])
         elif transactions and query["sql"] != "COMMIT":
             transactions[-1].append(query)
+    many_commits = sum(1 for q in many_queries if q["sql"] == "COMMIT")
+    base_commits = sum(1 for q in queries if q["sql"] == "COMMIT")
     return {
         "ms_per_step": (many - base) / STEPS * 1000,
         "transactions_per_step": (many_commits - base_commits) / STEPS,
-        "queries_per_step": (many_queries - len(queries)) / STEPS,
+        "queries_per_step": (len(many_queries) - len(queries)) / STEPS,
         "ms_per_stage": base * 1000,
+        "stage_python_ms": python_cpu * 1000,
+        "stage_backend_ms": backend_cpu * 1000,
         "stage_statements": len(queries),
         "stage_transactions": [len(t) for t in transactions],
         "stage_outside": len(queries) - sum(len(t) + 2 for t in transactions),
-        "stage_db_ms": sum(float(q["time"]) for q in queries) * 1000,
     }
 
 
-def _drain(env: dict[str, str], done: Any, timeout: float = 600) -> None:
-    worker = _worker(env)
+def _backend_cpu() -> float:
+    """CPU seconds of this process's PostgreSQL backend so far (it runs on this machine)."""
+    from django.db import connection
+
+    pid = connection.connection.info.backend_pid
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")  # a server elsewhere (DATABASE_URL)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _drain(env: dict[str, str], done: Any, concurrency: int, timeout: float = 600) -> None:
+    worker = _worker(env, concurrency)
     try:
         deadline = time.monotonic() + timeout
         while not done():
@@ -141,7 +168,7 @@ def _drain(env: dict[str, str], done: Any, timeout: float = 600) -> None:
         _stop(worker)
 
 
-def _engine_throughput(env: dict[str, str]) -> float:
+def _engine_throughput(env: dict[str, str], concurrency: int) -> float:
     from django.db.models import Max, Min
 
     from bench.workflows import STAGES
@@ -152,13 +179,15 @@ def _engine_throughput(env: dict[str, str]) -> float:
         execution_accept(
             workflow_name="bench-noop",
             body={"n": i},
-            idempotency_key=f"t{i}",
+            idempotency_key=f"t{concurrency}-{i}",
             caller=cli_caller("bench"),
         ).execution.id
         for i in range(EXECUTIONS)
     ]
     _drain(
-        env, lambda: not Execution.objects.filter(pk__in=ids).exclude(status="succeeded").exists()
+        env,
+        lambda: not Execution.objects.filter(pk__in=ids).exclude(status="succeeded").exists(),
+        concurrency,
     )
     span = (
         OutboxEvent.objects.filter(execution_id__in=ids)
@@ -187,7 +216,7 @@ def _celery_throughput(env: dict[str, str]) -> float:
                 for i in range(STAGES)
             )
         ).apply_async()
-    _drain(env, lambda: int(client.get("bench:chains") or 0) == EXECUTIONS)
+    _drain(env, lambda: int(client.get("bench:chains") or 0) == EXECUTIONS, CONCURRENCY[0])
     first, last = client.get("bench:first"), client.get("bench:last")
     return EXECUTIONS / (float(last or 0) - float(first or 0))
 
@@ -210,11 +239,22 @@ def _dbos_peer(env: dict[str, str]) -> dict[str, Any]:
     return figures
 
 
+# The stage path as it was before the cut of issue 16 (commit 4c9a69d, the same bench on this
+# machine): where the time went then, for the report's before and after.
+BEFORE = (
+    "Before the cut (commit 4c9a69d, the same bench on this machine): an empty stage "
+    "11.0 ms in 11 statements and 2 transactions, 8 of its 11 ms waiting on PostgreSQL, "
+    "each statement parsed and planned anew (planning about 0.5 ms of a statement's "
+    "0.7 ms on the server), each stage ended in one transaction and the next claimed in "
+    "another; 27.5 four-stage workflows per second on 2 processes against DBOS's 53.0."
+)
+
+
 def main() -> None:
     env, stack = _setup()
     try:
         steps = _step_overhead()
-        engine = _engine_throughput(env)
+        engines = {n: _engine_throughput(env, n) for n in CONCURRENCY}
         celery = _celery_throughput(env)
         dbos = _dbos_peer(env)
     finally:
@@ -222,11 +262,14 @@ def main() -> None:
             stack.stop()
     from bench.workflows import STAGES
 
+    few, many = CONCURRENCY
+    engine = max(engines.values())
+    stage_rest = steps["ms_per_stage"] - steps["stage_python_ms"] - steps["stage_backend_ms"]
     lines = [
         "# Engine benchmark",
         "",
         f"`python -m bench engine` — real PostgreSQL and Redis on this machine "
-        f"({os.cpu_count()} cores), one Celery worker with {CONCURRENCY} processes.",
+        f"({os.cpu_count()} cores), Celery workers of {few} and of {many} processes.",
         "",
         f"## Per step (in-process, a stage of {STEPS} no-op `ctx.step` calls against one of none)",
         "",
@@ -236,25 +279,35 @@ def main() -> None:
         f"| {steps['ms_per_step']:.2f} | {steps['transactions_per_step']:.2f} | "
         f"{steps['queries_per_step']:.2f} | {steps['ms_per_stage']:.1f} |",
         "",
-        f"Where the empty stage's time goes (the median of 21): {steps['stage_statements']} SQL "
-        f"statements, BEGIN and COMMIT included, in {len(steps['stage_transactions'])} "
-        f"transactions of {' and '.join(map(str, steps['stage_transactions']))} statements "
-        f"(the claim; the completion with the terminal transition) and "
-        f"{steps['stage_outside']} outside them; {steps['stage_db_ms']:.1f} ms of the "
-        f"{steps['ms_per_stage']:.1f} ms waiting on PostgreSQL (and in the driver), the rest "
-        "in Python (the stage's context, its lease heartbeat, the events' payloads).",
+        f"Where the empty stage's time goes (the median of {EMPTY}): "
+        f"{steps['stage_python_ms']:.1f} ms of CPU in this process, "
+        f"{steps['stage_backend_ms']:.1f} ms of CPU in its PostgreSQL backend and "
+        f"{stage_rest:.1f} ms waiting (the commits' flushes to disk, the round trips). "
+        f"{steps['stage_statements']} SQL statements, BEGIN and COMMIT included, in "
+        f"{len(steps['stage_transactions'])} transactions of "
+        f"{' and '.join(map(str, steps['stage_transactions']))} statements (the claim; the "
+        f"completion with the terminal transition) and {steps['stage_outside']} outside them; "
+        "each transaction is four round trips: BEGIN, the locked read of the execution and its "
+        "run, the rows and the events together (one pipeline), COMMIT. Every hand-written "
+        "statement is prepared once per connection.",
+        "",
+        BEFORE,
         "",
         f"## Throughput ({EXECUTIONS} no-op workflows of {STAGES} stages; as many bare chains "
         f"of {STAGES} no-op tasks)",
         "",
         "| | per second | stages per second |",
         "|---|---:|---:|",
-        f"| Alfred engine | {engine:.1f} executions | {engine * STAGES:.0f} |",
-        f"| bare Celery chain | {celery:.1f} chains | {celery * STAGES:.0f} |",
+        *(
+            f"| Alfred engine, {n} processes | {rate:.1f} executions | {rate * STAGES:.0f} |"
+            for n, rate in engines.items()
+        ),
+        f"| bare Celery chain, {few} processes | {celery:.1f} chains | {celery * STAGES:.0f} |",
         "",
-        f"Ratio engine / bare chain: {engine / celery:.2f} (the engine claims, fences and "
-        "projects every stage in PostgreSQL and writes its events, each execution one message "
-        "whose worker hands it from stage to stage; the bare chain is a message per task and "
+        f"Ratio engine / bare chain at {few} processes: {engines[few] / celery:.2f} (the engine "
+        "claims, fences and projects every stage in PostgreSQL and writes its events, each "
+        "execution one message whose worker hands it from stage to stage, a stage's end and "
+        "the next one's claim in one transaction; the bare chain is a message per task and "
         "does nothing durable).",
         "",
         f"## Beside DBOS Transact {dbos['version']} (same PostgreSQL server, its own process)",
@@ -262,8 +315,11 @@ def main() -> None:
         "An Alfred step records a receipt as a DBOS step checkpoints its output; an empty "
         "Alfred stage is claimed under a lease and completed with its events, as an empty "
         "DBOS workflow records its start and end; a four-stage Alfred workflow is one Celery "
-        "message whose worker runs its stages one after another (2 worker processes), a "
-        "four-step DBOS workflow runs on DBOS's executor threads in one process.",
+        "message whose worker process runs its stages one after another, a four-step DBOS "
+        "workflow runs on DBOS's executor threads in one process (as many as there are "
+        "workflows: all of them at once). Alfred's throughput below is the better of its "
+        f"two worker sizes ({few} processes: {engines[few]:.1f}/s; {many}: "
+        f"{engines[many]:.1f}/s).",
         "",
         "| | Alfred | DBOS | Alfred / DBOS |",
         "|---|---:|---:|---:|",

@@ -14,13 +14,14 @@
 3. the outcome, fenced: succeeded (after the last stage, the terminal transition), suspended
    (``waiting``/``paused``; the worker is free), or failed.
 
-After a stage succeeds, the same worker hands the run to itself: it claims the next stage in
-this process, with no message between them (the stage path's hop is a claim, not a broker
-round trip). The message that started the run stays unacknowledged until the last stage it
-ran ends, so a worker that dies anywhere in them has it delivered again, and the delivery
-finds the run at the stage the worker died in. Between two stages the run is leased to no
-one, for a short grace: if the worker dies right there, the recovery scan or the delivery
-again takes it on.
+After a stage succeeds, the same worker hands the run to itself: the transaction that writes
+the stage's end claims the next stage for it (one transaction, not two; no message between
+them). The message that started the run stays unacknowledged until the last stage it ran
+ends, so a worker that dies anywhere in them has it delivered again, and the delivery finds
+the run at the stage the worker died in (taken over at once when the holder's process is
+gone from this host, else once its lease runs out). A caller that delivers each stage itself
+(``onward=False``) leaves the run between stages, leased to no one for a short grace: if no
+one claims the next stage, the recovery scan takes the run on.
 
 Around each stage it sends ``engine.signals`` (instrumentation: tracing, the tests' kill
 points between and after stages).

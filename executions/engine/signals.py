@@ -1,9 +1,10 @@
 """What the stage path tells instrumentation (tracing, the tests' kill points), each sent
 with ``run_id`` and ``stage`` in the worker running the run:
 
-- ``stage_claiming``: before the claim of the stage a message or the hand-off names (a
-  message naming a stage already done then stands for the run's next: sent again for that
-  one);
+- ``stage_claiming``: before a stage's code runs: before the claim of the stage a message
+  names (a message naming a stage already done then stands for the run's next: sent again
+  for that one), or, when the worker goes on from the stage before, right after the
+  transaction that ended that one and claimed this one;
 - ``stage_completed``: once the stage's success committed (after the last stage, with the
   terminal transition).
 

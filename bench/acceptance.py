@@ -113,6 +113,10 @@ def _scenarios(base: str, token: str) -> dict[str, list[float]]:
         results["replay"] = [
             _timed(_post, client, "add-subdomain", body, "replay-key") for _ in range(N)
         ]
+        start = time.perf_counter()
+        for _ in range(N):
+            client.get("/healthz")
+        results["_healthz"] = [(time.perf_counter() - start) / N * 1000]
 
     # One keep-alive client per thread, as a real integration would hold: creating an httpx
     # client costs more CPU than the request it would time.
@@ -156,6 +160,22 @@ for label, workflow, body in [
     with CaptureQueriesContext(connection) as ctx:
         assert post(workflow, body).status_code == 202
     print(f"{label}: {len(ctx.captured_queries)}")
+# In-process, without a server: Django's handler alone, then a whole acceptance.
+import time
+from django.test import Client
+plain = Client()
+for _ in range(50):
+    plain.get("/healthz")
+start = time.perf_counter()
+for _ in range(300):
+    plain.get("/healthz")
+print(f"=healthz {(time.perf_counter() - start) / 300 * 1000:.2f}")
+for i in range(30):
+    post("add-subdomain", {"zone": "w.example", "subdomain": f"w{i}"})
+start = time.perf_counter()
+for i in range(300):
+    post("add-subdomain", {"zone": "p.example", "subdomain": f"p{i}"})
+print(f"=accept {(time.perf_counter() - start) / 300 * 1000:.2f}")
 """
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -215,6 +235,9 @@ def main() -> None:
             stack.stop()
 
     wall = results.pop("_x8_wall")[0]
+    healthz_http = results.pop("_healthz")[0]
+    timings = dict(line[1:].split(" ", 1) for line in queries.splitlines() if line.startswith("="))
+    queries = "\n".join(line for line in queries.splitlines() if not line.startswith("="))
     lines = [
         "# Acceptance benchmark",
         "",
@@ -238,6 +261,16 @@ def main() -> None:
         "SQL queries per acceptance (Django's count, token lookup and response included):",
         "",
         *[f"- {line}" for line in queries.splitlines()],
+        "",
+        "Where a request's time goes (sequential, means):",
+        "",
+        f"- `GET /healthz`, which touches nothing, over HTTP: {healthz_http:.1f} ms (uvicorn and "
+        "Django's ASGI handler, which runs each request's sync code on a thread of its own "
+        "and its request signals on more hops between the event loop and threads);",
+        f"- the same in-process through Django's test client (no server, no ASGI): "
+        f"{timings['healthz']} ms;",
+        f"- one new add-subdomain accepted in-process (validation, its SQL, the publish, the "
+        f"answer): {timings['accept']} ms.",
         "",
     ]
     REPORT.parent.mkdir(parents=True, exist_ok=True)

@@ -700,7 +700,15 @@ class _Heartbeat:
         self._changed = threading.Condition()
         self._renewing = threading.Lock()  # held by the thread while it renews
         self._beating: dict[int, _Beating] = {}
-        self._pid: int | None = None
+        self._thread: threading.Thread | None = None
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A forked process has none of its parent's threads, nor their stages."""
+        self._changed = threading.Condition()
+        self._renewing = threading.Lock()
+        self._beating = {}
+        self._thread = None
 
     @contextmanager
     def holding(self, ctx: Context) -> Iterator[None]:
@@ -718,27 +726,35 @@ class _Heartbeat:
                 self._changed.notify()
 
     def _started(self) -> None:
-        """The thread of this process (a forked worker process has none of its parent's)."""
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
-            threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True).start()
+        """The thread of this process, started again should it ever have died."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+            self._thread.start()
 
     def _beat(self) -> None:
         while True:
+            try:
+                self._round()
+            except Exception:  # never end: every stage of the process counts on this thread
+                log.exception("lease heartbeat")
+                time.sleep(0.5)
+
+    def _round(self) -> None:
+        """Wait until a renewal is owed (or a stage comes or goes), then make those owed."""
+        with self._changed:
+            while not self._beating:
+                connections.close_all()  # no stage runs: hold no connection either
+                self._changed.wait()
+            due = min(b.due for b in self._beating.values())
+            if due > time.monotonic():
+                self._changed.wait(due - time.monotonic())
+                return
+        with self._renewing:
             with self._changed:
-                while not self._beating:
-                    connections.close_all()  # no stage runs: hold no connection either
-                    self._changed.wait()
-                due = min(b.due for b in self._beating.values())
-                if due > time.monotonic():
-                    self._changed.wait(due - time.monotonic())
-                    continue
-            with self._renewing:
-                with self._changed:
-                    now = time.monotonic()
-                    owed = [b for b in self._beating.values() if b.due <= now]
-                for beating in owed:
-                    self._renew(beating)
+                now = time.monotonic()
+                owed = [b for b in self._beating.values() if b.due <= now]
+            for beating in owed:
+                self._renew(beating)
 
     def _renew(self, beating: _Beating) -> None:
         ctx = beating.ctx
@@ -757,7 +773,7 @@ class _Heartbeat:
             log.warning("run %s: lease lost during a step", ctx.run_id)
             with self._changed:
                 self._beating.pop(id(ctx), None)
-        except DatabaseError as exc:
+        except (DatabaseError, InterfaceError) as exc:
             log.warning("run %s: lease renewal failed: %s", ctx.run_id, exc)
             connection.close()
             now = time.monotonic()

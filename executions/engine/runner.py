@@ -168,6 +168,8 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
     if ended is None:
         return Outcome.STOP  # fenced out: the run is no longer ours
     stage_completed.send(Run, run_id=run_id, stage=stage)
+    if isinstance(ended, _Onward):
+        return _claim_named(run_id, ended.stage, worker)
     if isinstance(ended, _Claim):
         stage_claiming.send(Run, run_id=run_id, stage=ended.stage)
     return ended
@@ -477,7 +479,7 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
 
 def _complete(
     claim: _Claim, output: Any, *, following: str | None, worker: str | None
-) -> _Claim | Outcome | None:
+) -> _Claim | _Onward | Outcome | None:
     """Write the stage's success; None when the round is no longer ours and nothing was
     written. After the last stage, with the terminal transition: STOP. Else, with a
     ``worker`` to go on, in the same transaction the claim of ``following`` for it (the
@@ -499,13 +501,17 @@ def _complete(
             execution_finish(execution, done, result=output, events=events, rows=[end])
             return Outcome.STOP
         if worker is not None:
-            rows: list[dict[str, Any]] = run.stage_rows or []  # type: ignore[attr-defined]
-            stage = next(s for s in rows if s["name"] == following)
-            return _take(execution, run, stage, worker, ended=(end, events))
+            rows: list[dict[str, Any]] = run.stage_rows  # type: ignore[attr-defined]
+            stage = next((s for s in rows if s["name"] == following), None)
+            if stage is not None and stage["status"] == StageStatus.PENDING:
+                return _take(execution, run, stage, worker, ended=(end, events))
         changes = [end]
         _hand_off(run, now, changes)
         transition_write(changes, execution.id, events)
-    return Outcome.NEXT
+    # Not claimed here: the caller delivers the next stage, or the following stage is not
+    # simply pending (done already: a continuation's skipped stage; missing) and the claim
+    # by its name decides (it goes on past a stage done, fails a stage that is not there).
+    return _Onward(following) if worker is not None else Outcome.NEXT
 
 
 def _hand_off(run: Run, now: datetime, changes: list[Change]) -> None:

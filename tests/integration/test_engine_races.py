@@ -320,6 +320,27 @@ def test_the_recovery_scan_backs_off_a_run_it_has_just_published(api):
     assert Run.objects.get(pk=run.pk).recoveries == 0
 
 
+def test_a_worker_going_on_passes_a_stage_done_already_without_running_it(api):
+    # given: a run whose middle stage was done by an earlier run (a continuation skips it:
+    # its row is succeeded with the output persisted before)
+    body = submit(api, "test-counter", {"label": "skipped", "steps": 2}).json()
+    run_id = body["current_run"]["id"]
+    Stage.objects.filter(run_id=run_id, name="work").update(
+        status="succeeded", output={"counts": ["earlier"]}
+    )
+
+    # when: a worker takes the run's message and goes on from stage to stage
+    outcome = stage_execute(run_id, "plan", "test@here:0:1")
+
+    # then: the done stage kept its output and ran no step; the run finished past it
+    assert outcome is Outcome.STOP
+    assert Execution.objects.get(pk=body["id"]).status == "succeeded"
+    assert Stage.objects.get(run_id=run_id, name="work").output == {"counts": ["earlier"]}
+    assert effects("skipped", "effect-1") == effects("skipped", "effect-2") == 0
+    started = OutboxEvent.objects.filter(execution_id=body["id"], type="stage.started")
+    assert sorted(e.payload["stage"] for e in started) == ["plan", "verify"]
+
+
 def test_a_worker_hands_the_run_to_itself_from_stage_to_stage(api):
     # given: a run of three stages, published as one message naming its first
     body = submit(api, "test-counter", {"label": "inline", "steps": 0}).json()

@@ -21,7 +21,12 @@ this cursor asks it to (``prepare=True``), and Django's own queries stay as they
 transition's rows and its events travel together, answered together.
 
 Prepared statements live in the server session: behind a transaction-mode pooler (PgBouncer
-before 1.21) they must be off; set ``ALFRED_DB_PREPARED=0``.
+before 1.22: it keeps prepared statements from 1.21, and psycopg sends ``DEALLOCATE ALL`` after
+a rollback, which it takes from 1.22) they must be off; set ``ALFRED_DB_PREPARED=0``. A
+migration that changes the type of a column these statements return makes each live connection
+fail once ("cached plan must not change result type"): that transaction rolls back (a stage's
+outcome is written again after its lease, as after any failed write) and psycopg prepares
+afresh.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ afresh.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +46,7 @@ _NEVER = 2**31 - 1
 
 def prepared_cursor() -> CursorWrapper:
     """A cursor of the current connection whose statements are prepared (see the module)."""
-    if not getattr(settings, "ALFRED_DB_PREPARED", True):
+    if not settings.ALFRED_DB_PREPARED:
         return connection.cursor()
     connection.ensure_connection()
     raw = connection.connection
@@ -65,32 +65,47 @@ class _PreparedCursor(psycopg.Cursor[Any]):
         return super().execute(query, params, prepare=True)
 
 
+Rows = list[tuple[Any, ...]]
+
+
+def _as_is(rows: Rows) -> Any:
+    return rows
+
+
 @dataclass(frozen=True)
 class Statement:
+    """One statement for :func:`statements_run`, with how its rows are read (checked, made
+    into what its caller wants) once they are in."""
+
     sql: str
     params: Any = None
+    answer: Callable[[Rows], Any] = _as_is
 
 
-def statements_run(statements: Sequence[Statement]) -> list[list[tuple[Any, ...]]]:
-    """Run ``statements`` in order, prepared, and return the rows of each; with more than one,
-    in one round trip: sent together in a pipeline, answered together at its end. An error
-    in one skips those after it (PostgreSQL ignores the rest of a pipeline after an error)
-    and is raised as Django's; the caller's transaction is then aborted, as after any failed
-    statement. Outside a transaction each would be its own: call it inside one."""
-    if len(statements) == 1 or not getattr(settings, "ALFRED_DB_PREPARED", True):
-        results = []
-        for statement in statements:
+def statements_run(statements: Sequence[Statement | None]) -> list[Any]:
+    """Run ``statements`` in order, prepared, and return each one's answer in its place (None
+    in place of None); with more than one, in one round trip: sent together in a pipeline,
+    answered together at its end. An error in one skips those after it (PostgreSQL ignores
+    the rest of a pipeline after an error) and is raised as Django's; the caller's
+    transaction is then aborted, as after any failed statement. Outside a transaction each
+    would be its own: call it inside one."""
+    given = [statement for statement in statements if statement is not None]
+    if len(given) <= 1 or not settings.ALFRED_DB_PREPARED:
+        rows = []
+        for statement in given:
             with prepared_cursor() as cursor:
                 cursor.execute(statement.sql, statement.params)
-                results.append(cursor.fetchall())
-        return results
-    cursors = [prepared_cursor() for _ in statements]
-    try:
-        with connection.wrap_database_errors, connection.connection.pipeline():
-            for cursor, statement in zip(cursors, statements, strict=True):
-                cursor.execute(statement.sql, statement.params)
-        # the pipeline's end waited for every answer: each cursor holds its own now
-        return [cursor.fetchall() for cursor in cursors]
-    finally:
-        for cursor in cursors:
-            cursor.close()
+                rows.append(cursor.fetchall())
+    else:
+        cursors = [prepared_cursor() for _ in given]
+        try:
+            with connection.wrap_database_errors, connection.connection.pipeline():
+                for cursor, statement in zip(cursors, given, strict=True):
+                    cursor.execute(statement.sql, statement.params)
+            # the pipeline's end waited for every answer: each cursor holds its own now
+            rows = [cursor.fetchall() for cursor in cursors]
+        finally:
+            for cursor in cursors:
+                cursor.close()
+    answers = iter(statement.answer(found) for statement, found in zip(given, rows, strict=True))
+    return [None if statement is None else next(answers) for statement in statements]

@@ -482,9 +482,10 @@ def _complete(
 ) -> _Claim | _Onward | Outcome | None:
     """Write the stage's success; None when the round is no longer ours and nothing was
     written. After the last stage, with the terminal transition: STOP. Else, with a
-    ``worker`` to go on, in the same transaction the claim of ``following`` for it (the
-    claim's outcome: a ``_Claim``, or STOP where it was refused); without one, the run is
-    left between stages for whoever delivers the next: NEXT."""
+    ``worker`` to go on and ``following`` pending, in the same transaction the claim of it
+    for that worker (the claim's outcome: a ``_Claim``, or STOP where it was refused); with
+    ``following`` in any other state, ``_Onward`` to it (its claim by name decides); without
+    a worker, the run is left between stages for whoever delivers the next: NEXT."""
     now = claim.clock.now()
     with transaction.atomic(durable=True):
         locked = _lock_current(claim, stages=following is not None and worker is not None)

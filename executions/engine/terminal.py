@@ -12,14 +12,8 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from alfred.db import Statement, statements_run
-from executions.engine.writes import Change, rows_update_statement, rows_updated
-from executions.events.outbox import (
-    Event,
-    event_emit,
-    event_key,
-    events_emit_statement,
-    events_emitted,
-)
+from executions.engine.writes import Change, rows_update_statement
+from executions.events.outbox import Event, event_emit, event_key, events_emit_statement
 from executions.models import (
     TERMINAL_STATUSES,
     Execution,
@@ -145,14 +139,15 @@ def execution_finish(
             "now": now,
             "terminal": _TERMINAL,
         },
+        lambda found: found[0][0],  # whether children are still active
     )
-    update = rows_update_statement(rows)
-    emit = events_emit_statement(execution.id, [*events, terminal])
-    answers = statements_run([s for s in (update, finish, emit) if s is not None])
-    if update is not None:
-        rows_updated(rows, answers[0])
-    ((children,),) = answers[-2]
-    events_emitted(answers[-1])
+    _, children, _ = statements_run(
+        [
+            rows_update_statement(rows),
+            finish,
+            events_emit_statement(execution.id, [*events, terminal]),
+        ]
+    )
     if children:
         for child in Execution.objects.select_for_update().filter(
             parent_id=execution.id, status__in=sorted(set(ExecutionStatus) - TERMINAL_STATUSES)

@@ -18,31 +18,23 @@ from django.db import connection
 from django.db.models import Field, Model
 
 from alfred.db import Statement, statements_run
-from executions.events.outbox import Event, events_emit_statement, events_emitted
+from executions.events.outbox import Event, events_emit_statement
 
 Change = tuple[type[Model], Any, Mapping[str, Any]]  # (model, primary key, {field: value})
 
 
 def transition_write(changes: Sequence[Change], execution_id: str, events: Sequence[Event]) -> None:
     """A transition's rows and its events (:func:`events_emit`), in one round trip."""
-    update = rows_update_statement(changes)
-    emit = events_emit_statement(execution_id, events)
-    answers = iter(statements_run([s for s in (update, emit) if s is not None]))
-    if update is not None:
-        rows_updated(changes, next(answers))
-    if emit is not None:
-        events_emitted(next(answers))
+    statements_run([rows_update_statement(changes), events_emit_statement(execution_id, events)])
 
 
 def rows_update(changes: Sequence[Change]) -> None:
-    statement = rows_update_statement(changes)
-    if statement is not None:
-        rows_updated(changes, statements_run([statement])[0])
+    statements_run([rows_update_statement(changes)])
 
 
 def rows_update_statement(changes: Sequence[Change]) -> Statement | None:
     """The statement that writes ``changes`` (None when there is nothing to write), for
-    :func:`alfred.db.statements_run`; its rows go to :func:`rows_updated`."""
+    :func:`alfred.db.statements_run`; its answer raises unless every row was found, once."""
     changes = [change for change in changes if change[2]]
     if not changes:
         return None
@@ -62,17 +54,15 @@ def rows_update_statement(changes: Sequence[Change]) -> Statement | None:
         sets = ", ".join(assignments)
         update = f"UPDATE {table} SET {sets} WHERE {key} = %s RETURNING 1"  # noqa: S608
         queries.append(f"u{position} AS ({update})")
+
+    def found_each(rows: Sequence[Sequence[Any]]) -> None:
+        missing = [changes[i][:2] for i, count in enumerate(rows[0]) if count != 1]
+        if missing:
+            raise LookupError(f"rows not updated (not found): {missing}")
+
     # names of our own tables and columns only: every value is a parameter
     counts = ", ".join(f"(SELECT count(*) FROM u{i})" for i in range(len(changes)))  # noqa: S608
-    return Statement(f"WITH {', '.join(queries)} SELECT {counts}", params)
-
-
-def rows_updated(changes: Sequence[Change], rows: Sequence[Sequence[Any]]) -> None:
-    """Check the answer of :func:`rows_update_statement`: every row found, once."""
-    changes = [change for change in changes if change[2]]
-    missing = [changes[i][:2] for i, count in enumerate(rows[0]) if count != 1]
-    if missing:
-        raise LookupError(f"rows not updated (not found): {missing}")
+    return Statement(f"WITH {', '.join(queries)} SELECT {counts}", params, found_each)
 
 
 def fields_of(instance: Model, names: Sequence[str]) -> Change:

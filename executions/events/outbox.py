@@ -106,26 +106,25 @@ def events_emit(execution_id: str, events: Sequence[Event]) -> list[int]:
     of its transaction (the engine's writers lock it first): this statement's snapshot then
     sees every event committed for the execution, so a key emitted before is left out before
     the rest are numbered, never found only at insert (which would leave a gap)."""
-    statement = events_emit_statement(execution_id, events)
-    if statement is None:
-        return []
-    return events_emitted(statements_run([statement])[0])
+    (emitted,) = statements_run([events_emit_statement(execution_id, events)])
+    return emitted or []
 
 
 def events_emit_statement(execution_id: str, events: Sequence[Event]) -> Statement | None:
     """:func:`events_emit` as a statement for :func:`alfred.db.statements_run` (to travel
-    with the transition's other writes); its rows go to :func:`events_emitted`."""
+    with the transition's other writes); its answer: the sequences given."""
     if not events:
         return None
     payload = [{"key": e.key, "type": e.type, "payload": e.payload} for e in events]
     return Statement(
         _EMIT_SQL,
         {"execution": execution_id, "events": json.dumps(payload, cls=DjangoJSONEncoder)},
+        _emitted,
     )
 
 
-def events_emitted(rows: Sequence[Sequence[Any]]) -> list[int]:
-    """The sequences :func:`events_emit_statement` gave; its deliveries sent after commit."""
+def _emitted(rows: Sequence[Sequence[Any]]) -> list[int]:
+    """The sequences the emission gave; the deliveries it owed are sent after commit."""
     if any(row[2] for row in rows):
         from executions.events.relay import deliveries_send_on_commit
 

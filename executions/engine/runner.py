@@ -272,6 +272,12 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | _Onward | Outc
             if s["position"] < stage["position"]
         ):
             return Outcome.STOP  # out of order: the chain of the earlier stage will get here
+        if stage["status"] == StageStatus.WAITING and not _wake_owed(run, stage_name, now):
+            # A stale message (delivered again, a recovery's or a hint's that lost the race):
+            # a waiting stage is its wake's to claim. Claiming it anyway would replay it only
+            # to wait again, and flip a paused execution to running meanwhile, refusing an
+            # operator's approval in that window.
+            return Outcome.STOP
         if _leased_by_other(run, worker, now):
             _report_duplicate(execution, run, stage_name, worker)
             return Outcome.STOP
@@ -386,6 +392,20 @@ def _timers_served(run: Run, stage_name: str, now: datetime) -> None:
     )
     if due:
         Timer.objects.filter(pk__in=due).update(status=TimerStatus.FIRED, fired_at=now)
+
+
+def _wake_owed(run: Run, stage_name: str, now: datetime) -> bool:
+    """Whether a waiting stage has something to look at: a wake since its last claim (a
+    signal, a fired timer, a child's end), its own timer due (the countdown hint's delivery,
+    which the scanner has not fired yet), a cancel or a deadline passed (the claim ends it)."""
+    return (
+        run.wakeups != run.wakeups_seen
+        or run.cancel_requested_at is not None
+        or (run.deadline_at is not None and now > run.deadline_at)
+        or Timer.objects.filter(
+            run=run, stage=stage_name, status=TimerStatus.PENDING, due_at__lte=now
+        ).exists()
+    )
 
 
 def _deadline_seconds(workflow: str) -> float | None:

@@ -18,6 +18,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
+from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -199,6 +200,7 @@ def test_a_wait_woken_before_its_time_arms_its_timer_again(api):
     assert _deliver(body["id"], "wait") is Outcome.STOP
     timer = Timer.objects.get(status="pending")
     Timer.objects.filter(pk=timer.pk).update(status="fired", fired_at=timezone.now())
+    Run.objects.filter(pk=timer.run_id).update(wakeups=F("wakeups") + 1)  # as a fire wakes
 
     # when: the run replays its wait before the due time
     assert _deliver(body["id"], "wait") is Outcome.STOP
@@ -207,6 +209,26 @@ def test_a_wait_woken_before_its_time_arms_its_timer_again(api):
     assert Execution.objects.get(pk=body["id"]).status == "waiting"
     armed = Timer.objects.get(run_id=body["current_run"]["id"], status="pending")
     assert armed.due_at == timer.due_at
+
+
+def test_a_stale_message_for_a_paused_stage_leaves_it_paused_and_runs_nothing(api):
+    # given: a run paused on an operator's checkpoint
+    body = submit(api, "test-waits", {"label": "stale", "mode": "operator"}).json()
+    assert _deliver(body["id"], "plan") is Outcome.NEXT
+    assert _deliver(body["id"], "wait") is Outcome.STOP
+    run = Run.objects.get(pk=body["current_run"]["id"])
+    events = event_types(body["id"])
+    assert Execution.objects.get(pk=body["id"]).status == "paused"
+
+    # when: the stage's message comes again with nothing to wake it (a redelivery, a lost
+    # race of the recovery scan)
+    assert _deliver(body["id"], "wait") is Outcome.STOP
+
+    # then: it is not claimed: the execution stays paused throughout (an approval in that
+    # window is not refused), under the same fence, with no event
+    assert Execution.objects.get(pk=body["id"]).status == "paused"
+    assert Run.objects.get(pk=run.pk).fence == run.fence
+    assert event_types(body["id"]) == events
 
 
 STALL_TIMER_INSERT = """

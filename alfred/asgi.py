@@ -1,21 +1,95 @@
+"""The web process's application, which uvicorn serves (`make run`, the Dockerfile).
+
+One router, two handlers:
+
+- the event streams (``…/events/stream``) go to Django's ASGI handler: each is an async
+  stream the event loop serves, holding no thread and no connection per client;
+- every other request goes to Django's WSGI handler on a fixed pool of
+  ``ALFRED_WEB_THREADS`` threads (a2wsgi). Django's ASGI handler runs each synchronous
+  request on a thread made for it and crosses between the event loop and threads several
+  times per request: a ``/healthz`` took 4–7 ms over HTTP that way, 1 ms this way, and an
+  acceptance a quarter less CPU (bench/reports/acceptance.md).
+
+A body sent without Content-Length (chunked) is read here, at most one byte past the
+largest body limit, and handed on with its length: Django's WSGI request reads a body
+without a length as empty. Whether that length is over the limit is the API's edge to say
+(``ApiGuardMiddleware``: 413 ``payload_too_large``).
+"""
+
 import logging
 import os
 import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from a2wsgi import WSGIMiddleware
 from django.core.asgi import get_asgi_application
+from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "alfred.settings")
-# See ALFRED_DB_POOL_SIZE in settings: a request under ASGI runs on a fresh thread.
+# See ALFRED_DB_POOL_SIZE in settings: the web process's threads (the WSGI pool's, and those
+# the ASGI handler makes for the streams' checks) share one pool of connections.
 os.environ.setdefault("ALFRED_DB_POOL_SIZE", "10")
-application = get_asgi_application()
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Any], Awaitable[None]]
+
+_streams = get_asgi_application()  # sets Django up first
+
+from django.conf import settings  # noqa: E402 - after django.setup()
+
+# (A Django response is the iterable of bytes WSGI asks for; its stubs say HttpResponseBase.)
+_requests = WSGIMiddleware(
+    get_wsgi_application(),  # type: ignore[arg-type]
+    workers=settings.ALFRED_WEB_THREADS,
+)
+_BODY_CAP = max(settings.ALFRED_MAX_BODY_BYTES, settings.ALFRED_RECEIVER_MAX_BODY_BYTES) + 1
+STREAM_SUFFIX = "/events/stream"
+
+
+async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] != "http" or scope["path"].rstrip("/").endswith(STREAM_SUFFIX):
+        await _streams(scope, receive, send)
+        return
+    if scope["method"] not in ("GET", "HEAD", "OPTIONS") and not _has_length(scope):
+        scope, receive = await _with_length(scope, receive)
+    await _requests(scope, receive, send)  # type: ignore[arg-type]
+
+
+def _has_length(scope: Scope) -> bool:
+    return any(name == b"content-length" for name, _ in scope["headers"])
+
+
+async def _with_length(scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
+    """The body read whole (to at most ``_BODY_CAP`` bytes), and the scope with its length."""
+    body = bytearray()
+    more = True
+    while more and len(body) < _BODY_CAP:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    del body[_BODY_CAP:]
+    headers = [*scope["headers"], (b"content-length", str(len(body)).encode())]
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()  # the client's disconnect, as the handler would see it
+        sent = True
+        return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+    return {**scope, "headers": headers}, replay
 
 
 def _release_ready_lanes() -> None:
     """Before serving triggers: lanes left blocked whose owner holds valid readiness evidence
     are released (DESIGN §5). Read-only instances change nothing. If the database does not
     answer yet, serve anyway: /readyz says so, and the next start tries again."""
-    from django.conf import settings
-
     from lanes.reconciler import lanes_release_ready
 
     if settings.ALFRED_READ_ONLY:

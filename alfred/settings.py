@@ -185,10 +185,13 @@ DATABASES = {
         "CONN_HEALTH_CHECKS": True,
     }
 }
-# Under ASGI, Django runs each request's sync code on a new thread, and connections are
-# per thread: without a pool every request would open a PostgreSQL connection. alfred.asgi
-# turns the pool on; workers and commands (long-lived threads) keep persistent connections.
+# The web process serves on threads of two kinds (alfred.asgi): its WSGI pool's, and those
+# Django's ASGI handler makes per event-stream request; connections are per thread, so
+# alfred.asgi turns a pool on that all of them share. Workers and commands (long-lived
+# threads) keep persistent connections.
 ALFRED_DB_POOL_SIZE = env.int("ALFRED_DB_POOL_SIZE", default=0)
+# Threads per web process that serve every request but the event streams (alfred.asgi).
+ALFRED_WEB_THREADS = env.int("ALFRED_WEB_THREADS", default=4)
 if ALFRED_DB_POOL_SIZE > 0:
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"]["pool"] = {

@@ -39,6 +39,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
+from django.db.models import Model
 
 # psycopg prepares a statement by itself after this many executions of it: never, here.
 _NEVER = 2**31 - 1
@@ -109,3 +110,50 @@ def statements_run(statements: Sequence[Statement | None]) -> list[Any]:
                 cursor.close()
     answers = iter(statement.answer(found) for statement, found in zip(given, rows, strict=True))
     return [None if statement is None else next(answers) for statement in statements]
+
+
+def columns(model: type[Model], alias: str) -> str:
+    """The select list of every column of ``model``, as :func:`instance` reads them."""
+    quote = connection.ops.quote_name
+    return ", ".join(f"{alias}.{quote(str(f.column))}" for f in model._meta.concrete_fields)
+
+
+def instance(model: type[Model], values: Sequence[Any]) -> Model:
+    """A ``model`` instance from the values of :func:`columns`, each converted as the ORM
+    would (``from_db_value``: JSON decoded)."""
+    fields = model._meta.concrete_fields
+    converted = [
+        f.from_db_value(v, None, connection) if hasattr(f, "from_db_value") else v
+        for f, v in zip(fields, values, strict=True)
+    ]
+    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+
+
+def insert_statement(objs: Sequence[Model]) -> Statement:
+    """The INSERT of ``objs`` (instances of one model, not saved yet) for
+    :func:`statements_run`, each value prepared as the ORM's own insert would (``pre_save``:
+    an ``auto_now_add`` time is set on the instance; ``get_db_prep_save``). An automatic
+    primary key is left to the database; the answer sets each instance's key."""
+    model = type(objs[0])
+    meta = model._meta
+    auto = meta.auto_field if all(obj.pk is None for obj in objs) else None
+    fields = [f for f in meta.local_concrete_fields if f is not auto]
+    quote = connection.ops.quote_name
+    params: list[Any] = []
+    for obj in objs:
+        params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    row = f"({', '.join(['%s'] * len(fields))})"
+    names = ", ".join(quote(str(f.column)) for f in fields)
+    key = quote(str(meta.pk.column))
+
+    def inserted(rows: Rows) -> None:
+        for obj, (pk,) in zip(objs, rows, strict=True):
+            obj.pk = pk
+            obj._state.adding = False
+
+    return Statement(
+        f"INSERT INTO {quote(meta.db_table)} ({names}) "  # noqa: S608 - our own names only
+        f"VALUES {', '.join([row] * len(objs))} RETURNING {key}",
+        params,
+        inserted,
+    )

@@ -22,10 +22,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 
+from alfred.db import columns, insert_statement, instance, prepared_cursor, statements_run
 from alfred.ids import new_id
 from alfred.principals import Caller
 from alfred.readonly import writes_allowed
@@ -40,6 +42,7 @@ from executions.models import (
     DeliveryKey,
     Execution,
     ExecutionStatus,
+    Run,
     RunKind,
     Stage,
     StageStatus,
@@ -170,22 +173,13 @@ def _audit_refusal(caller: Caller, workflow: str, key: str, refused: IdentityHel
 
 def _accept_once(req: _Request) -> Acceptance:
     with transaction.atomic(durable=True):
-        known = (
-            DeliveryKey.objects.select_related("execution__current_run")
-            .filter(principal=req.principal, key=req.key)
-            .first()
-        )
+        known = _key_known(req.principal, req.key)
         if known is not None:
             if known.fingerprint != req.fingerprint:
                 raise IdempotencyConflict(known.execution_id)
             return Acceptance(known.execution, known.outcome, True, req.key)
 
-        latest = (
-            Execution.objects.select_for_update()
-            .filter(workflow=req.workflow.name, logical_identity=req.identity)
-            .order_by("-created_at")
-            .first()
-        )
+        latest = _latest_locked(req.workflow.name, req.identity)
         stages: list[Stage] | None = None
         if latest is None or latest.status == ExecutionStatus.ROLLED_BACK:
             execution, lane, stages = _create(req, predecessor=latest)
@@ -207,14 +201,7 @@ def _accept_once(req: _Request) -> Acceptance:
                 execution, lane = _continue(req, latest)
             else:
                 execution, lane = latest, None
-
-        DeliveryKey.objects.create(
-            principal=req.principal,
-            key=req.key,
-            fingerprint=req.fingerprint,
-            execution=execution,
-            outcome=outcome,
-        )
+            statements_run([insert_statement([_key_row(req, execution.id, outcome)])])
         dispatch = None
         if outcome != AcceptanceOutcome.REUSED and (lane is None or lane.may_start):
             fresh = outcome == AcceptanceOutcome.CREATED
@@ -222,6 +209,63 @@ def _accept_once(req: _Request) -> Acceptance:
                 str(execution.current_run_id), stages=req.workflow.stages if fresh else None
             )
         return Acceptance(execution, outcome, False, req.key, lane, dispatch, stages)
+
+
+def _key_row(req: _Request, execution_id: str, outcome: str) -> DeliveryKey:
+    return DeliveryKey(
+        principal=req.principal,
+        key=req.key,
+        fingerprint=req.fingerprint,
+        execution_id=execution_id,
+        outcome=outcome,
+    )
+
+
+def _key_known(principal: str, key: str) -> DeliveryKey | None:
+    """The key's row with its execution and that one's current run, as the replay answers
+    them: one prepared statement (alfred/db.py), as every request asks."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_key_known_sql(), [principal, key])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    first = len(DeliveryKey._meta.concrete_fields)
+    second = first + len(Execution._meta.concrete_fields)
+    known = instance(DeliveryKey, row[:first])
+    execution = instance(Execution, row[first:second])
+    execution.current_run = (  # type: ignore[attr-defined]
+        None if row[second] is None else instance(Run, row[second:])
+    )
+    known.execution = execution  # type: ignore[attr-defined]
+    return known  # type: ignore[return-value]
+
+
+@cache
+def _key_known_sql() -> str:
+    keys, executions, runs = (m._meta.db_table for m in (DeliveryKey, Execution, Run))
+    return (
+        f"SELECT {columns(DeliveryKey, 'k')}, {columns(Execution, 'e')}, {columns(Run, 'r')} "  # noqa: S608
+        f"FROM {keys} k JOIN {executions} e ON e.id = k.execution_id "
+        f"LEFT JOIN {runs} r ON r.id = e.current_run_id "
+        "WHERE k.principal = %s AND k.key = %s"
+    )
+
+
+def _latest_locked(workflow: str, identity: str) -> Execution | None:
+    """The newest execution of this operation, locked (a prepared statement)."""
+    with prepared_cursor() as cursor:
+        cursor.execute(_latest_sql(), [workflow, identity])
+        row = cursor.fetchone()
+    return None if row is None else instance(Execution, row)  # type: ignore[return-value]
+
+
+@cache
+def _latest_sql() -> str:
+    return (
+        f"SELECT {columns(Execution, 'e')} FROM {Execution._meta.db_table} e "  # noqa: S608
+        "WHERE e.workflow = %s AND e.logical_identity = %s "
+        "ORDER BY e.created_at DESC LIMIT 1 FOR UPDATE"
+    )
 
 
 def _should_continue(workflow: Workflow, latest: Execution) -> bool:
@@ -254,6 +298,7 @@ def _claim(req: _Request, execution_id: str, *, urgent: bool = False) -> LaneCla
 def _create(
     req: _Request, *, predecessor: Execution | None
 ) -> tuple[Execution, LaneClaimResult | None, list[Stage]]:
+    """A new execution, with its idempotency key in the same round trip as its rows."""
     execution_id = new_id("exe")
     # The lane first, so that the accepted event can say how it went; the lane's owner FK
     # is checked at commit, when the execution exists.
@@ -269,6 +314,7 @@ def _create(
         lane_token=req.claim.token if req.claim else None,
         predecessor=predecessor,
         accepted_payload={"lane": _lane_payload(lane)},
+        also=[insert_statement([_key_row(req, execution_id, AcceptanceOutcome.CREATED)])],
     )
     _lane_event(execution, lane)
     return execution, lane, stages

@@ -3,11 +3,13 @@ by acceptance (a request) and ``ctx.child`` (a parent's stage)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.utils import timezone
 
-from executions.events.outbox import event_emit, event_key
+from alfred.db import Statement, insert_statement, statements_run
+from executions.events.outbox import Event, event_key, events_emit_statement
 from executions.models import (
     Execution,
     ExecutionStatus,
@@ -31,10 +33,13 @@ def execution_insert(
     predecessor: Execution | None = None,
     parent_id: str | None = None,
     accepted_payload: dict[str, Any] | None = None,
+    also: Sequence[Statement] = (),
 ) -> tuple[Execution, list[Stage]]:
-    """Insert in the caller's transaction; nothing is published here. Returns the execution
-    and its first run's stages, as inserted (an answer can show them without reading them
-    back)."""
+    """Insert in the caller's transaction; nothing is published here. The execution, its
+    run, its stages and its accepted event go in one round trip, with ``also`` (the caller's
+    own statements that belong with them: an acceptance's idempotency key). Returns the
+    execution and its first run's stages, as inserted (an answer can show them without
+    reading them back)."""
     execution = Execution(
         **({"id": execution_id} if execution_id else {}),
         workflow=workflow,
@@ -51,15 +56,12 @@ def execution_insert(
     # The run's id is known before it exists: the FK is checked at commit (PostgreSQL
     # foreign keys are DEFERRABLE INITIALLY DEFERRED under Django), which saves an UPDATE.
     execution.current_run_id = run.id
-    execution.save(force_insert=True)
-    run.save(force_insert=True)
     execution.current_run = run
-    inserted = stages_insert(run, stages)
+    inserted = stage_rows(run, stages)
     # Through the outbox like every event: its NOTIFY and its webhook deliveries with it.
-    event_emit(
-        execution_id=execution.id,
-        key=event_key(execution.id, "accepted"),
+    accepted = Event(
         type="execution.accepted",
+        key=event_key(execution.id, "accepted"),
         payload={
             "workflow": workflow,
             "run": run.id,
@@ -67,6 +69,15 @@ def execution_insert(
             "parent": parent_id,
             **(accepted_payload or {}),
         },
+    )
+    statements_run(
+        [
+            insert_statement([execution]),
+            insert_statement([run]),
+            insert_statement(inserted),
+            events_emit_statement(execution.id, [accepted]),
+            *also,
+        ]
     )
     return execution, inserted
 
@@ -82,9 +93,16 @@ def stages_insert(
 ) -> list[Stage]:
     """The run's stages, pending; those in ``done`` (name → output persisted by an earlier
     run) start out succeeded, so a continuation skips them."""
+    return Stage.objects.bulk_create(stage_rows(run, stages, done))
+
+
+def stage_rows(
+    run: Run, stages: tuple[str, ...], done: dict[str, Any] | None = None
+) -> list[Stage]:
+    """The run's stages, not saved yet (see :func:`stages_insert`)."""
     done = done or {}
     now = timezone.now()
-    return Stage.objects.bulk_create(
+    return [
         Stage(
             run=run,
             name=name,
@@ -94,7 +112,7 @@ def stages_insert(
             finished_at=now if name in done else None,
         )
         for i, name in enumerate(stages)
-    )
+    ]
 
 
 def run_again(

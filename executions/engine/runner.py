@@ -44,7 +44,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from alfred.db import prepared_cursor
+from alfred.db import columns, instance, prepared_cursor
 from executions.engine.clock import Clock
 from executions.engine.context import Context
 from executions.engine.errors import (
@@ -62,7 +62,7 @@ from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.rollback import rollback_stage
 from executions.engine.signals import stage_claiming, stage_completed
 from executions.engine.terminal import execution_finish
-from executions.engine.writes import Change, columns, fields_of, instance, transition_write
+from executions.engine.writes import Change, fields_of, transition_write
 from executions.events.links import approval_links
 from executions.events.outbox import Event, event_emit, event_key, events_emit
 from executions.models import (

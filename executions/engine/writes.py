@@ -1,5 +1,5 @@
-"""The stage path's rows in few round trips: several rows written in one statement, and
-rows read by hand-written SQL made into model instances.
+"""The stage path's rows in few round trips: several rows written in one statement (rows
+read by hand-written SQL are made into model instances by :func:`alfred.db.instance`).
 
 ``rows_update`` sets fields of rows of different tables, each found by its primary key, as
 data-modifying ``WITH`` queries of one statement. Each row must be one the caller's
@@ -68,20 +68,3 @@ def rows_update_statement(changes: Sequence[Change]) -> Statement | None:
 def fields_of(instance: Model, names: Sequence[str]) -> Change:
     """The change that writes ``names`` of ``instance`` as it holds them now."""
     return type(instance), instance.pk, {name: getattr(instance, name) for name in names}
-
-
-def columns(model: type[Model], alias: str) -> str:
-    """The select list of every column of ``model``, as :func:`instance` reads them."""
-    quote = connection.ops.quote_name
-    return ", ".join(f"{alias}.{quote(str(f.column))}" for f in model._meta.concrete_fields)
-
-
-def instance(model: type[Model], values: Sequence[Any]) -> Model:
-    """A ``model`` instance from the values of :func:`columns`, each converted as the ORM
-    would (``from_db_value``: JSON decoded)."""
-    fields = model._meta.concrete_fields
-    converted = [
-        f.from_db_value(v, None, connection) if hasattr(f, "from_db_value") else v
-        for f, v in zip(fields, values, strict=True)
-    ]
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)

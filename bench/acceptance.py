@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 REPORT = ROOT / "bench" / "reports" / "acceptance.md"
 N = int(os.environ.get("BENCH_REQUESTS", "400"))
 WARMUP = 30
-# Django runs sync views on one thread per process under ASGI, so concurrency comes from
-# processes (uvicorn --workers, WEB_CONCURRENCY in production).
+# Python runs one thread at a time per process, so CPU-bound concurrency comes from processes
+# (uvicorn --workers, WEB_CONCURRENCY in production); each serves on ALFRED_WEB_THREADS threads.
 WEB_WORKERS = int(os.environ.get("WEB_CONCURRENCY", "2"))
 
 
@@ -82,7 +82,47 @@ def _post(client: httpx.Client, workflow: str, body: dict, key: str) -> httpx.Re
     )
 
 
-def _scenarios(base: str, token: str) -> dict[str, list[float]]:
+CPU_PARTS = ("web", "postgres", "client")
+CORES = os.cpu_count() or 1
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0  # gone since it was listed
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(child) for child in task.read_text().split()]
+    return found
+
+
+def _postmaster(env: dict[str, str]) -> int:
+    """The PostgreSQL server's main process (on this machine): a backend's parent."""
+    import psycopg
+
+    with psycopg.connect(env["DATABASE_URL"]) as conn:
+        backend = conn.info.backend_pid
+    return int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _cpu_split(web_pid: int, postmaster: int) -> dict[str, float]:
+    """CPU seconds so far of the web processes (uvicorn and its workers), of PostgreSQL's
+    processes (every child of the postmaster: the backends, the WAL writer...) and of this
+    process (the clients). The processes live through the measured phase: the web's pool
+    keeps its backends, so differences are what the phase cost."""
+    return {
+        "web": sum(_cpu_seconds(pid) for pid in [web_pid, *_children(web_pid)]),
+        "postgres": sum(_cpu_seconds(pid) for pid in _children(postmaster)),
+        "client": time.process_time(),
+    }
+
+
+def _scenarios(base: str, token: str, web_pid: int, postmaster: int) -> dict[str, list[float]]:
     headers = {"Authorization": f"Bearer {token}"}
     results: dict[str, list[float]] = {}
     with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
@@ -131,9 +171,12 @@ def _scenarios(base: str, token: str) -> dict[str, list[float]]:
         return _timed(_post, local.client, "add-subdomain", body, str(uuid.uuid4()))
 
     with ThreadPoolExecutor(max_workers=8) as pool:
+        before = _cpu_split(web_pid, postmaster)
         start = time.perf_counter()
         results["new/x8"] = list(pool.map(one, range(N)))
         results["_x8_wall"] = [time.perf_counter() - start]
+        after = _cpu_split(web_pid, postmaster)
+    results["_x8_cpu"] = [(after[part] - before[part]) / N * 1000 for part in CPU_PARTS]
     for client in clients:
         client.close()
     return results
@@ -225,7 +268,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError("web did not become ready")
             time.sleep(0.2)
-        results = _scenarios(base, token)
+        results = _scenarios(base, token, web.pid, _postmaster(env))
         queries = _query_count(env)
     finally:
         if web is not None:
@@ -235,6 +278,7 @@ def main() -> None:
             stack.stop()
 
     wall = results.pop("_x8_wall")[0]
+    cpu = dict(zip(CPU_PARTS, results.pop("_x8_cpu"), strict=True))
     healthz_http = results.pop("_healthz")[0]
     timings = dict(line[1:].split(" ", 1) for line in queries.splitlines() if line.startswith("="))
     queries = "\n".join(line for line in queries.splitlines() if not line.startswith("="))
@@ -256,7 +300,11 @@ def main() -> None:
         )
     lines += [
         "",
-        f"8 concurrent clients: {N / wall:.0f} acceptances/s.",
+        f"8 concurrent clients: {N / wall:.0f} acceptances/s. CPU per acceptance in that run: "
+        f"{cpu['web']:.2f} ms in the web processes, {cpu['postgres']:.2f} ms in PostgreSQL, "
+        f"{cpu['client']:.2f} ms in the clients ({sum(cpu.values()):.2f} ms in all, on "
+        f"{CORES} cores: at most {CORES * 1000 / sum(cpu.values()):.0f}/s "
+        "on this machine whatever the waits).",
         "",
         "SQL queries per acceptance (Django's count, token lookup and response included):",
         "",
@@ -264,11 +312,9 @@ def main() -> None:
         "",
         "Where a request's time goes (sequential, means):",
         "",
-        f"- `GET /healthz`, which touches nothing, over HTTP: {healthz_http:.1f} ms (uvicorn and "
-        "Django's ASGI handler, which runs each request's sync code on a thread of its own "
-        "and its request signals on more hops between the event loop and threads);",
-        f"- the same in-process through Django's test client (no server, no ASGI): "
-        f"{timings['healthz']} ms;",
+        f"- `GET /healthz`, which touches nothing, over HTTP: {healthz_http:.1f} ms (the client, "
+        "uvicorn, and Django's WSGI handler on the web process's thread pool: `alfred.asgi`);",
+        f"- the same in-process through Django's test client (no server): {timings['healthz']} ms;",
         f"- one new add-subdomain accepted in-process (validation, its SQL, the publish, the "
         f"answer): {timings['accept']} ms.",
         "",

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.conf import settings
+from django.db import connection
 from django.dispatch import receiver
 
 from executions.engine.errors import FatalError, ReadinessFailure, RetryableError
@@ -162,6 +163,27 @@ class Slow(TestWorkflow):
                 time.sleep(ctx.input.get("pause_seconds", 0))
             done.append(ctx.step(f"slow-{i}", slow, i))
         return done
+
+
+class Reads(TestWorkflow):
+    """A stage that reads the database itself (an earlier stage's output) after
+    ``pause_seconds`` of its own code: the read a database restart may cut."""
+
+    name = "test-reads"
+    stages = ("plan", "use")
+    input_schema: ClassVar[dict[str, Any]] = _schema(pause_seconds={"type": "number"})
+    MARK = "SELECT 'alfred-test: a stage pauses before it reads'"
+
+    def stage_plan(self, ctx: Any) -> Any:
+        return {"value": 1}
+
+    def stage_use(self, ctx: Any) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(self.MARK)  # names this stage's backend for the test
+        time.sleep(ctx.input.get("pause_seconds", 0))
+        planned = ctx.output_of("plan")
+        after = ctx.step("after", effect, ctx.input["label"], "after")
+        return {"value": planned["value"], "after": after}
 
 
 class Parent(TestWorkflow):
@@ -407,6 +429,7 @@ WORKFLOWS = [
     Waits(),
     Flaky(),
     Slow(),
+    Reads(),
     Parent(),
     NotReady(),
     Crashing(),

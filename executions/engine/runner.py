@@ -34,14 +34,16 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from alfred.db import columns, instance, prepared_cursor
@@ -153,6 +155,11 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
     except LeaseLost as lost:
         log.warning("run %s stage %s: %s", run_id, stage, lost)
         return Outcome.STOP
+    except (OperationalError, InterfaceError) as lost:
+        # The database went away under the stage (a restart, a failover): not the
+        # workflow's failure, and nothing can be written now.
+        log.warning("run %s stage %s: the database went away: %s", run_id, stage, lost)
+        return _claim_again(run_id, stage, worker)
     except Canceled as canceled:
         return _finish(claimed, stage, ExecutionStatus.CANCELED, error=canceled.projection())
     except ReadinessFailure as failure:
@@ -173,6 +180,26 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
     if isinstance(ended, _Claim):
         stage_claiming.send(Run, run_id=run_id, stage=ended.stage)
     return ended
+
+
+def _claim_again(run_id: str, stage: str, worker: str) -> _Claim | Outcome:
+    """The stage claimed anew by this worker once the database answers again: its lease is
+    this worker's own, so nothing waits for it to run out, and the stage replays from its
+    receipts (as after a takeover). Still away after half a lease: STOP; the lease runs out
+    and the recovery scan hands the run on."""
+    give_up = time.monotonic() + settings.ALFRED_LEASE_SECONDS / 2
+    attempt = 0
+    while True:
+        attempt += 1
+        with suppress(OperationalError, InterfaceError):  # the next statement connects anew
+            connection.close()
+        time.sleep(min(0.2 * attempt, 2.0))
+        try:
+            return _claim_named(run_id, stage, worker)
+        except (OperationalError, InterfaceError) as away:
+            if time.monotonic() > give_up:
+                log.warning("run %s stage %s: the database is still away: %s", run_id, stage, away)
+                return Outcome.STOP
 
 
 @cache

@@ -26,7 +26,7 @@ from executions.engine.runner import Outcome, stage_execute, worker_identity
 from executions.engine.scans import timers_fire
 from executions.models import Execution, OutboxEvent, Run, Stage, StepReceipt, Timer
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import effects
+from tests.engine_workflows import Reads, effects
 from tests.helpers import submit
 from tests.integration.test_engine import event_types, finished
 
@@ -108,6 +108,38 @@ def test_a_step_whose_connection_dies_while_it_runs_keeps_its_receipt(api):
     assert Execution.objects.get(pk=body["id"]).status == "succeeded"
     assert StepReceipt.objects.filter(step_key="slow-0", status="succeeded").count() == 1
     assert [effects(label, "slow-0"), effects(label, "slow-1")] == [1, 1]
+
+
+def test_a_stage_whose_database_goes_away_mid_stage_is_claimed_again_not_failed(api):
+    # given: a run whose second stage reads the database after a pause of its own code
+    label = f"away-{uuid.uuid4().hex[:8]}"
+    body = submit(api, "test-reads", {"label": label, "pause_seconds": 2}).json()
+    outcome: list[Outcome | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(stage_execute(body["current_run"]["id"], "plan", "test@here:0:1"))
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            connections.close_all()
+
+    stage = threading.Thread(target=run)
+    stage.start()
+    pausing = "state = 'idle' AND query = %s"
+    (pid,) = wait_for(lambda: _backends(pausing, Reads.MARK), 10, interval=0.01)
+
+    # when: the stage's connection is cut while it pauses, so its read fails
+    _terminate(pid)
+    stage.join(30)
+
+    # then: not the workflow's failure: the worker claimed the stage again and replayed it
+    assert outcome == [Outcome.STOP]
+    execution = Execution.objects.get(pk=body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert effects(label, "after") == 1
+    started = OutboxEvent.objects.filter(execution_id=body["id"], type="stage.started")
+    assert [e.payload["stage"] for e in started.order_by("sequence")] == ["plan", "use", "use"]
 
 
 def test_a_scanner_fires_timers_by_the_databases_clock_not_its_own(api, monkeypatch):

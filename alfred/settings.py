@@ -230,6 +230,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # One message at a time per worker process: a long stage never holds others hostage.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Celery's Django fixup closes every database connection before and after each task unless
+# this is set (then once in 2 × this many): a new PostgreSQL connection per task. Workers keep
+# their connections as requests do instead, by Django's own rules (alfred/celery.py).
+CELERY_DB_REUSE_MAX = 2**62
 # A message is redelivered if not acknowledged within this many seconds. Stage tasks ack when
 # they return and never wait inside (waits are durable timers), so an hour is far beyond any
 # task; a lease (ALFRED_LEASE_SECONDS) fences the rare redelivery of a task still running.

@@ -206,3 +206,34 @@ def test_mutation_receipts_are_validated_and_kept(api, worker):
     failed = finished(bad["id"], worker)
     assert failed.status == "failed"
     assert failed.error["code"] == "bad_mutation_receipt"
+
+
+def _sessions_started() -> int:
+    """Connections PostgreSQL has accepted into the test database so far (its own count)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.worker
+def test_a_worker_keeps_its_database_connection_from_task_to_task(api):
+    # given: one worker process, connected by a first run
+    worker = WorkerProcess("keeps").start(concurrency=1)
+    try:
+        assert finished(submit(api, "test-counter", {"label": "keep-0"}).json()["id"], worker)
+        before = _sessions_started()
+
+        # when: five more runs, one after another
+        for i in range(1, 6):
+            body = submit(api, "test-counter", {"label": f"keep-{i}", "steps": 1}).json()
+            assert finished(body["id"], worker).status == "succeeded"
+        started = _sessions_started() - before
+    finally:
+        worker.stop()
+
+    # then: they ran on the connection it had (Celery's own rule opened one per task); at
+    # most one more, for the lease heartbeat's thread
+    assert started <= 1, started

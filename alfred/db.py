@@ -129,6 +129,28 @@ def instance(model: type[Model], values: Sequence[Any]) -> Model:
     return model.from_db(connection.alias, [f.attname for f in fields], converted)
 
 
+def row_fetched(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+    """The one row of a prepared statement, or None."""
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        row: tuple[Any, ...] | None = cursor.fetchone()
+    return row
+
+
+def instances(row: Sequence[Any], *models: type[Model]) -> tuple[list[Any], Sequence[Any]]:
+    """``row`` read as the :func:`columns` of each of ``models`` in turn: an instance of each
+    (None for one whose primary key is NULL: an outer join found none), and what follows."""
+    found: list[Any] = []
+    start = 0
+    for model in models:
+        end = start + len(model._meta.concrete_fields)
+        values = row[start:end]
+        pk = [f.attname for f in model._meta.concrete_fields].index(model._meta.pk.attname)
+        found.append(None if values[pk] is None else instance(model, values))
+        start = end
+    return found, row[start:]
+
+
 def insert_statement(objs: Sequence[Model]) -> Statement:
     """The INSERT of ``objs`` (instances of one model, not saved yet) for
     :func:`statements_run`, each value prepared as the ORM's own insert would (``pre_save``:

@@ -10,7 +10,7 @@ from functools import cache
 from django.db import connection, transaction
 from django.utils import timezone
 
-from alfred.db import columns, instance, prepared_cursor
+from alfred.db import columns, instance, row_fetched
 from alfred.ids import new_id
 from alfred.models import TOKEN_NAME_MAX, ApiToken, Role
 from alfred.readonly import writes_allowed
@@ -89,9 +89,7 @@ def token_resolve(raw: str) -> ApiToken | None:
     prepared statement (alfred/db.py) rather than a query compiled each time."""
     if not raw.startswith(TOKEN_PREFIX) or len(raw) > 100:
         return None
-    with prepared_cursor() as cursor:
-        cursor.execute(_resolve_sql(), [_digest(raw)])
-        row = cursor.fetchone()
+    row = row_fetched(_resolve_sql(), [_digest(raw)])
     return None if row is None else instance(ApiToken, row)  # type: ignore[return-value]
 
 

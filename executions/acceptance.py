@@ -27,7 +27,14 @@ from typing import Any
 
 from django.db import DatabaseError, IntegrityError, transaction
 
-from alfred.db import columns, insert_statement, instance, prepared_cursor, statements_run
+from alfred.db import (
+    columns,
+    insert_statement,
+    instance,
+    instances,
+    row_fetched,
+    statements_run,
+)
 from alfred.ids import new_id
 from alfred.principals import Caller
 from alfred.readonly import writes_allowed
@@ -224,20 +231,13 @@ def _key_row(req: _Request, execution_id: str, outcome: str) -> DeliveryKey:
 def _key_known(principal: str, key: str) -> DeliveryKey | None:
     """The key's row with its execution and that one's current run, as the replay answers
     them: one prepared statement (alfred/db.py), as every request asks."""
-    with prepared_cursor() as cursor:
-        cursor.execute(_key_known_sql(), [principal, key])
-        row = cursor.fetchone()
+    row = row_fetched(_key_known_sql(), [principal, key])
     if row is None:
         return None
-    first = len(DeliveryKey._meta.concrete_fields)
-    second = first + len(Execution._meta.concrete_fields)
-    known = instance(DeliveryKey, row[:first])
-    execution = instance(Execution, row[first:second])
-    execution.current_run = (  # type: ignore[attr-defined]
-        None if row[second] is None else instance(Run, row[second:])
-    )
-    known.execution = execution  # type: ignore[attr-defined]
-    return known  # type: ignore[return-value]
+    (known, execution, run), _ = instances(row, DeliveryKey, Execution, Run)
+    execution.current_run = run
+    known.execution = execution
+    return known
 
 
 @cache
@@ -253,9 +253,7 @@ def _key_known_sql() -> str:
 
 def _latest_locked(workflow: str, identity: str) -> Execution | None:
     """The newest execution of this operation, locked (a prepared statement)."""
-    with prepared_cursor() as cursor:
-        cursor.execute(_latest_sql(), [workflow, identity])
-        row = cursor.fetchone()
+    row = row_fetched(_latest_sql(), [workflow, identity])
     return None if row is None else instance(Execution, row)  # type: ignore[return-value]
 
 

@@ -46,7 +46,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from alfred.db import columns, instance, prepared_cursor
+from alfred.db import columns, instances, row_fetched
 from executions.engine.clock import Clock
 from executions.engine.context import Context
 from executions.engine.errors import (
@@ -230,20 +230,15 @@ def _lock(run_id: str, *, stages: bool = False) -> tuple[Execution, Run] | None:
     the terminal transition, the scans) keeps, so that two of them never wait on each other.
     With ``stages``, the run also carries ``stage_rows`` and ``db_now``: the database's time,
     read with the locks held, so a lease counts from when the claim holds them."""
-    with prepared_cursor() as cursor:
-        cursor.execute(_lock_sql(stages), [run_id])
-        row = cursor.fetchone()
+    row = row_fetched(_lock_sql(stages), [run_id])
     if row is None:
         return None
-    width = len(Execution._meta.concrete_fields)
-    rest = width + len(Run._meta.concrete_fields)
-    execution = instance(Execution, row[:width])
-    run = instance(Run, row[width:rest])
+    (execution, run), rest = instances(row, Execution, Run)
     if stages:
-        run.db_now = row[rest]  # type: ignore[attr-defined]
-        listed = row[rest + 1]
-        run.stage_rows = json.loads(listed) if isinstance(listed, str) else listed or []  # type: ignore[attr-defined]
-    return execution, run  # type: ignore[return-value]
+        run.db_now = rest[0]
+        listed = rest[1]
+        run.stage_rows = json.loads(listed) if isinstance(listed, str) else listed or []
+    return execution, run
 
 
 def _lock_current(claim: _Claim, *, stages: bool = False) -> tuple[Execution, Run] | None:

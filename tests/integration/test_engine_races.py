@@ -14,6 +14,7 @@ import socket
 import subprocess
 import threading
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -53,6 +54,26 @@ def _deliver(execution_id: str, stage: str) -> Outcome:
     return stage_execute(str(run_id), stage, "test@here:0:1", onward=False)  # one stage
 
 
+def _started(
+    call: Callable[[], Outcome],
+) -> tuple[threading.Thread, list[Outcome | BaseException]]:
+    """``call`` on a thread of its own, started; what it returns or raises lands in the list
+    (its connections are closed when it ends)."""
+    outcome: list[Outcome | BaseException] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, outcome
+
+
 @pytest.mark.worker
 def test_a_lease_heartbeat_renews_through_a_terminated_connection_and_the_step_runs_once(api):
     # given: two worker processes (one could take the run over), a step longer than the lease
@@ -79,18 +100,7 @@ def test_a_step_whose_connection_dies_while_it_runs_keeps_its_receipt(api):
     # given: a stage inside a 2 s step, in a thread of this process
     label = f"cut-{uuid.uuid4().hex[:8]}"  # (no worker here: the counters are not reset)
     body = submit(api, "test-slow", {"label": label, "steps": 2, "step_seconds": 2}).json()
-    outcome: list[Outcome | BaseException] = []
-
-    def run() -> None:
-        try:
-            outcome.append(_deliver(body["id"], "plan"))
-        except BaseException as exc:
-            outcome.append(exc)
-        finally:
-            connections.close_all()
-
-    stage = threading.Thread(target=run)
-    stage.start()
+    stage, outcome = _started(lambda: _deliver(body["id"], "plan"))
     # (its connection's last statement, outside any transaction, renewed the lease at the
     # step's boundary: it is in the step now; the heartbeat's own connection is named)
     renewing = (
@@ -114,18 +124,9 @@ def test_a_stage_whose_database_goes_away_mid_stage_is_claimed_again_not_failed(
     # given: a run whose second stage reads the database after a pause of its own code
     label = f"away-{uuid.uuid4().hex[:8]}"
     body = submit(api, "test-reads", {"label": label, "pause_seconds": 2}).json()
-    outcome: list[Outcome | BaseException] = []
-
-    def run() -> None:
-        try:
-            outcome.append(stage_execute(body["current_run"]["id"], "plan", "test@here:0:1"))
-        except BaseException as exc:
-            outcome.append(exc)
-        finally:
-            connections.close_all()
-
-    stage = threading.Thread(target=run)
-    stage.start()
+    stage, outcome = _started(
+        lambda: stage_execute(body["current_run"]["id"], "plan", "test@here:0:1")
+    )
     pausing = "state = 'idle' AND query = %s"
     (pid,) = wait_for(lambda: _backends(pausing, Reads.MARK), 10, interval=0.01)
 

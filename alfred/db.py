@@ -20,6 +20,10 @@ this cursor asks it to (``prepare=True``), and Django's own queries stay as they
 ``statements_run`` sends several such statements in one round trip (a psycopg pipeline): a
 transition's rows and its events travel together, answered together.
 
+``row_fetched`` and ``instances`` read one prepared row and split it into model instances,
+``insert_statement`` writes new rows for ``statements_run``: the hot reads and writes (the
+engine's locked read, a token, an acceptance) without the ORM's compilation per query.
+
 Prepared statements live in the server session: behind a transaction-mode pooler (PgBouncer
 before 1.22: it keeps prepared statements from 1.21, and psycopg sends ``DEALLOCATE ALL`` after
 a rollback, which it takes from 1.22) they must be off; set ``ALFRED_DB_PREPARED=0``. A

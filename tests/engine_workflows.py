@@ -7,6 +7,7 @@ would be: a step that ran twice shows as a count of 2.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.conf import settings
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.dispatch import receiver
 
 from executions.engine.errors import FatalError, ReadinessFailure, RetryableError
@@ -171,7 +172,9 @@ class Reads(TestWorkflow):
 
     name = "test-reads"
     stages = ("plan", "use")
-    input_schema: ClassVar[dict[str, Any]] = _schema(pause_seconds={"type": "number"})
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        pause_seconds={"type": "number"}, cut_at_end={"type": "boolean"}
+    )
     MARK = "SELECT 'alfred-test: a stage pauses before it reads'"
 
     def stage_plan(self, ctx: Any) -> Any:
@@ -183,6 +186,10 @@ class Reads(TestWorkflow):
         time.sleep(ctx.input.get("pause_seconds", 0))
         planned = ctx.output_of("plan")
         after = ctx.step("after", effect, ctx.input["label"], "after")
+        if ctx.input.get("cut_at_end") and effect(ctx.input["label"], "cut") == 1:
+            # once: the stage's connection dies as it returns, before its end is written
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
         return {"value": planned["value"], "after": after}
 
 

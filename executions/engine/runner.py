@@ -114,7 +114,11 @@ def stage_execute(run_id: str, stage: str, worker: str, *, onward: bool = True) 
     process, until the run ends, suspends, or is no longer this worker's: returns STOP.
     Without ``onward`` it runs the one stage and returns NEXT when the next one is owed (a
     caller that delivers each stage itself)."""
-    claimed = _claim_named(run_id, stage, worker)
+    try:
+        claimed = _claim_named(run_id, stage, worker)
+    except _DATABASE_AWAY as away:
+        log.warning("run %s stage %s: the database is away: %s", run_id, stage, away)
+        claimed = _claim_again(run_id, stage, worker)
     while isinstance(claimed, _Claim):
         claimed = _stage_run(claimed, worker, onward=onward)
     return claimed
@@ -155,7 +159,7 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
     except LeaseLost as lost:
         log.warning("run %s stage %s: %s", run_id, stage, lost)
         return Outcome.STOP
-    except (OperationalError, InterfaceError) as lost:
+    except _DATABASE_AWAY as lost:
         # The database went away under the stage (a restart, a failover): not the
         # workflow's failure, and nothing can be written now.
         log.warning("run %s stage %s: the database went away: %s", run_id, stage, lost)
@@ -171,7 +175,13 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
         return _finish(claimed, stage, ExecutionStatus.FAILED, error=unclassified(exc))
     stages = ROLLBACK_STAGES if rollback else definition.stages
     following = stages[stages.index(stage) + 1] if stage != stages[-1] else None
-    ended = _complete(claimed, output, following=following, worker=worker if onward else None)
+    try:
+        ended = _complete(claimed, output, following=following, worker=worker if onward else None)
+    except _DATABASE_AWAY as lost:
+        # Written or not (a commit whose answer was lost), the claim again finds out: a stage
+        # still running is replayed from its receipts, one done stands for the next.
+        log.warning("run %s stage %s: its end was not written: %s", run_id, stage, lost)
+        return _claim_again(run_id, stage, worker)
     if ended is None:
         return Outcome.STOP  # fenced out: the run is no longer ours
     stage_completed.send(Run, run_id=run_id, stage=stage)
@@ -180,6 +190,11 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
     if isinstance(ended, _Claim):
         stage_claiming.send(Run, run_id=run_id, stage=ended.stage)
     return ended
+
+
+# The database is away (restarting, failing over) or the connection is gone: the same work on
+# a fresh connection, a moment later, may well succeed.
+_DATABASE_AWAY = (OperationalError, InterfaceError)
 
 
 def _claim_again(run_id: str, stage: str, worker: str) -> _Claim | Outcome:
@@ -191,12 +206,12 @@ def _claim_again(run_id: str, stage: str, worker: str) -> _Claim | Outcome:
     attempt = 0
     while True:
         attempt += 1
-        with suppress(OperationalError, InterfaceError):  # the next statement connects anew
+        with suppress(*_DATABASE_AWAY):  # the next statement connects anew
             connection.close()
         time.sleep(min(0.2 * attempt, 2.0))
         try:
             return _claim_named(run_id, stage, worker)
-        except (OperationalError, InterfaceError) as away:
+        except _DATABASE_AWAY as away:
             if time.monotonic() > give_up:
                 log.warning("run %s stage %s: the database is still away: %s", run_id, stage, away)
                 return Outcome.STOP

@@ -143,6 +143,27 @@ def test_a_stage_whose_database_goes_away_mid_stage_is_claimed_again_not_failed(
     assert [e.payload["stage"] for e in started.order_by("sequence")] == ["plan", "use", "use"]
 
 
+def test_a_stage_whose_end_cannot_be_written_is_claimed_again_and_ends_once(api):
+    # given: a run whose last stage's connection dies as the stage returns (once)
+    label = f"end-{uuid.uuid4().hex[:8]}"
+    body = submit(api, "test-reads", {"label": label, "cut_at_end": True}).json()
+
+    # when: a worker runs it
+    stage, outcome = _started(
+        lambda: stage_execute(body["current_run"]["id"], "plan", "test@here:0:1")
+    )
+    stage.join(30)
+
+    # then: its end was written on a new connection after the stage was claimed again and
+    # replayed: the run succeeded, its step ran once
+    assert outcome == [Outcome.STOP]
+    execution = Execution.objects.get(pk=body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert [effects(label, "after"), effects(label, "cut")] == [1, 2]
+    started = OutboxEvent.objects.filter(execution_id=body["id"], type="stage.started")
+    assert [e.payload["stage"] for e in started.order_by("sequence")] == ["plan", "use", "use"]
+
+
 def test_a_scanner_fires_timers_by_the_databases_clock_not_its_own(api, monkeypatch):
     # given: a run asleep for 90 s
     body = submit(api, "test-waits", {"label": "skew", "mode": "sleep", "seconds": 90}).json()

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import psycopg
@@ -122,15 +123,35 @@ def columns(model: type[Model], alias: str) -> str:
     return ", ".join(f"{alias}.{quote(str(f.column))}" for f in model._meta.concrete_fields)
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """How :func:`instance` reads a model's row, worked out once per model (the hot path)."""
+
+    attnames: list[str]
+    converters: list[Callable[[Any, Any, Any], Any] | None]  # ``from_db_value``, if any
+    pk: int  # the primary key's place in the row
+
+
+@cache
+def _reading(model: type[Model]) -> _Reading:
+    fields = model._meta.concrete_fields
+    attnames = [f.attname for f in fields]
+    return _Reading(
+        attnames,
+        [getattr(f, "from_db_value", None) for f in fields],
+        attnames.index(model._meta.pk.attname),
+    )
+
+
 def instance(model: type[Model], values: Sequence[Any]) -> Model:
     """A ``model`` instance from the values of :func:`columns`, each converted as the ORM
     would (``from_db_value``: JSON decoded)."""
-    fields = model._meta.concrete_fields
+    reading = _reading(model)
     converted = [
-        f.from_db_value(v, None, connection) if hasattr(f, "from_db_value") else v
-        for f, v in zip(fields, values, strict=True)
+        v if convert is None else convert(v, None, connection)
+        for convert, v in zip(reading.converters, values, strict=True)
     ]
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+    return model.from_db(connection.alias, reading.attnames, converted)
 
 
 def row_fetched(sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
@@ -147,10 +168,9 @@ def instances(row: Sequence[Any], *models: type[Model]) -> tuple[list[Any], Sequ
     found: list[Any] = []
     start = 0
     for model in models:
-        end = start + len(model._meta.concrete_fields)
+        end = start + len(_reading(model).attnames)
         values = row[start:end]
-        pk = [f.attname for f in model._meta.concrete_fields].index(model._meta.pk.attname)
-        found.append(None if values[pk] is None else instance(model, values))
+        found.append(None if values[_reading(model).pk] is None else instance(model, values))
         start = end
     return found, row[start:]
 

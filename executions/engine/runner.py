@@ -114,11 +114,7 @@ def stage_execute(run_id: str, stage: str, worker: str, *, onward: bool = True) 
     process, until the run ends, suspends, or is no longer this worker's: returns STOP.
     Without ``onward`` it runs the one stage and returns NEXT when the next one is owed (a
     caller that delivers each stage itself)."""
-    try:
-        claimed = _claim_named(run_id, stage, worker)
-    except _DATABASE_AWAY as away:
-        log.warning("run %s stage %s: the database is away: %s", run_id, stage, away)
-        claimed = _claim_again(run_id, stage, worker)
+    claimed = _claim_patiently(run_id, stage, worker)
     while isinstance(claimed, _Claim):
         claimed = _stage_run(claimed, worker, onward=onward)
     return claimed
@@ -162,8 +158,7 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
     except _DATABASE_AWAY as lost:
         # The database went away under the stage (a restart, a failover): not the
         # workflow's failure, and nothing can be written now.
-        log.warning("run %s stage %s: the database went away: %s", run_id, stage, lost)
-        return _claim_again(run_id, stage, worker)
+        return _claim_patiently(run_id, stage, worker, away=lost)
     except Canceled as canceled:
         return _finish(claimed, stage, ExecutionStatus.CANCELED, error=canceled.projection())
     except ReadinessFailure as failure:
@@ -180,8 +175,7 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
     except _DATABASE_AWAY as lost:
         # Written or not (a commit whose answer was lost), the claim again finds out: a stage
         # still running is replayed from its receipts, one done stands for the next.
-        log.warning("run %s stage %s: its end was not written: %s", run_id, stage, lost)
-        return _claim_again(run_id, stage, worker)
+        return _claim_patiently(run_id, stage, worker, away=lost)
     if ended is None:
         return Outcome.STOP  # fenced out: the run is no longer ours
     stage_completed.send(Run, run_id=run_id, stage=stage)
@@ -197,24 +191,31 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
 _DATABASE_AWAY = (OperationalError, InterfaceError)
 
 
-def _claim_again(run_id: str, stage: str, worker: str) -> _Claim | Outcome:
-    """The stage claimed anew by this worker once the database answers again: its lease is
-    this worker's own, so nothing waits for it to run out, and the stage replays from its
+def _claim_patiently(
+    run_id: str, stage: str, worker: str, *, away: Exception | None = None
+) -> _Claim | Outcome:
+    """The claim of ``stage`` by name, made again while the database is ``away`` (found so
+    by the caller, or by a try here): once it answers, this worker claims the stage anew. Its
+    lease is its own, so nothing waits for it to run out, and the stage replays from its
     receipts (as after a takeover). Still away after half a lease: STOP; the lease runs out
     and the recovery scan hands the run on."""
     give_up = time.monotonic() + settings.ALFRED_LEASE_SECONDS / 2
     attempt = 0
     while True:
-        attempt += 1
-        with suppress(*_DATABASE_AWAY):  # the next statement connects anew
-            connection.close()
-        time.sleep(min(0.2 * attempt, 2.0))
-        try:
-            return _claim_named(run_id, stage, worker)
-        except _DATABASE_AWAY as away:
-            if time.monotonic() > give_up:
+        if away is not None:
+            if attempt == 0:
+                log.warning("run %s stage %s: the database is away: %s", run_id, stage, away)
+            elif time.monotonic() > give_up:
                 log.warning("run %s stage %s: the database is still away: %s", run_id, stage, away)
                 return Outcome.STOP
+            attempt += 1
+            with suppress(*_DATABASE_AWAY):  # the next statement connects anew
+                connection.close()
+            time.sleep(min(0.2 * attempt, 2.0))
+        try:
+            return _claim_named(run_id, stage, worker)
+        except _DATABASE_AWAY as again:
+            away = again
 
 
 @cache
@@ -434,10 +435,10 @@ def _timers_served(run: Run, stage_name: str, now: datetime) -> None:
 def _wake_owed(run: Run, stage_name: str, now: datetime) -> bool:
     """Whether a waiting stage has something to look at: a wake since its last claim (a
     signal, a fired timer, a child's end), its own timer due (the countdown hint's delivery,
-    which the scanner has not fired yet), a cancel or a deadline passed (the claim ends it)."""
+    which the scanner has not fired yet) or its deadline passed (the claim ends it). A cancel
+    needs no claim: a waiting run is canceled at once (``controls``)."""
     return (
         run.wakeups != run.wakeups_seen
-        or run.cancel_requested_at is not None
         or (run.deadline_at is not None and now > run.deadline_at)
         or Timer.objects.filter(
             run=run, stage=stage_name, status=TimerStatus.PENDING, due_at__lte=now

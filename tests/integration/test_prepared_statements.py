@@ -8,9 +8,9 @@ import pytest
 from django.db import DataError, connection, transaction
 from rest_framework.test import APIClient
 
-from alfred.db import Statement, statements_run
+from alfred.db import Statement, columns, insert_statement, instances, row_fetched, statements_run
 from executions.engine.runner import Outcome, stage_execute
-from executions.models import Execution
+from executions.models import DeliveryKey, Execution, Run
 from tests.helpers import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -85,3 +85,41 @@ def test_statements_sent_together_fail_together_as_djangos_error():
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('alfred.test', true)")
         assert cursor.fetchone()[0] in (None, "")
+
+
+def test_new_rows_written_together_get_their_keys_and_times_as_the_orms_would(api):
+    # given: two idempotency keys of an execution, not saved (an automatic key, a creation time)
+    execution_id = submit(api, "test-counter", {"label": "rows"}).json()["id"]
+    keys = [
+        DeliveryKey(principal="p", key=f"k{i}", fingerprint="f", execution_id=execution_id)
+        for i in range(2)
+    ]
+
+    # when: written by one statement
+    with transaction.atomic():
+        statements_run([insert_statement(keys)])
+
+    # then: each instance holds the key and the time its row was given
+    stored = {k.pk: k.created_at for k in DeliveryKey.objects.filter(principal="p")}
+    assert stored == {k.pk: k.created_at for k in keys} and None not in stored
+    assert not any(k._state.adding for k in keys)
+
+
+def test_a_row_read_by_hand_gives_none_for_a_model_an_outer_join_did_not_find(api):
+    # given: an execution, read with a run joined on nothing
+    execution_id = submit(api, "test-counter", {"label": "alone"}).json()["id"]
+    sql = (
+        f"SELECT {columns(Execution, 'e')}, {columns(Run, 'r')}, 7 "  # noqa: S608 - our names
+        "FROM executions_execution e LEFT JOIN executions_run r ON false WHERE e.id = %s"
+    )
+
+    # when
+    row = row_fetched(sql, [execution_id])
+    assert row is not None
+    (execution, run), rest = instances(row, Execution, Run)
+
+    # then: the execution as the ORM reads it, no run, and what follows the models
+    assert execution == Execution.objects.get(pk=execution_id)
+    assert execution.input == {"label": "alone"}
+    assert run is None
+    assert list(rest) == [7]

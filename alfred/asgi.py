@@ -39,6 +39,13 @@ Send = Callable[[Any], Awaitable[None]]
 _streams = get_asgi_application()  # sets Django up first
 
 from django.conf import settings  # noqa: E402 - after django.setup()
+from django.db import connection  # noqa: E402
+
+from alfred.dbpool import pool_check_install  # noqa: E402
+
+_pool = getattr(connection, "pool", None)  # the pool all threads share (ALFRED_DB_POOL_SIZE)
+if _pool is not None:
+    pool_check_install(_pool)
 
 # (A Django response is the iterable of bytes WSGI asks for; its stubs say HttpResponseBase.)
 _requests = WSGIMiddleware(

@@ -44,7 +44,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Model
+from django.db.models import Field, Model
 
 # psycopg prepares a statement by itself after this many executions of it: never, here.
 _NEVER = 2**31 - 1
@@ -176,30 +176,75 @@ def instances(row: Sequence[Any], *models: type[Model]) -> tuple[list[Any], Sequ
 
 
 def insert_statement(objs: Sequence[Model]) -> Statement:
-    """The INSERT of ``objs`` (instances of one model, not saved yet) for
-    :func:`statements_run`, each value prepared as the ORM's own insert would (``pre_save``:
-    an ``auto_now_add`` time is set on the instance; ``get_db_prep_save``). An automatic
-    primary key is left to the database; the answer sets each instance's key."""
-    model = type(objs[0])
-    meta = model._meta
-    auto = meta.auto_field if all(obj.pk is None for obj in objs) else None
-    fields = [f for f in meta.local_concrete_fields if f is not auto]
-    quote = connection.ops.quote_name
+    """The INSERT of ``objs`` (new instances, not saved yet) for :func:`statements_run`, each
+    value prepared as the ORM's own insert would (``pre_save``: an ``auto_now_add`` time is
+    set on the instance; ``get_db_prep_save``). An automatic primary key is left to the
+    database; the answer sets each instance's key.
+
+    Rows of several models go in ONE statement, a data-modifying ``WITH`` part per model in
+    the order they first appear: a statement's parts see the same snapshot, and foreign keys
+    are checked at the statement's end (Django's, DEFERRABLE INITIALLY DEFERRED, at commit),
+    so a row may name one inserted beside it. One statement costs a round trip's share of
+    parsing, binding and answering once instead of per model."""
+    groups: dict[type[Model], list[Model]] = {}
+    for obj in objs:
+        groups.setdefault(type(obj), []).append(obj)
+    parts = [_insert(model, rows) for model, rows in groups.items()]
+    params = [value for _, values in parts for value in values]
+    if len(parts) == 1:
+        sql = parts[0][0]
+    else:
+        keys = tuple(str(model._meta.pk.column) for model in groups)
+        sql = _with_inserts(tuple(part_sql for part_sql, _ in parts), keys)
+
+    def inserted(rows: Rows) -> None:
+        given: dict[int, list[Any]] = {}
+        for row in rows:
+            part, pk = row if len(parts) > 1 else (0, row[0])
+            given.setdefault(part, []).append(pk)
+        for part, (model, group) in enumerate(groups.items()):
+            for obj, pk in zip(group, given.get(part, []), strict=True):
+                obj.pk = model._meta.pk.to_python(pk)
+                obj._state.adding = False
+
+    return Statement(sql, params, inserted)
+
+
+def _insert(model: type[Model], objs: Sequence[Model]) -> tuple[str, list[Any]]:
+    """One model's INSERT ... RETURNING its key, and its parameters."""
+    sql, fields = _insert_sql(model, all(obj.pk is None for obj in objs), len(objs))
     params: list[Any] = []
     for obj in objs:
         params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    return sql, params
+
+
+@cache
+def _insert_sql(model: type[Model], auto_key: bool, rows: int) -> tuple[str, tuple[Field, ...]]:
+    """The INSERT of ``rows`` rows of ``model`` and the fields it gives, in order: every
+    concrete field but an automatic key when the database is to give it (``auto_key``)."""
+    meta = model._meta
+    auto = meta.auto_field if auto_key else None
+    fields = tuple(f for f in meta.local_concrete_fields if f is not auto)
+    quote = connection.ops.quote_name
     row = f"({', '.join(['%s'] * len(fields))})"
     names = ", ".join(quote(str(f.column)) for f in fields)
-    key = quote(str(meta.pk.column))
-
-    def inserted(rows: Rows) -> None:
-        for obj, (pk,) in zip(objs, rows, strict=True):
-            obj.pk = pk
-            obj._state.adding = False
-
-    return Statement(
+    return (
         f"INSERT INTO {quote(meta.db_table)} ({names}) "  # noqa: S608 - our own names only
-        f"VALUES {', '.join([row] * len(objs))} RETURNING {key}",
-        params,
-        inserted,
+        f"VALUES {', '.join([row] * rows)} RETURNING {quote(str(meta.pk.column))}",
+        fields,
     )
+
+
+@cache
+def _with_inserts(inserts: tuple[str, ...], keys: tuple[str, ...]) -> str:
+    """``inserts`` (each ``RETURNING`` its key column, named in ``keys``) as one statement;
+    it answers (part, key as text: keys differ in type) per row, each part's rows in the
+    order given."""
+    quote = connection.ops.quote_name
+    parts = ", ".join(f"i{part} AS ({sql})" for part, sql in enumerate(inserts))
+    answers = " UNION ALL ".join(
+        f"SELECT {part}, {quote(key)}::text FROM i{part}"  # noqa: S608 - our own names only
+        for part, key in enumerate(keys)
+    )
+    return f"WITH {parts} {answers}"

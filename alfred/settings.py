@@ -187,7 +187,8 @@ DATABASES = {
 }
 # The web process serves on threads of two kinds (alfred.asgi): its WSGI pool's, and those
 # Django's ASGI handler makes per event-stream request; connections are per thread, so
-# alfred.asgi turns a pool on that all of them share. Workers and commands (long-lived
+# alfred.asgi turns a pool on that all of them share, and checks a connection before a loan
+# only when its socket is not silent (alfred.dbpool). Workers and commands (long-lived
 # threads) keep persistent connections.
 ALFRED_DB_POOL_SIZE = env.int("ALFRED_DB_POOL_SIZE", default=0)
 # Threads per web process that serve every request but the event streams (alfred.asgi).

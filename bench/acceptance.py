@@ -11,11 +11,18 @@ they would behind a busy worker pool, so the measurement is the API's own cost. 
 - ``replay``        the same key and body again (Idempotent-Replayed);
 - ``new/x8``        new add-subdomain requests from 8 concurrent clients.
 
+The clients speak HTTP/1.1 on keep-alive connections with the standard library's
+``http.client``: they share this machine's cores with the server, and httpx spent 1.3–2 ms of
+CPU per request, a sixth of all an acceptance cost (an integration's client runs on a machine
+of its own). Their CPU is still measured and reported.
+
 Writes bench/reports/acceptance.md and prints it.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import socket
 import statistics
@@ -24,10 +31,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import httpx
 
@@ -65,21 +70,44 @@ def _manage(env: dict[str, str], *args: str) -> str:
     ).stdout
 
 
-def _timed(call: Callable[..., httpx.Response], *args: Any) -> float:
+class _Client:
+    """One keep-alive HTTP/1.1 connection, as an integration holds it."""
+
+    def __init__(self, port: int, token: str) -> None:
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self._auth = f"Bearer {token}"
+
+    def post(self, workflow: str, body: dict, key: str) -> tuple[int, bytes]:
+        self._conn.request(
+            "POST",
+            f"/api/v1/workflows/{workflow}/executions",
+            json.dumps(body),
+            {
+                "Authorization": self._auth,
+                "Content-Type": "application/json",
+                "Idempotency-Key": key,
+            },
+        )
+        response = self._conn.getresponse()
+        return response.status, response.read()
+
+    def get(self, path: str) -> int:
+        self._conn.request("GET", path)
+        response = self._conn.getresponse()
+        response.read()
+        return response.status
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _timed(client: _Client, workflow: str, body: dict, key: str) -> float:
     start = time.perf_counter()
-    response = call(*args)
+    status, answer = client.post(workflow, body, key)
     elapsed = (time.perf_counter() - start) * 1000
-    if response.status_code != 202:
-        raise RuntimeError(f"{response.status_code}: {response.text[:300]}")
+    if status != 202:
+        raise RuntimeError(f"{status}: {answer[:300]!r}")
     return elapsed
-
-
-def _post(client: httpx.Client, workflow: str, body: dict, key: str) -> httpx.Response:
-    return client.post(
-        f"/api/v1/workflows/{workflow}/executions",
-        json=body,
-        headers={"Idempotency-Key": key},
-    )
 
 
 CPU_PARTS = ("web", "postgres", "client")
@@ -122,63 +150,56 @@ def _cpu_split(web_pid: int, postmaster: int) -> dict[str, float]:
     }
 
 
-def _scenarios(base: str, token: str, web_pid: int, postmaster: int) -> dict[str, list[float]]:
-    headers = {"Authorization": f"Bearer {token}"}
+def _scenarios(port: int, token: str, web_pid: int, postmaster: int) -> dict[str, list[float]]:
     results: dict[str, list[float]] = {}
-    with httpx.Client(base_url=base, headers=headers, timeout=30) as client:
-        for i in range(WARMUP):
-            _post(
-                client,
-                "add-subdomain",
-                {"zone": "warm.example", "subdomain": f"w{i}"},
-                str(uuid.uuid4()),
-            )
+    client = _Client(port, token)
+    for i in range(WARMUP):
+        body = {"zone": "warm.example", "subdomain": f"w{i}"}
+        _timed(client, "add-subdomain", body, str(uuid.uuid4()))
 
-        results["new/no-lane"] = [
-            _timed(
-                _post,
-                client,
-                "add-subdomain",
-                {"zone": "example.com", "subdomain": f"s{i}"},
-                str(uuid.uuid4()),
-            )
-            for i in range(N)
-        ]
-        results["new/lane"] = [
-            _timed(_post, client, "add-domain", {"domain": f"d{i}.example.com"}, str(uuid.uuid4()))
-            for i in range(N)
-        ]
-        body = {"zone": "example.com", "subdomain": "replayed"}
-        _post(client, "add-subdomain", body, "replay-key")
-        results["replay"] = [
-            _timed(_post, client, "add-subdomain", body, "replay-key") for _ in range(N)
-        ]
-        start = time.perf_counter()
-        for _ in range(N):
-            client.get("/healthz")
-        results["_healthz"] = [(time.perf_counter() - start) / N * 1000]
+    results["new/no-lane"] = [
+        _timed(
+            client,
+            "add-subdomain",
+            {"zone": "example.com", "subdomain": f"s{i}"},
+            str(uuid.uuid4()),
+        )
+        for i in range(N)
+    ]
+    results["new/lane"] = [
+        _timed(client, "add-domain", {"domain": f"d{i}.example.com"}, str(uuid.uuid4()))
+        for i in range(N)
+    ]
+    body = {"zone": "example.com", "subdomain": "replayed"}
+    _timed(client, "add-subdomain", body, "replay-key")
+    results["replay"] = [_timed(client, "add-subdomain", body, "replay-key") for _ in range(N)]
+    start = time.perf_counter()
+    for _ in range(N):
+        client.get("/healthz")
+    results["_healthz"] = [(time.perf_counter() - start) / N * 1000]
+    client.close()
 
-    # One keep-alive client per thread, as a real integration would hold: creating an httpx
-    # client costs more CPU than the request it would time.
+    # One keep-alive connection per thread, as a real integration would hold.
     local = threading.local()
-    clients: list[httpx.Client] = []
+    clients: list[_Client] = []
 
     def one(i: int) -> float:
         if not hasattr(local, "client"):
-            local.client = httpx.Client(base_url=base, headers=headers, timeout=30)
+            local.client = _Client(port, token)
             clients.append(local.client)
         body = {"zone": "example.org", "subdomain": f"c{i}"}
-        return _timed(_post, local.client, "add-subdomain", body, str(uuid.uuid4()))
+        return _timed(local.client, "add-subdomain", body, str(uuid.uuid4()))
 
     with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(one, range(-8 * WARMUP, 0)))  # every connection open and warm
         before = _cpu_split(web_pid, postmaster)
         start = time.perf_counter()
         results["new/x8"] = list(pool.map(one, range(N)))
         results["_x8_wall"] = [time.perf_counter() - start]
         after = _cpu_split(web_pid, postmaster)
     results["_x8_cpu"] = [(after[part] - before[part]) / N * 1000 for part in CPU_PARTS]
-    for client in clients:
-        client.close()
+    for each in clients:
+        each.close()
     return results
 
 
@@ -268,7 +289,7 @@ def main() -> None:
             if time.monotonic() > deadline:
                 raise RuntimeError("web did not become ready")
             time.sleep(0.2)
-        results = _scenarios(base, token, web.pid, _postmaster(env))
+        results = _scenarios(port, token, web.pid, _postmaster(env))
         queries = _query_count(env)
     finally:
         if web is not None:

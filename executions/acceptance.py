@@ -28,11 +28,12 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, transaction
 
 from alfred.db import (
+    Rows,
+    Statement,
     columns,
     insert_statement,
     instance,
     instances,
-    row_fetched,
     statements_run,
 )
 from alfred.ids import new_id
@@ -180,13 +181,12 @@ def _audit_refusal(caller: Caller, workflow: str, key: str, refused: IdentityHel
 
 def _accept_once(req: _Request) -> Acceptance:
     with transaction.atomic(durable=True):
-        known = _key_known(req.principal, req.key)
+        known, latest = statements_run([_key_known(req), _latest_locked(req)])
         if known is not None:
             if known.fingerprint != req.fingerprint:
                 raise IdempotencyConflict(known.execution_id)
             return Acceptance(known.execution, known.outcome, True, req.key)
 
-        latest = _latest_locked(req.workflow.name, req.identity)
         stages: list[Stage] | None = None
         if latest is None or latest.status == ExecutionStatus.ROLLED_BACK:
             execution, lane, stages = _create(req, predecessor=latest)
@@ -228,16 +228,19 @@ def _key_row(req: _Request, execution_id: str, outcome: str) -> DeliveryKey:
     )
 
 
-def _key_known(principal: str, key: str) -> DeliveryKey | None:
+def _key_known(req: _Request) -> Statement:
     """The key's row with its execution and that one's current run, as the replay answers
-    them: one prepared statement (alfred/db.py), as every request asks."""
-    row = row_fetched(_key_known_sql(), [principal, key])
-    if row is None:
-        return None
-    (known, execution, run), _ = instances(row, DeliveryKey, Execution, Run)
-    execution.current_run = run
-    known.execution = execution
-    return known
+    them (None when the key is new)."""
+
+    def read(rows: Rows) -> DeliveryKey | None:
+        if not rows:
+            return None
+        (known, execution, run), _ = instances(rows[0], DeliveryKey, Execution, Run)
+        execution.current_run = run
+        known.execution = execution
+        return known
+
+    return Statement(_key_known_sql(), [req.principal, req.key], read)
 
 
 @cache
@@ -251,18 +254,26 @@ def _key_known_sql() -> str:
     )
 
 
-def _latest_locked(workflow: str, identity: str) -> Execution | None:
-    """The newest execution of this operation, locked (a prepared statement)."""
-    row = row_fetched(_latest_sql(), [workflow, identity])
-    return None if row is None else instance(Execution, row)  # type: ignore[return-value]
+def _latest_locked(req: _Request) -> Statement:
+    """The newest execution of this operation, locked; sent with :func:`_key_known`, in the
+    same round trip (and BEGIN with them). A replay needs no lock: while the key is known
+    this finds nothing and locks nothing. Should the key be committed by a twin between the
+    two statements, this finds nothing either, and the insert of the key loses to the twin's
+    (``uniq_delivery_key``): the acceptance is tried again and finds the key."""
+
+    def read(rows: Rows) -> Execution | None:
+        return instance(Execution, rows[0]) if rows else None  # type: ignore[return-value]
+
+    return Statement(_latest_sql(), [req.workflow.name, req.identity, req.principal, req.key], read)
 
 
 @cache
 def _latest_sql() -> str:
     return (
         f"SELECT {columns(Execution, 'e')} FROM {Execution._meta.db_table} e "  # noqa: S608
-        "WHERE e.workflow = %s AND e.logical_identity = %s "
-        "ORDER BY e.created_at DESC LIMIT 1 FOR UPDATE"
+        "WHERE e.workflow = %s AND e.logical_identity = %s AND NOT EXISTS ("
+        f"SELECT 1 FROM {DeliveryKey._meta.db_table} k WHERE k.principal = %s AND k.key = %s) "
+        "ORDER BY e.created_at DESC LIMIT 1 FOR UPDATE OF e"
     )
 
 
@@ -312,7 +323,7 @@ def _create(
         lane_token=req.claim.token if req.claim else None,
         predecessor=predecessor,
         accepted_payload={"lane": _lane_payload(lane)},
-        also=[insert_statement([_key_row(req, execution_id, AcceptanceOutcome.CREATED)])],
+        also=[_key_row(req, execution_id, AcceptanceOutcome.CREATED)],
     )
     _lane_event(execution, lane)
     return execution, lane, stages

@@ -17,7 +17,7 @@ class ExecutionFactory(factory.django.DjangoModelFactory):
     workflow = "add-subdomain"
     input = factory.LazyAttribute(
         lambda o: get_workflow(o.workflow).canonicalize(
-            {"zone": "example.com", "subdomain": f"svc{o.factory_parent or ''}"}
+            {"zone": "example.com", "subdomain": f"svc{o.number}"}
         )
     )
     logical_identity = factory.LazyAttribute(lambda o: logical_identity(o.workflow, o.input))
@@ -25,7 +25,8 @@ class ExecutionFactory(factory.django.DjangoModelFactory):
     status = ExecutionStatus.QUEUED
 
     class Params:
-        factory_parent = factory.Sequence(lambda n: n)
+        # (not ``factory_parent``: factory_boy's own name, which made every input "svc")
+        number = factory.Sequence(lambda n: n)
 
 
 class RunFactory(factory.django.DjangoModelFactory):

@@ -9,7 +9,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from alfred.fields import StrictBooleanField
+from alfred.fields import PlannedSerializer, StrictBooleanField
 from alfred.principals import Caller
 from alfred.text import FreeTextField
 from executions import selectors
@@ -48,7 +48,7 @@ class RollbackRequestSerializer(serializers.Serializer):
     reason = FreeTextField(help_text="Why (audit log).")
 
 
-class StageSerializer(serializers.ModelSerializer):
+class StageSerializer(PlannedSerializer):
     class Meta:
         model = Stage
         fields = ["name", "status", "output", "error", "started_at", "finished_at"]
@@ -74,7 +74,7 @@ class AcceptanceSerializer(serializers.Serializer):
     idempotency_key = serializers.CharField()
 
 
-class ExecutionSummarySerializer(serializers.ModelSerializer):
+class ExecutionSummarySerializer(PlannedSerializer):
     terminal = serializers.BooleanField(read_only=True)
     links = serializers.SerializerMethodField()
 
@@ -218,7 +218,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
         }
 
 
-class EventSerializer(serializers.ModelSerializer):
+class EventSerializer(PlannedSerializer):
     class Meta:
         model = OutboxEvent
         fields = ["execution", "sequence", "key", "type", "payload", "created_at"]
@@ -240,7 +240,7 @@ class WorkflowSerializer(serializers.Serializer):
     links = serializers.DictField(child=serializers.CharField())
 
 
-class AuditEntrySerializer(serializers.ModelSerializer):
+class AuditEntrySerializer(PlannedSerializer):
     class Meta:
         model = AuditEntry
         fields = [

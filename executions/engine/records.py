@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.db.models import Model
 from django.utils import timezone
 
-from alfred.db import Statement, insert_statement, statements_run
+from alfred.db import insert_statement, statements_run
 from executions.events.outbox import Event, event_key, events_emit_statement
 from executions.models import (
     Execution,
@@ -33,13 +34,13 @@ def execution_insert(
     predecessor: Execution | None = None,
     parent_id: str | None = None,
     accepted_payload: dict[str, Any] | None = None,
-    also: Sequence[Statement] = (),
+    also: Sequence[Model] = (),
 ) -> tuple[Execution, list[Stage]]:
     """Insert in the caller's transaction; nothing is published here. The execution, its
-    run, its stages and its accepted event go in one round trip, with ``also`` (the caller's
-    own statements that belong with them: an acceptance's idempotency key). Returns the
-    execution and its first run's stages, as inserted (an answer can show them without
-    reading them back)."""
+    run, its stages and ``also`` (the caller's own new rows that belong with them: an
+    acceptance's idempotency key) go in one statement, its accepted event in a second, both
+    in one round trip. Returns the execution and its first run's stages, as inserted (an
+    answer can show them without reading them back)."""
     execution = Execution(
         **({"id": execution_id} if execution_id else {}),
         workflow=workflow,
@@ -72,11 +73,8 @@ def execution_insert(
     )
     statements_run(
         [
-            insert_statement([execution]),
-            insert_statement([run]),
-            insert_statement(inserted),
+            insert_statement([execution, run, *inserted, *also]),
             events_emit_statement(execution.id, [accepted]),
-            *also,
         ]
     )
     return execution, inserted

@@ -127,3 +127,21 @@ def test_requests_reuse_pooled_connections(live):
         assert live.get("/api/v1/executions").status_code == 200, i
 
     assert _sessions_started() - before <= 3
+
+
+def test_pooled_connections_the_server_ended_are_replaced_before_a_request_uses_them(live):
+    # given: the web's pooled connections, all terminated by the server while idle
+    assert live.get("/api/v1/executions").status_code == 200
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'"
+        )
+        assert cursor.fetchone()[0] >= 1
+
+    # then: no request fails for it: the pool's check finds each one closed and lends another
+    for i in range(12):
+        assert live.get("/api/v1/executions").status_code == 200, i

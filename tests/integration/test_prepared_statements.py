@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 from django.db import DataError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from alfred.db import Statement, columns, insert_statement, instances, row_fetched, statements_run
 from executions.engine.runner import Outcome, stage_execute
-from executions.models import DeliveryKey, Execution, Run
+from executions.models import DeliveryKey, Execution, Run, Stage
 from tests.helpers import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -123,3 +124,26 @@ def test_a_row_read_by_hand_gives_none_for_a_model_an_outer_join_did_not_find(ap
     assert execution.input == {"label": "alone"}
     assert run is None
     assert list(rest) == [7]
+
+
+def test_rows_of_several_models_go_in_one_statement_and_each_gets_its_key():
+    # given: an execution, its run, two stages and a key of it: new, naming one another
+    execution = Execution(
+        workflow="test-counter", input={}, logical_identity="one-statement", principal="p"
+    )
+    run = Run(execution=execution, number=1, kind="initial")
+    execution.current_run_id = run.id
+    stages = [Stage(run=run, name=name, position=i) for i, name in enumerate(["a", "b"])]
+    key = DeliveryKey(principal="p", key="k", fingerprint="f", execution_id=execution.id)
+
+    # when: written by one statement
+    with transaction.atomic(), CaptureQueriesContext(connection) as written:
+        statements_run([insert_statement([execution, run, *stages, key])])
+
+    # then: each row is stored, each instance holds its key (the automatic ones as given)
+    assert len(written.captured_queries) == 1
+    assert Stage.objects.get(run=run, name="b").pk == stages[1].pk
+    assert [s.position for s in Stage.objects.filter(pk__in=[s.pk for s in stages])] == [0, 1]
+    assert isinstance(key.pk, int) and DeliveryKey.objects.get(pk=key.pk).key == "k"
+    assert Execution.objects.get(pk=execution.pk).current_run_id == run.id
+    assert not any(o._state.adding for o in [execution, run, *stages, key])

@@ -35,8 +35,10 @@ afresh.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import date, datetime, time
 from functools import cache
 from typing import Any
 
@@ -44,7 +46,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
-from django.db.models import Field, Model
+from django.db.models import Field, JSONField, Model
 
 # psycopg prepares a statement by itself after this many executions of it: never, here.
 _NEVER = 2**31 - 1
@@ -181,6 +183,12 @@ def insert_statement(objs: Sequence[Model]) -> Statement:
     set on the instance; ``get_db_prep_save``). An automatic primary key is left to the
     database; the answer sets each instance's key.
 
+    A model's rows travel as one JSON parameter that PostgreSQL reads into rows of the table
+    (``json_populate_recordset``): the statement's text is the same whatever the number of
+    rows, and short. psycopg parses a statement's placeholders again for every execution
+    once it has more than 50 parameters (its cache stops there), which a row per stage
+    reached.
+
     Rows of several models go in ONE statement, a data-modifying ``WITH`` part per model in
     the order they first appear: a statement's parts see the same snapshot, and foreign keys
     are checked at the statement's end (Django's, DEFERRABLE INITIALLY DEFERRED, at commit),
@@ -190,7 +198,7 @@ def insert_statement(objs: Sequence[Model]) -> Statement:
     for obj in objs:
         groups.setdefault(type(obj), []).append(obj)
     parts = [_insert(model, rows) for model, rows in groups.items()]
-    params = [value for _, values in parts for value in values]
+    params = [rows for _, rows in parts]
     if len(parts) == 1:
         sql = parts[0][0]
     else:
@@ -210,28 +218,42 @@ def insert_statement(objs: Sequence[Model]) -> Statement:
     return Statement(sql, params, inserted)
 
 
-def _insert(model: type[Model], objs: Sequence[Model]) -> tuple[str, list[Any]]:
-    """One model's INSERT ... RETURNING its key, and its parameters."""
-    sql, fields = _insert_sql(model, all(obj.pk is None for obj in objs), len(objs))
-    params: list[Any] = []
-    for obj in objs:
-        params += [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
-    return sql, params
+def _insert(model: type[Model], objs: Sequence[Model]) -> tuple[str, str]:
+    """One model's INSERT ... RETURNING its key, and its rows as its JSON parameter."""
+    sql, fields = _insert_sql(model, all(obj.pk is None for obj in objs))
+    rows = [{str(f.column): _json_ready(f, obj) for f in fields} for obj in objs]
+    return sql, json.dumps(rows, default=_json_default)
+
+
+def _json_ready(field: Field, obj: Model) -> Any:
+    """The value the ORM would insert, as JSON can carry it to PostgreSQL: a JSON field's
+    value itself (None is SQL NULL, as the ORM stores it), anything else as prepared."""
+    value = field.pre_save(obj, True)
+    if isinstance(field, JSONField):
+        return value
+    return field.get_db_prep_save(value, connection)
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, datetime | date | time):
+        return value.isoformat()  # to the microsecond (Django's encoder keeps milliseconds)
+    raise TypeError(f"{type(value).__name__} cannot be inserted through JSON")
 
 
 @cache
-def _insert_sql(model: type[Model], auto_key: bool, rows: int) -> tuple[str, tuple[Field, ...]]:
-    """The INSERT of ``rows`` rows of ``model`` and the fields it gives, in order: every
+def _insert_sql(model: type[Model], auto_key: bool) -> tuple[str, tuple[Field, ...]]:
+    """The INSERT of ``model``'s rows given as JSON, and the fields it reads, in order: every
     concrete field but an automatic key when the database is to give it (``auto_key``)."""
     meta = model._meta
     auto = meta.auto_field if auto_key else None
     fields = tuple(f for f in meta.local_concrete_fields if f is not auto)
     quote = connection.ops.quote_name
-    row = f"({', '.join(['%s'] * len(fields))})"
+    table = quote(meta.db_table)
     names = ", ".join(quote(str(f.column)) for f in fields)
     return (
-        f"INSERT INTO {quote(meta.db_table)} ({names}) "  # noqa: S608 - our own names only
-        f"VALUES {', '.join([row] * rows)} RETURNING {quote(str(meta.pk.column))}",
+        f"INSERT INTO {table} ({names}) "  # noqa: S608 - our own names only
+        f"SELECT {names} FROM json_populate_recordset(NULL::{table}, %s::json) "
+        f"RETURNING {quote(str(meta.pk.column))}",
         fields,
     )
 

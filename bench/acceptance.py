@@ -133,9 +133,9 @@ def _postmaster(env: dict[str, str]) -> int:
     """The PostgreSQL server's main process (on this machine): a backend's parent."""
     import psycopg
 
-    with psycopg.connect(env["DATABASE_URL"]) as conn:
-        backend = conn.info.backend_pid
-    return int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    with psycopg.connect(env["DATABASE_URL"]) as conn:  # (its backend lives while it is open)
+        stat = Path(f"/proc/{conn.info.backend_pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def _cpu_split(web_pid: int, postmaster: int) -> dict[str, float]:

@@ -222,22 +222,21 @@ def _insert(model: type[Model], objs: Sequence[Model]) -> tuple[str, str]:
     """One model's INSERT ... RETURNING its key, and its rows as its JSON parameter."""
     sql, fields = _insert_sql(model, all(obj.pk is None for obj in objs))
     rows = [{str(f.column): _json_ready(f, obj) for f in fields} for obj in objs]
-    return sql, json.dumps(rows, default=_json_default)
+    return sql, json.dumps(rows)
 
 
 def _json_ready(field: Field, obj: Model) -> Any:
     """The value the ORM would insert, as JSON can carry it to PostgreSQL: a JSON field's
-    value itself (None is SQL NULL, as the ORM stores it), anything else as prepared."""
+    value itself (encoded by its own encoder, if it has one; None is SQL NULL, as the ORM
+    stores it), a time as ISO 8601 to the microsecond, anything else as prepared. A value of
+    another kind (a UUID, a Decimal, a database default) is refused: no model written this
+    way has one."""
     value = field.pre_save(obj, True)
     if isinstance(field, JSONField):
-        return value
-    return field.get_db_prep_save(value, connection)
-
-
-def _json_default(value: Any) -> str:
-    if isinstance(value, datetime | date | time):
-        return value.isoformat()  # to the microsecond (Django's encoder keeps milliseconds)
-    raise TypeError(f"{type(value).__name__} cannot be inserted through JSON")
+        encoder = field.encoder
+        return value if encoder is None else json.loads(json.dumps(value, cls=encoder))
+    prepared = field.get_db_prep_save(value, connection)
+    return prepared.isoformat() if isinstance(prepared, datetime | date | time) else prepared
 
 
 @cache
@@ -246,7 +245,11 @@ def _insert_sql(model: type[Model], auto_key: bool) -> tuple[str, tuple[Field, .
     concrete field but an automatic key when the database is to give it (``auto_key``)."""
     meta = model._meta
     auto = meta.auto_field if auto_key else None
-    fields = tuple(f for f in meta.local_concrete_fields if f is not auto)
+    fields = tuple(
+        f
+        for f in meta.local_concrete_fields
+        if f is not auto and not getattr(f, "generated", False)  # PostgreSQL computes those
+    )
     quote = connection.ops.quote_name
     table = quote(meta.db_table)
     names = ", ".join(quote(str(f.column)) for f in fields)

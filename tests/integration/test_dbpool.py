@@ -1,16 +1,19 @@
-"""The web pool's check before a loan (alfred.dbpool): silent connections go out without a
-round trip, and one the server has closed is caught before a request uses it."""
+"""The web pool's check before a loan (alfred.dbpool): a connection lent lately whose socket
+is silent goes out without a round trip; one the server has closed, or one idle for long, is
+asked first."""
 
 from __future__ import annotations
 
 import select
 import tempfile
+import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 from django.db import connection
 
+from alfred import dbpool
 from alfred.dbpool import connection_check
 from tests.conftest import subprocess_database_url
 
@@ -19,10 +22,21 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def idle() -> Iterator[psycopg.Connection]:
+    """A connection the pool has checked and lent once already."""
     conn = psycopg.connect(subprocess_database_url(), autocommit=True)
-    conn.execute("SELECT 1")
+    connection_check(conn)
     yield conn
     conn.close()
+
+
+def _words_to_the_server(conn: psycopg.Connection) -> str:
+    """What the check sent the server."""
+    with tempfile.TemporaryFile("w+") as trace:
+        conn.pgconn.trace(trace.fileno())
+        connection_check(conn)
+        conn.pgconn.untrace()
+        trace.seek(0)
+        return trace.read()
 
 
 def _terminated(conn: psycopg.Connection) -> None:
@@ -31,14 +45,17 @@ def _terminated(conn: psycopg.Connection) -> None:
     psycopg.connect(subprocess_database_url()).close()  # the goodbye has been sent by now
 
 
-def test_a_silent_connection_is_lent_without_a_word_to_the_server(idle):
-    with tempfile.TemporaryFile("w+") as trace:
-        idle.pgconn.trace(trace.fileno())
-        connection_check(idle)
-        idle.pgconn.untrace()
-        trace.seek(0)
+def test_a_silent_connection_lent_lately_is_lent_without_a_word_to_the_server(idle):
+    assert _words_to_the_server(idle) == ""
 
-        assert trace.read() == ""
+
+def test_a_connection_not_lent_for_long_is_asked_first(idle, monkeypatch):
+    # given: the last loan longer ago than a middlebox may keep an idle flow
+    later = time.monotonic() + dbpool.RECENT_SECONDS + 1
+    monkeypatch.setattr(dbpool.time, "monotonic", lambda: later)
+
+    # then: a round trip, whatever the socket says
+    assert "Query" in _words_to_the_server(idle)
 
 
 def test_a_connection_the_server_ended_fails_the_check(idle):
@@ -56,10 +73,5 @@ def test_a_connection_with_a_notice_waiting_is_checked_and_passes(idle):
     select.select([idle.fileno()], [], [], 5)  # it has arrived
 
     # then: the full check runs (one empty query) and the connection still works
-    with tempfile.TemporaryFile("w+") as trace:
-        idle.pgconn.trace(trace.fileno())
-        connection_check(idle)
-        idle.pgconn.untrace()
-        trace.seek(0)
-        assert "Query" in trace.read()
+    assert "Query" in _words_to_the_server(idle)
     assert idle.execute("SELECT 1").fetchone() == (1,)

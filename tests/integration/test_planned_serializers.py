@@ -137,3 +137,18 @@ def test_a_field_that_could_read_the_request_is_refused_when_planned():
 
     with pytest.raises(TypeError, match="HyperlinkedIdentityField is not planned"):
         _ = Linked(_execution()).data
+
+
+def test_a_subclass_of_a_kind_that_is_planned_is_refused_too():
+    class Contextual(serializers.CharField):  # it could read self.context
+        pass
+
+    class Named(PlannedSerializer):
+        workflow = Contextual()
+
+        class Meta:
+            model = Execution
+            fields = ["id", "workflow"]
+
+    with pytest.raises(TypeError, match="Contextual is not planned"):
+        _ = Named(_execution()).data

@@ -6,11 +6,13 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import psycopg
 import pytest
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
 from executions.models import DeliveryKey, Execution, OutboxEvent, Run
+from tests.conftest import subprocess_database_url
 from tests.helpers import CERTIFICATE, LAMBDA, SUBDOMAIN, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -81,3 +83,28 @@ def test_concurrent_conflicting_versions_let_exactly_one_fleet_version_in(integr
     winner = Execution.objects.get()
     assert {p["code"] for p in losers} == {"lane_conflict"}
     assert {p["execution"] for p in losers} == {winner.id}
+
+
+def test_a_replay_takes_no_lock_on_the_execution(integration_token):
+    # given: an accepted execution, its row locked by another transaction (a stage's claim)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {integration_token}")
+    execution_id = submit(client, "add-subdomain", SUBDOMAIN, key="k-1").json()["id"]
+    holder = psycopg.connect(subprocess_database_url())
+    try:
+        holder.execute(
+            f"SELECT 1 FROM {Execution._meta.db_table} WHERE id = %s FOR UPDATE",  # noqa: S608
+            [execution_id],
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")  # a wait for that lock fails the request
+
+        # when: the same key again
+        response = submit(client, "add-subdomain", SUBDOMAIN, key="k-1")
+    finally:
+        holder.close()
+
+    # then: answered from the key, without waiting for the row
+    assert response.status_code == 202
+    assert response["Idempotent-Replayed"] == "true"
+    assert response.json()["id"] == execution_id

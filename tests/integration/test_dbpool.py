@@ -40,9 +40,14 @@ def _words_to_the_server(conn: psycopg.Connection) -> str:
 
 
 def _terminated(conn: psycopg.Connection) -> None:
+    """End ``conn``'s backend and wait for its goodbye to reach the socket: the backend
+    leaves on its own time after the signal, so the server's return is not enough."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_terminate_backend(%s)", [conn.info.backend_pid])
-    psycopg.connect(subprocess_database_url()).close()  # the goodbye has been sent by now
+        # the timeout (ms) makes the server wait until the backend has exited
+        cursor.execute("SELECT pg_terminate_backend(%s, 10000)", [conn.info.backend_pid])
+        assert cursor.fetchone() == (True,)
+    readable, _, _ = select.select([conn.fileno()], [], [], 10)
+    assert readable, "the ended backend's goodbye never reached the socket"
 
 
 def test_a_silent_connection_lent_lately_is_lent_without_a_word_to_the_server(idle):

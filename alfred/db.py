@@ -40,7 +40,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from django.conf import settings
@@ -145,7 +145,10 @@ def _reading(model: type[Model]) -> _Reading:
     )
 
 
-def instance(model: type[Model], values: Sequence[Any]) -> Model:
+_M = TypeVar("_M", bound=Model)
+
+
+def instance(model: type[_M], values: Sequence[Any]) -> _M:
     """A ``model`` instance from the values of :func:`columns`, each converted as the ORM
     would (``from_db_value``: JSON decoded)."""
     reading = _reading(model)

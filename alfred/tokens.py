@@ -90,7 +90,7 @@ def token_resolve(raw: str) -> ApiToken | None:
     if not raw.startswith(TOKEN_PREFIX) or len(raw) > 100:
         return None
     row = row_fetched(_resolve_sql(), [_digest(raw)])
-    return None if row is None else instance(ApiToken, row)  # type: ignore[return-value]
+    return None if row is None else instance(ApiToken, row)
 
 
 @cache

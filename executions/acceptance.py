@@ -262,7 +262,7 @@ def _latest_locked(req: _Request) -> Statement:
     (``uniq_delivery_key``): the acceptance is tried again and finds the key."""
 
     def read(rows: Rows) -> Execution | None:
-        return instance(Execution, rows[0]) if rows else None  # type: ignore[return-value]
+        return instance(Execution, rows[0]) if rows else None
 
     return Statement(_latest_sql(), [req.workflow.name, req.identity, req.principal, req.key], read)
 

@@ -7,11 +7,20 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
+from alfred.db import Rows, Statement, columns, instance, instances, statements_run
 from alfred.principals import Caller
-from executions.models import DeliveryKey, Execution, OutboxEvent, Stage
+from executions.models import (
+    DeliveryKey,
+    Execution,
+    Hook,
+    HookStatus,
+    OutboxEvent,
+    Run,
+    Stage,
+)
 from executions.workflows.registry import all_workflows
 from lanes.models import Lane
-from lanes.selectors import lane_position
+from lanes.selectors import POSITION_SQL
 
 
 def executions_visible(caller: Caller) -> QuerySet[Execution]:
@@ -55,14 +64,112 @@ class LaneView:
 
 
 def execution_lane(execution: Execution) -> LaneView | None:
-    if not execution.lane_key:
-        return None
-    lane = Lane.objects.filter(key=execution.lane_key).only("state", "owner_id").first()
-    if lane is not None and lane.owner_id == execution.id:
-        return LaneView(execution.lane_key, "owner", lane.state, None)
-    position = lane_position(execution.id)
-    role = "queued" if position is not None else None
-    return LaneView(execution.lane_key, role, lane.state if lane else None, position)
+    """Its lane's state, and whether it holds the lane or its place in the queue."""
+    (view,) = statements_run([_lane_statement(execution.id)])
+    return view
+
+
+@dataclass(frozen=True)
+class ExecutionParts:
+    """What an execution's answer shows besides its own row."""
+
+    execution_id: str
+    stages: list[Stage]  # of its current run
+    pending_approval: Hook | None  # the operator checkpoint it waits on, if any
+    children: list[str]
+    lane: LaneView | None
+
+
+_EXECUTION = Execution._meta.db_table
+# The execution with its current run (select_related), if the caller may read it: the SQL of
+# executions_visible, which the list's filters and pages build on.
+_VISIBLE_SQL = f"""
+    SELECT {columns(Execution, "e")}, {columns(Run, "r")}
+    FROM {_EXECUTION} AS e LEFT JOIN {Run._meta.db_table} AS r ON r.id = e.current_run_id
+    WHERE e.id = %(execution)s AND (
+        %(reads_all)s OR e.principal = %(principal)s OR EXISTS (
+            SELECT 1 FROM {DeliveryKey._meta.db_table} AS k
+            WHERE k.execution_id = e.id AND k.principal = %(principal)s
+        )
+    )
+"""  # noqa: S608 - names from model metadata; the values are bound
+_STAGES_SQL = f"""
+    SELECT {columns(Stage, "s")} FROM {Stage._meta.db_table} AS s
+    WHERE s.run_id = (SELECT e.current_run_id FROM {_EXECUTION} AS e WHERE e.id = %s)
+    ORDER BY s.position
+"""  # noqa: S608 - names from model metadata; the value is bound
+# Hook.objects.awaiting_operator().first(), for one execution
+_PENDING_APPROVAL_SQL = f"""
+    SELECT {columns(Hook, "h")} FROM {Hook._meta.db_table} AS h
+    WHERE h.execution_id = %s AND h.status = '{HookStatus.PENDING.value}' AND h.operator
+    ORDER BY h.created_at DESC LIMIT 1
+"""  # noqa: S608 - names and a status from the model; the value is bound
+_CHILDREN_SQL = f"""
+    SELECT c.id FROM {_EXECUTION} AS c WHERE c.parent_id = %s ORDER BY c.id
+"""  # noqa: S608 - names from model metadata; the value is bound
+# The execution's lane key, the lane's state and holder (NULL when the lane has no row), and
+# the execution's place in its queue; no row for an execution on no lane.
+_LANE_SQL = f"""
+    SELECT e.lane_key, l.state, l.owner_id, ({POSITION_SQL})
+    FROM {_EXECUTION} AS e LEFT JOIN {Lane._meta.db_table} AS l ON l.key = e.lane_key
+    WHERE e.id = %s AND e.lane_key <> ''
+"""  # noqa: S608 - names from model metadata; the values are bound
+
+
+def _lane_statement(execution_id: str) -> Statement:
+    def view(rows: Rows) -> LaneView | None:
+        if not rows:
+            return None
+        key, state, owner, position = rows[0]
+        if owner == execution_id:
+            return LaneView(key, "owner", state, None)
+        return LaneView(key, "queued" if position is not None else None, state, position)
+
+    return Statement(_LANE_SQL, [execution_id, execution_id], view)  # in the order of the %s
+
+
+def _parts_statements(execution_id: str) -> list[Statement]:
+    return [
+        Statement(_STAGES_SQL, [execution_id], lambda rows: [instance(Stage, r) for r in rows]),
+        Statement(
+            _PENDING_APPROVAL_SQL,
+            [execution_id],
+            lambda rows: instance(Hook, rows[0]) if rows else None,
+        ),
+        Statement(_CHILDREN_SQL, [execution_id], lambda rows: [row[0] for row in rows]),
+        _lane_statement(execution_id),
+    ]
+
+
+def execution_parts(execution_id: str) -> ExecutionParts:
+    """The stages of the execution's current run, its pending approval, its children and
+    its place on its lane: one round trip, prepared statements sent together (each reads
+    as the ORM reads, in a snapshot of its own unless the caller is in a transaction)."""
+    return ExecutionParts(execution_id, *statements_run(_parts_statements(execution_id)))
+
+
+def execution_detail(execution_id: str, caller: Caller) -> tuple[Execution, ExecutionParts]:
+    """The execution with its current run, and its parts (:func:`execution_parts`), if
+    ``caller`` may read it (else ``Execution.DoesNotExist``, as :func:`execution_get`): all
+    in one round trip. The parts of an execution the caller may not read are read too, and
+    dropped."""
+
+    def execution(rows: Rows) -> Execution:
+        if not rows:
+            raise Execution.DoesNotExist(f"no execution {execution_id} for {caller.principal}")
+        (found, run), _ = instances(rows[0], Execution, Run)
+        found.current_run = run
+        return found
+
+    visible = {
+        "execution": execution_id,
+        "reads_all": caller.reads_all,
+        "principal": caller.principal,
+    }
+    found, *parts = statements_run(
+        [Statement(_VISIBLE_SQL, visible, execution), *_parts_statements(execution_id)]
+    )
+    return found, ExecutionParts(execution_id, *parts)
 
 
 def execution_stages(execution: Execution) -> list[Stage]:

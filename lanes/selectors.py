@@ -7,7 +7,8 @@ from django.db.models import Count, QuerySet
 
 from lanes.models import Lane, LaneWaiter
 
-_POSITION_SQL = f"""
+# The 1-based place of one execution in its lane's queue; no row when it is not queued.
+POSITION_SQL = f"""
     SELECT 1 + (
         SELECT count(*) FROM {LaneWaiter._meta.db_table} AS ahead
         WHERE ahead.lane_id = me.lane_id AND (ahead.priority, ahead.id) < (me.priority, me.id)
@@ -20,7 +21,7 @@ def lane_position(execution_id: str) -> int | None:
     """The 1-based place of ``execution_id`` in its lane's queue (urgent work first, then by
     arrival), or None when it is not queued. One query, on the (lane, priority, id) index."""
     with connection.cursor() as cursor:
-        cursor.execute(_POSITION_SQL, [execution_id])
+        cursor.execute(POSITION_SQL, [execution_id])
         row = cursor.fetchone()
     return int(row[0]) if row else None
 

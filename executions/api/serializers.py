@@ -3,6 +3,7 @@ the controls: a workflow's input is parsed by its JSON Schema, not by serializer
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from django.urls import reverse
@@ -155,24 +156,35 @@ class ExecutionSerializer(ExecutionSummarySerializer):
 
     @extend_schema_field(StageSerializer(many=True))
     def get_stages(self, obj: Execution) -> Any:
-        created = self._created()
-        stages = created.stages if created is not None else selectors.execution_stages(obj)
-        return StageSerializer(stages, many=True).data
+        return StageSerializer(self._parts(obj).stages, many=True).data
 
-    def _created(self) -> Any:
-        """The acceptance that created this execution in this request, if any: what it
-        inserted is what there is (no checkpoint, no child yet)."""
+    def _parts(self, obj: Execution) -> selectors.ExecutionParts:
+        """What the answer shows besides the execution's row: given (``context["parts"]``,
+        read with the row), else read once per execution. An acceptance that created the
+        execution in this request knows it already: what it inserted is what there is (no
+        checkpoint, no child yet, the lane it just joined)."""
+        given = self.context.get("parts")
+        if given is not None and given.execution_id == obj.pk:
+            return given
         acceptance = self.context.get("acceptance")
-        return acceptance if acceptance is not None and acceptance.stages is not None else None
+        claimed = None
+        if acceptance is not None and acceptance.lane is not None:
+            # as the acceptance's transaction left it (the queue may have moved since)
+            lane = acceptance.lane
+            claimed = selectors.LaneView(lane.key, lane.role, lane.state, lane.position)
+        if acceptance is not None and acceptance.stages is not None:
+            return selectors.ExecutionParts(
+                obj.pk, stages=acceptance.stages, pending_approval=None, children=[], lane=claimed
+            )
+        read: dict[str, selectors.ExecutionParts] = self.__dict__.setdefault("_parts_read", {})
+        if obj.pk not in read:
+            parts = selectors.execution_parts(obj.pk)
+            read[obj.pk] = parts if claimed is None else replace(parts, lane=claimed)
+        return read[obj.pk]
 
     @extend_schema_field(LaneViewSerializer(allow_null=True))
     def get_lane(self, obj: Execution) -> dict[str, Any] | None:
-        acceptance = self.context.get("acceptance")
-        if acceptance is not None and acceptance.lane is not None:
-            # Just claimed in the acceptance transaction: no need to read it back.
-            view: Any = acceptance.lane
-        else:
-            view = selectors.execution_lane(obj)
+        view = self._parts(obj).lane
         return None if view is None else LaneViewSerializer(view).data
 
     @extend_schema_field(RunSummarySerializer(allow_null=True))
@@ -184,9 +196,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
 
     @extend_schema_field(serializers.DictField(allow_null=True))
     def get_pending_approval(self, obj: Execution) -> dict[str, Any] | None:
-        if self._created() is not None:
-            return None
-        hook = obj.hooks.awaiting_operator().first()
+        hook = self._parts(obj).pending_approval
         if hook is None:
             return None
         return {
@@ -201,9 +211,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_children(self, obj: Execution) -> list[str]:
-        if self._created() is not None:
-            return []
-        return list(obj.children.order_by("id").values_list("id", flat=True))
+        return self._parts(obj).children
 
     @extend_schema_field(AcceptanceSerializer(allow_null=True))
     def get_acceptance(self, obj: Execution) -> dict[str, Any] | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import tempfile
+from typing import cast
 
 import pytest
 from django.test import override_settings
@@ -165,6 +167,78 @@ def test_the_execution_resource(api):
     assert body["pending_approval"] is None
     assert body["children"] == [] and body["parent"] is None and body["predecessor"] is None
     assert set(body["links"]) == {"self", "events", "stream", "cancel"}
+
+
+def test_what_an_execution_shows_besides_its_row(api):
+    """Its stages, the operator checkpoint it waits on, its children and its place on its
+    lane: read together (one round trip), each as the ORM would read it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from executions.models import Hook, HookStatus, Stage
+    from tests.factories import ExecutionFactory
+
+    # given: a domain queued second behind another on the shared lane
+    submit(api, "add-domain", {"domain": "one.example"})
+    second = submit(api, "add-domain", {"domain": "two.example"}).json()
+    execution = Execution.objects.select_related("current_run").get(pk=second["id"])
+    run = execution.current_run
+    assert run is not None
+    # and: four checkpoints, of which only the newest pending operator one is shown
+    for name, operator, status in [
+        ("older", True, HookStatus.PENDING),
+        ("callback", False, HookStatus.PENDING),
+        ("newest", True, HookStatus.PENDING),
+        ("answered", True, HookStatus.SIGNALLED),
+    ]:
+        Hook.objects.create(
+            execution=execution,
+            run=run,
+            stage="plan",
+            name=name,
+            token=f"token-{name}",
+            operator=operator,
+            status=status,
+            payload={"plan": {"changes": [name]}, "plan_hash": f"sha256:{name}"},
+        )
+    newest = Hook.objects.get(name="newest")
+    # and: two children, made out of order
+    made = [ExecutionFactory(parent=execution, principal=execution.principal) for _ in range(2)]
+    children = sorted(cast(Execution, child).id for child in made)
+
+    # when
+    with CaptureQueriesContext(connection) as queries, tempfile.TemporaryFile("w+") as trace:
+        connection.connection.pgconn.trace(trace.fileno())
+        body = api.get(f"/api/v1/executions/{second['id']}").json()
+        connection.connection.pgconn.untrace()
+        trace.seek(0)
+        # a round trip ends with the client's Sync (extended protocol) or is one Query
+        round_trips = sum(
+            line.rstrip().split("\t")[1:4:2] in (["F", "Sync"], ["F", "Query"]) for line in trace
+        )
+
+    # then
+    assert body["lane"] == {
+        "key": "aws-infrastructure",
+        "role": "queued",
+        "state": "held",
+        "position": 1,
+    }
+    assert [s["name"] for s in body["stages"]] == list(
+        Stage.objects.filter(run=run).order_by("position").values_list("name", flat=True)
+    )
+    assert body["pending_approval"] == {
+        "hook": newest.id,
+        "stage": "plan",
+        "plan": {"changes": ["newest"]},
+        "plan_hash": "sha256:newest",
+        "requested_at": newest.created_at.isoformat().replace("+00:00", "Z"),
+        "expires_at": None,
+        "force_required": False,
+    }
+    assert body["children"] == children
+    # the token; then the execution with its stages, checkpoint, children and lane
+    assert len(queries) == 6 and round_trips == 2
 
 
 def test_events_are_read_in_pages_after_a_sequence(api):

@@ -160,8 +160,10 @@ class ExecutionDetailApi(APIView):
     )
     def get(self, request: Request, execution_id: str) -> Response:
         caller = request_caller(request)
-        execution = selectors.execution_get(check_execution_id(execution_id), caller)
-        return Response(ExecutionSerializer(execution, context={"caller": caller}).data)
+        execution, parts = selectors.execution_detail(check_execution_id(execution_id), caller)
+        return Response(
+            ExecutionSerializer(execution, context={"caller": caller, "parts": parts}).data
+        )
 
 
 class ExecutionEventsApi(APIView):

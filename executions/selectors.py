@@ -81,18 +81,35 @@ class ExecutionParts:
 
 
 _EXECUTION = Execution._meta.db_table
-# The execution with its current run (select_related), if the caller may read it: the SQL of
-# executions_visible, which the list's filters and pages build on.
+# What executions_visible lets a caller read, for one execution ``e``, in SQL (the list's
+# filters and pages build on the queryset; the reads of one execution on this).
+_VISIBLE_TO_CALLER = f"""
+    (%(reads_all)s OR e.principal = %(principal)s OR EXISTS (
+        SELECT 1 FROM {DeliveryKey._meta.db_table} AS k
+        WHERE k.execution_id = e.id AND k.principal = %(principal)s
+    ))
+"""  # noqa: S608 - names from model metadata; the values are bound
+# The execution with its current run (select_related), if the caller may read it.
 _VISIBLE_SQL = f"""
     SELECT {columns(Execution, "e")}, {columns(Run, "r")}
     FROM {_EXECUTION} AS e LEFT JOIN {Run._meta.db_table} AS r ON r.id = e.current_run_id
-    WHERE e.id = %(execution)s AND (
-        %(reads_all)s OR e.principal = %(principal)s OR EXISTS (
-            SELECT 1 FROM {DeliveryKey._meta.db_table} AS k
-            WHERE k.execution_id = e.id AND k.principal = %(principal)s
-        )
+    WHERE e.id = %(execution)s AND {_VISIBLE_TO_CALLER}
+"""  # noqa: S608 - names from model metadata; the values are bound
+_EVENTS_SQL = f"""
+    SELECT {columns(OutboxEvent, "o")} FROM {OutboxEvent._meta.db_table} AS o
+    WHERE o.execution_id = %s AND o.sequence > %s ORDER BY o.sequence LIMIT %s
+"""  # noqa: S608 - names from model metadata; the values are bound
+_IS_VISIBLE_SQL = f"""
+    SELECT EXISTS (
+        SELECT 1 FROM {_EXECUTION} AS e WHERE e.id = %(execution)s AND {_VISIBLE_TO_CALLER}
     )
 """  # noqa: S608 - names from model metadata; the values are bound
+
+
+def _visible_params(execution_id: str, caller: Caller) -> dict[str, Any]:
+    return {"execution": execution_id, "reads_all": caller.reads_all, "principal": caller.principal}
+
+
 _STAGES_SQL = f"""
     SELECT {columns(Stage, "s")} FROM {Stage._meta.db_table} AS s
     WHERE s.run_id = (SELECT e.current_run_id FROM {_EXECUTION} AS e WHERE e.id = %s)
@@ -161,14 +178,8 @@ def execution_detail(execution_id: str, caller: Caller) -> tuple[Execution, Exec
         found.current_run = run
         return found
 
-    visible = {
-        "execution": execution_id,
-        "reads_all": caller.reads_all,
-        "principal": caller.principal,
-    }
-    found, *parts = statements_run(
-        [Statement(_VISIBLE_SQL, visible, execution), *_parts_statements(execution_id)]
-    )
+    visible = Statement(_VISIBLE_SQL, _visible_params(execution_id, caller), execution)
+    found, *parts = statements_run([visible, *_parts_statements(execution_id)])
     return found, ExecutionParts(execution_id, *parts)
 
 
@@ -176,6 +187,30 @@ def execution_stages(execution: Execution) -> list[Stage]:
     if execution.current_run_id is None:
         return []
     return list(Stage.objects.filter(run_id=execution.current_run_id).order_by("position"))
+
+
+def execution_events_visible(
+    execution_id: str, caller: Caller, *, after: int, limit: int
+) -> list[OutboxEvent]:
+    """:func:`execution_events`, if ``caller`` may read the execution (else
+    ``Execution.DoesNotExist``): one round trip (the events of an execution the caller may
+    not read are read too, and dropped)."""
+
+    def visible(rows: Rows) -> None:
+        if not rows[0][0]:
+            raise Execution.DoesNotExist(f"no execution {execution_id} for {caller.principal}")
+
+    _, events = statements_run(
+        [
+            Statement(_IS_VISIBLE_SQL, _visible_params(execution_id, caller), visible),
+            Statement(
+                _EVENTS_SQL,
+                [execution_id, after, limit],
+                lambda rows: [instance(OutboxEvent, row) for row in rows],
+            ),
+        ]
+    )
+    return list(events)
 
 
 def execution_events(execution_id: str, *, after: int, limit: int) -> list[OutboxEvent]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics
@@ -180,13 +179,9 @@ class ExecutionEventsApi(APIView):
         check_execution_id(execution_id)
         after = int_param(request, "after", 0, 0, None)
         limit = int_param(request, "limit", 100, 1, 500)
-        if (
-            not selectors.executions_visible(request_caller(request))
-            .filter(pk=execution_id)
-            .exists()
-        ):
-            raise Http404
-        events = selectors.execution_events(execution_id, after=after, limit=limit + 1)
+        events = selectors.execution_events_visible(
+            execution_id, request_caller(request), after=after, limit=limit + 1
+        )
         page = events[:limit]
         return Response(
             {

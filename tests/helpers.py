@@ -1,8 +1,13 @@
 from __future__ import annotations
 
+import tempfile
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from rest_framework.test import APIClient
 
 SUBDOMAIN = {"zone": "example.com", "subdomain": "api", "ticket_ids": ["OPS-1"]}
@@ -26,3 +31,28 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
     assert body["type"].startswith("https://")
     assert body["title"] and body["detail"]
     return body
+
+
+@dataclass
+class RoundTrips:
+    count: int = 0
+
+
+@contextmanager
+def round_trips() -> Iterator[RoundTrips]:
+    """The round trips this thread's connection makes to PostgreSQL inside the block, as
+    libpq's trace shows what it sends: each ends with a Sync (the extended protocol, a
+    pipeline's statements sent together) or is a lone Query."""
+    counted = RoundTrips()
+    connection.ensure_connection()
+    with tempfile.TemporaryFile("w+") as trace:
+        connection.connection.pgconn.trace(trace.fileno())
+        try:
+            yield counted
+        finally:
+            connection.connection.pgconn.untrace()
+            trace.seek(0)
+            counted.count = sum(
+                line.rstrip().split("\t")[1:4:2] in (["F", "Sync"], ["F", "Query"])
+                for line in trace
+            )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from typing import cast
 
 import pytest
@@ -12,7 +11,7 @@ from rest_framework.test import APIClient
 
 from alfred.tokens import token_create, token_revoke
 from executions.models import AuditEntry, Execution
-from tests.helpers import LAMBDA, SUBDOMAIN, assert_problem, submit
+from tests.helpers import LAMBDA, SUBDOMAIN, assert_problem, round_trips, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -207,15 +206,8 @@ def test_what_an_execution_shows_besides_its_row(api):
     children = sorted(cast(Execution, child).id for child in made)
 
     # when
-    with CaptureQueriesContext(connection) as queries, tempfile.TemporaryFile("w+") as trace:
-        connection.connection.pgconn.trace(trace.fileno())
+    with CaptureQueriesContext(connection) as queries, round_trips() as trips:
         body = api.get(f"/api/v1/executions/{second['id']}").json()
-        connection.connection.pgconn.untrace()
-        trace.seek(0)
-        # a round trip ends with the client's Sync (extended protocol) or is one Query
-        round_trips = sum(
-            line.rstrip().split("\t")[1:4:2] in (["F", "Sync"], ["F", "Query"]) for line in trace
-        )
 
     # then
     assert body["lane"] == {
@@ -238,7 +230,7 @@ def test_what_an_execution_shows_besides_its_row(api):
     }
     assert body["children"] == children
     # the token; then the execution with its stages, checkpoint, children and lane
-    assert len(queries) == 6 and round_trips == 2
+    assert len(queries) == 6 and trips.count == 2
 
 
 def test_events_are_read_in_pages_after_a_sequence(api):

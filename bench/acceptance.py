@@ -9,6 +9,9 @@ they would behind a busy worker pool, so the measurement is the API's own cost. 
 - ``new/no-lane``   a new add-subdomain per request (no lane);
 - ``new/lane``      a new add-domain per request: all queue on aws-infrastructure;
 - ``replay``        the same key and body again (Idempotent-Replayed);
+- ``poll``          ``GET /executions/{id}`` of a domain queued on the lane, as an integration
+                    follows it (its stages, checkpoint, children and lane position);
+- ``events``        ``GET /executions/{id}/events`` of the same;
 - ``new/x8``        new add-subdomain requests from 8 concurrent clients.
 
 The clients speak HTTP/1.1 on keep-alive connections with the standard library's
@@ -16,7 +19,8 @@ The clients speak HTTP/1.1 on keep-alive connections with the standard library's
 CPU per request, a sixth of all an acceptance cost (an integration's client runs on a machine
 of its own). Their CPU is still measured and reported.
 
-Writes bench/reports/acceptance.md and prints it.
+Writes bench/reports/acceptance.md and prints it. The reads are here because an integration
+makes many of them per acceptance: they share the web processes with it.
 """
 
 from __future__ import annotations
@@ -91,8 +95,8 @@ class _Client:
         response = self._conn.getresponse()
         return response.status, response.read()
 
-    def get(self, path: str) -> int:
-        self._conn.request("GET", path)
+    def get(self, path: str, *, signed: bool = True) -> int:
+        self._conn.request("GET", path, headers={"Authorization": self._auth} if signed else {})
         response = self._conn.getresponse()
         response.read()
         return response.status
@@ -107,6 +111,15 @@ def _timed(client: _Client, workflow: str, body: dict, key: str) -> float:
     elapsed = (time.perf_counter() - start) * 1000
     if status != 202:
         raise RuntimeError(f"{status}: {answer[:300]!r}")
+    return elapsed
+
+
+def _timed_read(client: _Client, path: str) -> float:
+    start = time.perf_counter()
+    status = client.get(path)
+    elapsed = (time.perf_counter() - start) * 1000
+    if status != 200:
+        raise RuntimeError(f"{status} for GET {path}")
     return elapsed
 
 
@@ -173,9 +186,16 @@ def _scenarios(port: int, token: str, web_pid: int, postmaster: int) -> dict[str
     body = {"zone": "example.com", "subdomain": "replayed"}
     _timed(client, "add-subdomain", body, "replay-key")
     results["replay"] = [_timed(client, "add-subdomain", body, "replay-key") for _ in range(N)]
+    # the last domain above, queued behind all the others: its answer shows its lane position
+    status, answer = client.post("add-domain", {"domain": f"d{N - 1}.example.com"}, "poll-key")
+    if status != 202:
+        raise RuntimeError(f"{status}: {answer[:300]!r}")
+    polled = f"/api/v1/executions/{json.loads(answer)['id']}"
+    results["poll"] = [_timed_read(client, polled) for _ in range(N)]
+    results["events"] = [_timed_read(client, f"{polled}/events") for _ in range(N)]
     start = time.perf_counter()
     for _ in range(N):
-        client.get("/healthz")
+        client.get("/healthz", signed=False)
     results["_healthz"] = [(time.perf_counter() - start) / N * 1000]
     client.close()
 
@@ -320,6 +340,9 @@ def main() -> None:
             f"{statistics.fmean(samples):.1f} |"
         )
     lines += [
+        "",
+        "`poll` and `events` read one add-domain queued on its lane (`GET /executions/{id}`, "
+        "`GET /executions/{id}/events`), as an integration following it does.",
         "",
         f"8 concurrent clients: {N / wall:.0f} acceptances/s. CPU per acceptance in that run: "
         f"{cpu['web']:.2f} ms in the web processes, {cpu['postgres']:.2f} ms in PostgreSQL, "

@@ -95,8 +95,11 @@ def statements_run(statements: Sequence[Statement | None]) -> list[Any]:
     in place of None); with more than one, in one round trip: sent together in a pipeline,
     answered together at its end. An error in one skips those after it (PostgreSQL ignores
     the rest of a pipeline after an error) and is raised as Django's; the caller's
-    transaction is then aborted, as after any failed statement. Outside a transaction each
-    would be its own: call it inside one."""
+    transaction is then aborted, as after any failed statement. Outside a transaction the
+    statements sent together are one implicit transaction (they end at one Sync): writes
+    land together or not at all, and each statement still reads in a snapshot of its own
+    (READ COMMITTED). The answers are made in order, after every row is in: one that raises
+    stops the rest from being made."""
     given = [statement for statement in statements if statement is not None]
     if len(given) <= 1 or not settings.ALFRED_DB_PREPARED:
         rows = []

@@ -292,7 +292,8 @@ class HookStatus(models.TextChoices):
 class HookQuerySet(models.QuerySet["Hook"]):
     def awaiting_operator(self) -> HookQuerySet:
         """The operator checkpoints not answered yet, newest first (an execution waits on
-        the first: the one its ``pending_approval`` shows and an approval must name)."""
+        the first: the one its ``pending_approval`` shows and an approval must name). The
+        answer reads it in SQL (``executions.selectors``): a test holds the two together."""
         return self.filter(status=HookStatus.PENDING, operator=True).order_by("-created_at")
 
 

@@ -48,11 +48,10 @@ def execution_list(
     return qs
 
 
-def execution_get(execution_id: str, caller: Caller | None = None) -> Execution:
-    """The execution, if ``caller`` (when given) may read it; else ``Execution.DoesNotExist``:
-    an execution a caller may not read is answered as one that does not exist."""
-    qs = Execution.objects.all() if caller is None else executions_visible(caller)
-    return qs.select_related("current_run").get(pk=execution_id)
+def execution_get(execution_id: str) -> Execution:
+    """The execution with its current run, whoever asks (a caller's read goes through
+    :func:`execution_detail`)."""
+    return Execution.objects.select_related("current_run").get(pk=execution_id)
 
 
 @dataclass(frozen=True)
@@ -158,18 +157,17 @@ def _parts_statements(execution_id: str) -> list[Statement]:
     ]
 
 
-def execution_parts(execution_id: str) -> ExecutionParts:
+def execution_parts(execution: Execution) -> ExecutionParts:
     """The stages of the execution's current run, its pending approval, its children and
     its place on its lane: one round trip, prepared statements sent together (each reads
     as the ORM reads, in a snapshot of its own unless the caller is in a transaction)."""
-    return ExecutionParts(execution_id, *statements_run(_parts_statements(execution_id)))
+    return _parts_of(execution, statements_run(_parts_statements(execution.id)))
 
 
 def execution_detail(execution_id: str, caller: Caller) -> tuple[Execution, ExecutionParts]:
     """The execution with its current run, and its parts (:func:`execution_parts`), if
-    ``caller`` may read it (else ``Execution.DoesNotExist``, as :func:`execution_get`): all
-    in one round trip. The parts of an execution the caller may not read are read too, and
-    dropped."""
+    ``caller`` may read it (else ``Execution.DoesNotExist``): all in one round trip. The
+    parts of an execution the caller may not read are read too, and dropped."""
 
     def execution(rows: Rows) -> Execution:
         if not rows:
@@ -180,21 +178,28 @@ def execution_detail(execution_id: str, caller: Caller) -> tuple[Execution, Exec
 
     visible = Statement(_VISIBLE_SQL, _visible_params(execution_id, caller), execution)
     found, *parts = statements_run([visible, *_parts_statements(execution_id)])
-    return found, ExecutionParts(execution_id, *parts)
+    return found, _parts_of(found, parts)
 
 
-def execution_stages(execution: Execution) -> list[Stage]:
-    if execution.current_run_id is None:
-        return []
-    return list(Stage.objects.filter(run_id=execution.current_run_id).order_by("position"))
+def _parts_of(execution: Execution, found: list[Any]) -> ExecutionParts:
+    stages, pending_approval, children, lane = found
+    run_id = execution.current_run_id
+    if run_id is None:
+        stages = []
+    elif any(stage.run_id != run_id for stage in stages):
+        # The stages statement found the execution's current run by itself, in a snapshot
+        # of its own: a retry or a continuation committed after the execution was read gave
+        # it another run's. Those of the run the answer shows, then (rare: read again).
+        stages = list(Stage.objects.filter(run_id=run_id).order_by("position"))
+    return ExecutionParts(execution.id, stages, pending_approval, children, lane)
 
 
 def execution_events_visible(
     execution_id: str, caller: Caller, *, after: int, limit: int
 ) -> list[OutboxEvent]:
-    """:func:`execution_events`, if ``caller`` may read the execution (else
-    ``Execution.DoesNotExist``): one round trip (the events of an execution the caller may
-    not read are read too, and dropped)."""
+    """The execution's events with ``sequence > after``, in order, at most ``limit``, if
+    ``caller`` may read it (else ``Execution.DoesNotExist``): one round trip (the events of
+    an execution the caller may not read are read too, and dropped)."""
 
     def visible(rows: Rows) -> None:
         if not rows[0][0]:
@@ -210,16 +215,7 @@ def execution_events_visible(
             ),
         ]
     )
-    return list(events)
-
-
-def execution_events(execution_id: str, *, after: int, limit: int) -> list[OutboxEvent]:
-    """Events with ``sequence > after``, in order, at most ``limit``."""
-    return list(
-        OutboxEvent.objects.filter(execution_id=execution_id, sequence__gt=after).order_by(
-            "sequence"
-        )[:limit]
-    )
+    return events
 
 
 def workflow_names() -> list[str]:

@@ -178,7 +178,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             )
         read: dict[str, selectors.ExecutionParts] = self.__dict__.setdefault("_parts_read", {})
         if obj.pk not in read:
-            parts = selectors.execution_parts(obj.pk)
+            parts = selectors.execution_parts(obj)
             read[obj.pk] = parts if claimed is None else replace(parts, lane=claimed)
         return read[obj.pk]
 

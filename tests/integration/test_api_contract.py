@@ -10,7 +10,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from alfred.tokens import token_create, token_revoke
-from executions.models import AuditEntry, Execution
+from executions.models import AuditEntry, Execution, Stage
 from tests.helpers import LAMBDA, SUBDOMAIN, assert_problem, round_trips, submit
 
 pytestmark = pytest.mark.django_db
@@ -174,7 +174,8 @@ def test_what_an_execution_shows_besides_its_row(api):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from executions.models import Hook, HookStatus, Stage
+    from alfred.ids import new_id
+    from executions.models import Hook, HookStatus
     from tests.factories import ExecutionFactory
 
     # given: a domain queued second behind another on the shared lane
@@ -183,11 +184,12 @@ def test_what_an_execution_shows_besides_its_row(api):
     execution = Execution.objects.select_related("current_run").get(pk=second["id"])
     run = execution.current_run
     assert run is not None
-    # and: four checkpoints, of which only the newest pending operator one is shown
+    # and: four checkpoints, of which only the newest pending operator one is shown (the
+    # ones made after it are not for an operator, or answered)
     for name, operator, status in [
         ("older", True, HookStatus.PENDING),
-        ("callback", False, HookStatus.PENDING),
         ("newest", True, HookStatus.PENDING),
+        ("callback", False, HookStatus.PENDING),
         ("answered", True, HookStatus.SIGNALLED),
     ]:
         Hook.objects.create(
@@ -201,9 +203,11 @@ def test_what_an_execution_shows_besides_its_row(api):
             payload={"plan": {"changes": [name]}, "plan_hash": f"sha256:{name}"},
         )
     newest = Hook.objects.get(name="newest")
-    # and: two children, made out of order
-    made = [ExecutionFactory(parent=execution, principal=execution.principal) for _ in range(2)]
-    children = sorted(cast(Execution, child).id for child in made)
+    assert Hook.objects.filter(execution=execution).awaiting_operator().first() == newest
+    # and: two children, the later id made first
+    children = sorted([new_id("exe"), new_id("exe")])
+    for child in reversed(children):
+        ExecutionFactory(id=child, parent=execution, principal=execution.principal)
 
     # when
     with CaptureQueriesContext(connection) as queries, round_trips() as trips:
@@ -231,6 +235,64 @@ def test_what_an_execution_shows_besides_its_row(api):
     assert body["children"] == children
     # the token; then the execution with its stages, checkpoint, children and lane
     assert len(queries) == 6 and trips.count == 2
+
+
+def test_the_stages_shown_are_those_of_the_run_shown_when_a_new_run_lands_between(api):
+    from executions.engine.records import run_again
+    from executions.models import RunKind
+    from executions.selectors import execution_parts
+
+    # given: an execution as read, then a retry's run committed before its parts are read
+    shown = Execution.objects.get(pk=submit(api, "add-subdomain", SUBDOMAIN).json()["id"])
+    first_run = shown.current_run_id
+    run_again(Execution.objects.get(pk=shown.id), kind=RunKind.RETRY, stages=("plan", "verify"))
+
+    # when
+    parts = execution_parts(shown)
+
+    # then: the first run's stages, not the retry's
+    assert {stage.run_id for stage in parts.stages} == {first_run}
+    assert [stage.name for stage in parts.stages] == [
+        name
+        for name in Stage.objects.filter(run_id=first_run)
+        .order_by("position")
+        .values_list("name", flat=True)
+    ]
+
+
+@pytest.mark.parametrize("role", ["integration", "operator", "viewer"])
+def test_reading_one_execution_sees_what_the_list_sees(role):
+    """The reads of one execution check visibility in SQL; the list builds on the queryset
+    (executions_visible). For each caller, the same executions: owned, held by a delivery
+    key, another's."""
+    from alfred.principals import Caller
+    from executions.models import DeliveryKey
+    from executions.selectors import (
+        execution_detail,
+        execution_events_visible,
+        executions_visible,
+    )
+    from tests.factories import ExecutionFactory
+
+    me = "token:me"
+    owned, keyed, foreign = (
+        cast(Execution, ExecutionFactory(principal=p)) for p in (me, "token:b", "token:c")
+    )
+    DeliveryKey.objects.create(
+        principal=me, key="k", fingerprint="f", execution=keyed, outcome="reused"
+    )
+    caller = Caller(principal=me, role=role)
+
+    for execution in (owned, keyed, foreign):
+        listed = executions_visible(caller).filter(pk=execution.pk).exists()
+        try:
+            execution_detail(execution.pk, caller)
+            execution_events_visible(execution.pk, caller, after=0, limit=10)
+            read = True
+        except Execution.DoesNotExist:
+            read = False
+        assert read == listed, execution
+    assert executions_visible(caller).count() == (3 if role != "integration" else 2)
 
 
 def test_events_are_read_in_pages_after_a_sequence(api):

@@ -4,9 +4,9 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
+import psycopg
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -33,26 +33,29 @@ def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:
     return body
 
 
-@dataclass
-class RoundTrips:
-    count: int = 0
+class Trace(list[str]):
+    """The messages libpq sent and received on a connection, a line each (its trace)."""
+
+    @property
+    def round_trips(self) -> int:
+        """Each ends with the client's Sync (the extended protocol; a pipeline's statements
+        sent together) or is a lone Query."""
+        return sum(line.split("\t")[1:4:2] in (["F", "Sync"], ["F", "Query"]) for line in self)
 
 
 @contextmanager
-def round_trips() -> Iterator[RoundTrips]:
-    """The round trips this thread's connection makes to PostgreSQL inside the block, as
-    libpq's trace shows what it sends: each ends with a Sync (the extended protocol, a
-    pipeline's statements sent together) or is a lone Query."""
-    counted = RoundTrips()
-    connection.ensure_connection()
+def libpq_trace(conn: psycopg.Connection[Any] | None = None) -> Iterator[Trace]:
+    """What ``conn`` (this thread's Django connection by default) says to PostgreSQL inside
+    the block, and hears: the trace is filled when the block ends."""
+    if conn is None:
+        connection.ensure_connection()
+        conn = connection.connection
+    traced = Trace()
     with tempfile.TemporaryFile("w+") as trace:
-        connection.connection.pgconn.trace(trace.fileno())
+        conn.pgconn.trace(trace.fileno())
         try:
-            yield counted
+            yield traced
         finally:
-            connection.connection.pgconn.untrace()
+            conn.pgconn.untrace()
             trace.seek(0)
-            counted.count = sum(
-                line.rstrip().split("\t")[1:4:2] in (["F", "Sync"], ["F", "Query"])
-                for line in trace
-            )
+            traced.extend(trace.read().splitlines())

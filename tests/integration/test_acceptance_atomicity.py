@@ -8,7 +8,7 @@ from django.db import connection
 
 from executions.models import DeliveryKey, Execution, OutboxEvent, Run, Stage
 from lanes.models import Lane, LaneWaiter
-from tests.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, round_trips, submit
+from tests.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, libpq_trace, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,8 +106,8 @@ def test_a_replay_makes_fewer_round_trips(api, django_assert_num_queries):
     # The key's read and the (then empty) read of the latest execution travel together, and
     # so do the answer's reads of the execution's stages, checkpoint, children and lane: the
     # token's, BEGIN, the two reads, COMMIT, the answer's four.
-    with django_assert_num_queries(9), round_trips() as trips:
+    with django_assert_num_queries(9), libpq_trace() as trace:
         response = submit(api, "add-subdomain", SUBDOMAIN, key="k-1")
 
     assert response["Idempotent-Replayed"] == "true"
-    assert trips.count == 5
+    assert trace.round_trips == 5

@@ -11,7 +11,7 @@ from rest_framework.test import APIClient
 
 from alfred.tokens import token_create, token_revoke
 from executions.models import AuditEntry, Execution, Stage
-from tests.helpers import LAMBDA, SUBDOMAIN, assert_problem, round_trips, submit
+from tests.helpers import LAMBDA, SUBDOMAIN, assert_problem, libpq_trace, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -210,7 +210,7 @@ def test_what_an_execution_shows_besides_its_row(api):
         ExecutionFactory(id=child, parent=execution, principal=execution.principal)
 
     # when
-    with CaptureQueriesContext(connection) as queries, round_trips() as trips:
+    with CaptureQueriesContext(connection) as queries, libpq_trace() as trace:
         body = api.get(f"/api/v1/executions/{second['id']}").json()
 
     # then
@@ -234,7 +234,7 @@ def test_what_an_execution_shows_besides_its_row(api):
     }
     assert body["children"] == children
     # the token; then the execution with its stages, checkpoint, children and lane
-    assert len(queries) == 6 and trips.count == 2
+    assert len(queries) == 6 and trace.round_trips == 2
 
 
 def test_the_stages_shown_are_those_of_the_run_shown_when_a_new_run_lands_between(api):

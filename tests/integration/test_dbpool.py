@@ -5,7 +5,6 @@ asked first."""
 from __future__ import annotations
 
 import select
-import tempfile
 import time
 from collections.abc import Iterator
 
@@ -16,6 +15,7 @@ from django.db import connection
 from alfred import dbpool
 from alfred.dbpool import connection_check
 from tests.conftest import subprocess_database_url
+from tests.helpers import libpq_trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,12 +31,9 @@ def idle() -> Iterator[psycopg.Connection]:
 
 def _words_to_the_server(conn: psycopg.Connection) -> str:
     """What the check sent the server."""
-    with tempfile.TemporaryFile("w+") as trace:
-        conn.pgconn.trace(trace.fileno())
+    with libpq_trace(conn) as trace:
         connection_check(conn)
-        conn.pgconn.untrace()
-        trace.seek(0)
-        return trace.read()
+    return "\n".join(trace)
 
 
 def _terminated(conn: psycopg.Connection) -> None:

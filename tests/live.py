@@ -37,6 +37,8 @@ class WebServer:
             "DJANGO_SETTINGS_MODULE": "alfred.settings",
             "ALFRED_ENV": "test",
             "ALFRED_DEBUG": "1",
+            # a native crash leaves its traceback in the log instead of only an exit code
+            "PYTHONFAULTHANDLER": "1",
             **self.environ,
         }
         self.log.parent.mkdir(parents=True, exist_ok=True)
@@ -89,3 +91,16 @@ class WebServer:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if Path(self.log).exists() else ""
+
+    def state(self) -> str:
+        """Whether the process still runs (or how it ended), and the end of its log: what a
+        failed assertion about the server should show."""
+        assert self.proc is not None
+        code = self.proc.poll()
+        if code is None:
+            alive = "running"
+        elif code < 0:
+            alive = f"killed by signal {-code}"
+        else:
+            alive = f"exited {code}"
+        return f"the web process is {alive}; the end of its log:\n{self.output()[-4000:]}"

@@ -6,13 +6,22 @@ the original (the rest are replays), and the database holds 20 executions with o
 
 The keys' requests are interleaved at random, so most keys are raced by several connections
 at once: what is proved is the acceptance's serialization on the key's unique constraint
-under real concurrency, not the replay of a finished request."""
+under real concurrency, not the replay of a finished request.
+
+The client is the one the contract describes: an answer lost in transit (the connection reset
+or closed before the answer came) is asked for again with the same key and body. So a lost
+answer is one more duplicate, not a failure, while anything the server did wrong still fails
+the test: its process must still run, its log must hold no error, and a request that cannot
+be sent at all (the server gone) is not retried. Lost answers are few (at most
+``LOST_AT_MOST``) and each is reported as a warning, with the web process's state."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import re
 import uuid
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
@@ -28,6 +37,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 KEYS = 20
 POSTS = 1_000
 CONNECTIONS = 50
+LOST_AT_MOST = 10
+# The answer was lost after the request may have reached the server; ConnectError and other
+# failures to send are not here: the server is not listening, which no retry mends.
+LOST_IN_TRANSIT = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
+SERVER_ERRORS = re.compile(r"Traceback|ERROR|Fatal Python error|Invalid HTTP request")
 
 
 @pytest.fixture
@@ -40,15 +54,19 @@ def web() -> Iterator[WebServer]:
         server.stop()
 
 
-async def storm(base: str, token: str, run: str) -> list[tuple[int, httpx.Response]]:
+async def storm(
+    base: str, token: str, run: str
+) -> tuple[list[tuple[int, httpx.Response]], list[tuple[int, str]]]:
     """POSTs ``POSTS`` requests, each key's body the same every time, from ``CONNECTIONS``
-    connections at once, in a random order; returns (key index, answer) pairs."""
+    connections at once, in a random order; returns the (key index, answer) pairs and the
+    (key index, error) of each answer lost in transit (its request was sent again)."""
     order = [index % KEYS for index in range(POSTS)]
     random.Random(7).shuffle(order)
     queue: asyncio.Queue[int] = asyncio.Queue()
     for index in order:
         queue.put_nowait(index)
     answers: list[tuple[int, httpx.Response]] = []
+    lost: list[tuple[int, str]] = []
     limits = httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=base, limits=limits, headers=headers) as client:
@@ -57,24 +75,39 @@ async def storm(base: str, token: str, run: str) -> list[tuple[int, httpx.Respon
             while not queue.empty():
                 index = queue.get_nowait()
                 body = {"zone": "example.com", "subdomain": f"storm{index}-{run}"}
-                response = await client.post(
-                    "/api/v1/workflows/add-subdomain/executions",
-                    json=body,
-                    headers={"Idempotency-Key": f"storm-{run}-{index}"},
-                    timeout=60,
-                )
-                answers.append((index, response))
+                while True:
+                    try:
+                        response = await client.post(
+                            "/api/v1/workflows/add-subdomain/executions",
+                            json=body,
+                            headers={"Idempotency-Key": f"storm-{run}-{index}"},
+                            timeout=60,
+                        )
+                    except LOST_IN_TRANSIT as exc:
+                        lost.append((index, f"{type(exc).__name__}: {exc}"))
+                        if len(lost) > LOST_AT_MOST:
+                            raise
+                        continue
+                    answers.append((index, response))
+                    break
 
         await asyncio.gather(*(connection() for _ in range(CONNECTIONS)))
-    return answers
+    return answers, lost
 
 
 def test_a_thousand_duplicates_over_twenty_keys_give_twenty_executions(web):
     run = uuid.uuid4().hex[:8]
     _, token = token_create(name=f"storm-{run}", role="integration")
 
-    answers = asyncio.run(storm(web.base, token, run))
+    try:
+        answers, lost = asyncio.run(storm(web.base, token, run))
+    except httpx.TransportError as exc:
+        raise AssertionError(f"{type(exc).__name__}: {exc}\n{web.state()}") from exc
 
+    assert web.proc is not None and web.proc.poll() is None, web.state()
+    assert not SERVER_ERRORS.search(web.output()), web.state()
+    if lost:
+        warnings.warn(f"{len(lost)} answers lost in transit, asked again: {lost}", stacklevel=1)
     assert len(answers) == POSTS
     assert Counter(response.status_code for _, response in answers) == {202: POSTS}
     named: dict[int, set[str]] = defaultdict(set)
@@ -88,8 +121,13 @@ def test_a_thousand_duplicates_over_twenty_keys_give_twenty_executions(web):
     assert all(len(ids) == 1 for ids in named.values()), named
     executions = {next(iter(ids)) for ids in named.values()}
     assert len(executions) == KEYS
-    # one original answer per key; the other 980 are replays
-    assert originals == dict.fromkeys(range(KEYS), 1)
+    # one original answer per key, the other 980 replays; a key whose original answer may be
+    # among the lost ones shows at most one
+    lost_keys = {index for index, _ in lost}
+    assert all(originals[index] <= 1 for index in lost_keys), originals
+    assert {index: count for index, count in originals.items() if index not in lost_keys} == (
+        dict.fromkeys(set(range(KEYS)) - lost_keys, 1)
+    )
     # and the database agrees: 20 executions, each accepted once
     assert set(Execution.objects.filter(pk__in=executions).values_list("pk", flat=True)) == (
         executions

@@ -71,11 +71,16 @@ run: $(STAMP)
 	exec $(BIN)/python -m alfred.devstack
 
 # pytest's exit code 5 ("no tests collected") is non-zero, so make fails on it too.
+# The suite mostly waits (on workers, leases, servers), so it runs on TEST_PROCESSES pytest-xdist
+# processes, each with an embedded stack of its own (alfred/settings_test.py); a test file stays
+# on one process, with its module-wide workers and stand-ins. TEST_PROCESSES=0: one process.
+TEST_PROCESSES ?= 2
 test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .
-	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest -m "not chaos"
+	DJANGO_SETTINGS_MODULE=alfred.settings_test $(BIN)/pytest -m "not chaos" \
+		--numprocesses $(TEST_PROCESSES) --dist loadfile
 
 # The chaos suite, tests/chaos/ (marked `chaos`): SIGKILLed workers and whole worker hosts, a
 # flushed broker, lost wakes, a storm of duplicate requests. CI runs it after make test.

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class AlfredConfig(AppConfig):
@@ -8,3 +9,6 @@ class AlfredConfig(AppConfig):
 
     def ready(self) -> None:
         from alfred import schema  # noqa: F401 - registers the OpenAPI auth extension
+        from alfred.users import groups_ensure
+
+        post_migrate.connect(groups_ensure, sender=self, dispatch_uid="alfred.groups_ensure")

@@ -4,6 +4,13 @@ the data of `make run`. DATABASE_URL / CELERY_BROKER_URL still win (.ci/run's se
 import os
 
 os.environ.setdefault("ALFRED_STATE_DIR", ".alfred/test")
+# `make test` runs the suite on two pytest-xdist processes (gw0, gw1): each owns a stack of its
+# own, beside the session's (.alfred/test-gw0), so no test shares a database, a broker or a
+# worker with another running at that moment. (The processes they start inherit the suffix.)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _suffix = "-" + os.environ["PYTEST_XDIST_WORKER"]
+    if not os.environ["ALFRED_STATE_DIR"].endswith(_suffix):
+        os.environ["ALFRED_STATE_DIR"] += _suffix
 os.environ.setdefault("ALFRED_ENV", "test")
 # The tests' own workflows, and short leases and scan intervals so crash tests run in seconds.
 # Set in the environment, so the worker processes the tests start get them too.

@@ -1,13 +1,21 @@
 """Admin logins for people: operators and viewers (DESIGN §8), never superusers.
 
 A login's role is its group: ``alfred-operators`` (every action) or ``alfred-viewers`` (read
-only), both created by a migration (``alfred/migrations/0003_groups.py``). Both are staff, so
-they can sign in to the admin; neither may manage users, groups or the beat schedule."""
+only). Both are staff, so they can sign in to the admin; neither may manage users, groups or
+the beat schedule. A migration made the groups (``alfred/migrations/0003_groups.py``), and
+``groups_ensure`` keeps them after every ``migrate`` and ``flush`` (``post_migrate``): a flush
+empties every table, and without it no login could be given a role afterwards. It only adds:
+the groups get every ``view_`` permission of Alfred's apps (a model added later included) and
+the operators' extra ones; a permission a superuser added by hand stays."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.apps import apps as global_apps
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser, Group
+from django.contrib.auth.management import create_permissions
+from django.contrib.auth.models import AbstractUser, Group, Permission
 from django.contrib.auth.password_validation import validate_password
 from django.db import transaction
 
@@ -15,6 +23,35 @@ from alfred.principals import OPERATORS_GROUP, VIEWERS_GROUP, Role
 from alfred.readonly import writes_allowed
 
 GROUPS: dict[str, str] = {Role.OPERATOR: OPERATORS_GROUP, Role.VIEWER: VIEWERS_GROUP}
+# Both groups see every record of these apps; operators also operate and manage endpoints.
+VIEW_APPS = ("alfred", "executions", "lanes", "django_celery_beat")
+OPERATOR_EXTRA = (
+    ("executions", "operate"),
+    ("executions", "add_webhookendpoint"),
+    ("executions", "change_webhookendpoint"),
+    ("executions", "delete_webhookendpoint"),
+)
+
+
+def groups_ensure(*, using: str = "default", apps: Any = global_apps, **_: Any) -> None:
+    """Both groups exist with at least their permissions. Receives ``post_migrate`` for this
+    app only (alfred.apps), so it runs once after every ``migrate`` and ``flush``; the apps
+    after this one get their permissions later in that signal's round, so all are made here
+    first (``create_permissions`` makes only what is missing)."""
+    for app_config in global_apps.get_app_configs():  # as Django's own receiver is given them
+        create_permissions(app_config, verbosity=0, using=using, apps=apps)
+    viewing = list(
+        Permission.objects.using(using).filter(
+            content_type__app_label__in=VIEW_APPS, codename__startswith="view_"
+        )
+    )
+    extra = [
+        Permission.objects.using(using).get(content_type__app_label=app, codename=codename)
+        for app, codename in OPERATOR_EXTRA
+    ]
+    for name, permissions in ((VIEWERS_GROUP, viewing), (OPERATORS_GROUP, [*viewing, *extra])):
+        group = Group.objects.using(using).get_or_create(name=name)[0]
+        group.permissions.add(*permissions)
 
 
 @transaction.atomic

@@ -51,7 +51,7 @@ def _patient_flush() -> None:
 def pytest_configure(config: pytest.Config) -> None:
     global _stack
     _patient_flush()
-    if not settings.ALFRED_EMBEDDED:
+    if not settings.ALFRED_EMBEDDED or _xdist_controller(config):
         return
     _stack = EmbeddedStack().start()
     # Settings computed the embedded URLs before the servers ran; refresh them in place
@@ -62,6 +62,12 @@ def pytest_configure(config: pytest.Config) -> None:
     from alfred.celery import app
 
     app.conf.update(broker_url=_stack.broker_url)
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """Whether this process only hands tests out to pytest-xdist's workers (``-n``): each of
+    those starts a stack of its own (see alfred.settings_test), so this one needs none."""
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -8,7 +8,6 @@ pages docs/ shows."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -18,11 +17,9 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
-from django.contrib.auth.models import Group, Permission
 from django.urls import reverse
 from django.utils import timezone
 
-from alfred.principals import OPERATORS_GROUP, VIEWERS_GROUP
 from alfred.users import user_set
 from executions.models import AuditEntry, Execution, ExecutionStatus
 from lanes.models import Lane, LaneState
@@ -87,22 +84,6 @@ def web(django_db_setup: None) -> Iterator[WebServer]:
     server = WebServer("browser-web").start()
     yield server
     server.stop()
-
-
-@pytest.fixture(autouse=True)
-def groups(transactional_db: None) -> None:
-    """The two admin groups, as their migration made them: a transactional test before this
-    one flushed every table, and only the permissions come back by themselves."""
-    made = importlib.import_module("alfred.migrations.0003_groups")
-    viewing = Permission.objects.filter(
-        content_type__app_label__in=made.VIEW_APPS, codename__startswith="view_"
-    )
-    extra = [
-        Permission.objects.get(content_type__app_label=app, codename=codename)
-        for app, codename in made.OPERATOR_EXTRA
-    ]
-    Group.objects.get_or_create(name=VIEWERS_GROUP)[0].permissions.set(viewing)
-    Group.objects.get_or_create(name=OPERATORS_GROUP)[0].permissions.set([*viewing, *extra])
 
 
 @pytest.fixture

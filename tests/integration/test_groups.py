@@ -1,0 +1,52 @@
+"""The two admin groups outlive a ``flush``: a login can be given a role afterwards, and the
+groups hold what their migration gave them (alfred.users.groups_ensure, on post_migrate)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group, Permission
+from django.core.management import call_command
+
+from alfred.principals import OPERATORS_GROUP, VIEWERS_GROUP
+from alfred.users import OPERATOR_EXTRA, VIEW_APPS, user_set
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _codenames(group: str) -> set[tuple[str, str]]:
+    return set(
+        Group.objects.get(name=group).permissions.values_list("content_type__app_label", "codename")
+    )
+
+
+def test_after_a_flush_both_groups_are_back_with_their_permissions_and_roles_can_be_given():
+    call_command("flush", interactive=False, verbosity=0)
+
+    viewing = set(
+        Permission.objects.filter(
+            content_type__app_label__in=VIEW_APPS, codename__startswith="view_"
+        ).values_list("content_type__app_label", "codename")
+    )
+    assert ("executions", "view_execution") in viewing
+    assert ("lanes", "view_lane") in viewing
+    assert ("django_celery_beat", "view_periodictask") in viewing
+    assert _codenames(VIEWERS_GROUP) == viewing
+    assert _codenames(OPERATORS_GROUP) == viewing | set(OPERATOR_EXTRA)
+    assert list(
+        user_set(username="ops", role="operator").groups.values_list("name", flat=True)
+    ) == [OPERATORS_GROUP]
+    assert list(user_set(username="eyes", role="viewer").groups.values_list("name", flat=True)) == [
+        VIEWERS_GROUP
+    ]
+
+
+def test_a_migrate_keeps_a_permission_a_superuser_added():
+    by_hand = Permission.objects.get(content_type__app_label="lanes", codename="change_lane")
+    Group.objects.get(name=VIEWERS_GROUP).permissions.add(by_hand)
+    before = _codenames(VIEWERS_GROUP)
+
+    call_command("migrate", verbosity=0)
+
+    assert _codenames(VIEWERS_GROUP) == before
+    assert ("lanes", "change_lane") in before
+    assert Group.objects.filter(name__in=[VIEWERS_GROUP, OPERATORS_GROUP]).count() == 2

@@ -1,11 +1,15 @@
-"""The two admin groups outlive a ``flush``: a login can be given a role afterwards, and the
-groups hold what their migration gave them (alfred.users.groups_ensure, on post_migrate)."""
+"""Logins' roles: the two admin groups outlive a ``flush`` (a login can be given a role
+afterwards, and the groups hold what their migration gave them: alfred.users.groups_ensure,
+on post_migrate), and ``alfred_user set`` gives a role from a script as from a terminal."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from django.contrib.auth import authenticate
 from django.contrib.auth.models import Group, Permission
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from alfred.principals import OPERATORS_GROUP, VIEWERS_GROUP
 from alfred.users import OPERATOR_EXTRA, VIEW_APPS, user_set
@@ -50,3 +54,14 @@ def test_a_migrate_keeps_a_permission_a_superuser_added():
     assert _codenames(VIEWERS_GROUP) == before
     assert ("lanes", "change_lane") in before
     assert Group.objects.filter(name__in=[VIEWERS_GROUP, OPERATORS_GROUP]).count() == 2
+
+
+def test_without_a_terminal_alfred_user_set_says_how_to_give_the_password(monkeypatch):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    with pytest.raises(CommandError, match="--password-stdin"):
+        call_command("alfred_user", "set", "nobody", "--role", "viewer")
+    assert not Group.objects.get(name=VIEWERS_GROUP).user_set.filter(username="nobody").exists()
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("a long enough passphrase 42\n"))
+    call_command("alfred_user", "set", "nobody", "--role", "viewer", "--password-stdin")
+    assert authenticate(username="nobody", password="a long enough passphrase 42") is not None

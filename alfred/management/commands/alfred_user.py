@@ -57,6 +57,11 @@ class Command(BaseCommand):
     def _password(self, options: dict[str, Any]) -> str:
         if options["password_stdin"]:
             return sys.stdin.readline().rstrip("\n")
+        if not sys.stdin.isatty():
+            raise CommandError(
+                "no terminal to ask for the password on: send it on stdin with "
+                "--password-stdin, or change only the role with --keep-password"
+            )
         first = getpass.getpass("Password: ")
         if first != getpass.getpass("Password (again): "):
             raise CommandError("the passwords differ")

@@ -17,7 +17,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.management import create_permissions
 from django.contrib.auth.models import AbstractUser, Group, Permission
 from django.contrib.auth.password_validation import validate_password
-from django.db import transaction
+from django.db import connections, router, transaction
+from django.db.migrations.recorder import MigrationRecorder
 
 from alfred.principals import OPERATORS_GROUP, VIEWERS_GROUP, Role
 from alfred.readonly import writes_allowed
@@ -35,11 +36,19 @@ OPERATOR_EXTRA = (
 
 def groups_ensure(*, using: str = "default", apps: Any = global_apps, **_: Any) -> None:
     """Both groups exist with at least their permissions. Receives ``post_migrate`` for this
-    app only (alfred.apps), so it runs once after every ``migrate`` and ``flush``; the apps
-    after this one get their permissions later in that signal's round, so all are made here
-    first (``create_permissions`` makes only what is missing)."""
-    for app_config in global_apps.get_app_configs():  # as Django's own receiver is given them
-        create_permissions(app_config, verbosity=0, using=using, apps=apps)
+    app only (alfred.apps), so it runs once after every ``migrate`` and ``flush``: Django's
+    hook for the rows a database must hold (as it makes permissions there), and the one a
+    flush sends. Only once the groups' migration is applied: a partial ``migrate`` may lack
+    the tables, and one back past it removed the groups on purpose (a flush keeps the record
+    of applied migrations). Some of these apps come after this one in the signal's round, so
+    their permissions are made here first (``create_permissions`` makes only what is
+    missing)."""
+    if not router.allow_migrate_model(using, Group):
+        return
+    if ("alfred", "0003_groups") not in MigrationRecorder(connections[using]).applied_migrations():
+        return
+    for label in VIEW_APPS:  # as Django's own receiver is given them: the app, not its state
+        create_permissions(global_apps.get_app_config(label), verbosity=0, using=using, apps=apps)
     viewing = list(
         Permission.objects.using(using).filter(
             content_type__app_label__in=VIEW_APPS, codename__startswith="view_"

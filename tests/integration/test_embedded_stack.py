@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,7 +54,4 @@ def test_a_restarted_database_stops_with_the_stack(base):
     finally:
         stack.stop()
 
-    deadline = time.monotonic() + 10
-    while _postmaster(base) is not None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _postmaster(base) is None
+    wait_for(lambda: _postmaster(base) is None, timeout=10, interval=0.1)

@@ -28,7 +28,6 @@ def test_after_a_flush_both_groups_are_back_with_their_permissions_and_roles_can
     call_command("flush", interactive=False, verbosity=0)
 
     # then
-
     viewing = set(
         Permission.objects.filter(
             content_type__app_label__in=VIEW_APPS, codename__startswith="view_"

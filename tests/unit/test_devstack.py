@@ -1,8 +1,12 @@
-"""The launcher's environment handling (the process itself: tests/integration/test_devstack.py)."""
+"""The launcher's environment handling and how it names a child's end (the process itself:
+tests/integration/test_devstack.py)."""
 
 from __future__ import annotations
 
-from alfred.devstack import with_sandbox
+import subprocess
+import sys
+
+from alfred.devstack import exit_described, with_sandbox
 
 
 def test_no_aws_setting_of_the_developer_reaches_the_children_in_sandbox_mode():
@@ -23,3 +27,11 @@ def test_no_aws_setting_of_the_developer_reaches_the_children_in_sandbox_mode():
     assert {k: v for k, v in env.items() if k.startswith("AWS_")} == sandbox
     assert env["PATH"] == "/usr/bin"
     assert env["ALFRED_DEBUG"] == "1"
+
+
+def test_a_childs_end_is_named_by_its_signal_or_its_exit_code():
+    killed = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"])
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+
+    assert exit_described(killed.wait()) == "killed by SIGKILL"
+    assert exit_described(exited.wait()) == "exit code 3"

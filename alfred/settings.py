@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import parse_qsl
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from alfred import embedded
+from alfred.broker import redis_url_of
 from providers.config import ProviderConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -266,15 +266,14 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Cache (throttle and login-failure counters) -----------------------------------------
 def _cache_url(broker: str) -> str:
-    """The broker's Redis as a redis-py URL: kombu's ``redis+socket://PATH?virtual_host=N`` is
-    redis-py's ``unix://PATH?db=N`` (its other options are kombu's own)."""
-    if broker.startswith("redis+socket://"):
-        path, _, query = broker.removeprefix("redis+socket://").partition("?")
-        db = dict(parse_qsl(query)).get("virtual_host", "0")
-        return f"unix://{path}?db={db}"
+    """The broker's Redis as a redis-py URL (``alfred.broker.redis_url_of``; a ``redis://``
+    or ``rediss://`` URL as it is, its options redis-py's too)."""
     if broker.startswith(("redis://", "rediss://")):
         return broker
-    raise ImproperlyConfigured("the cache needs a Redis broker, or set ALFRED_CACHE_URL")
+    url = redis_url_of(broker)
+    if url is None:
+        raise ImproperlyConfigured("the cache needs a Redis broker, or set ALFRED_CACHE_URL")
+    return url
 
 
 # Shared by every web process, so a limit holds across them. The broker's own Redis and

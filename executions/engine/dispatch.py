@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from alfred.broker import task_send
 from executions.engine.projections import start_state_set
 from executions.models import Execution, Run, Stage, StageStatus, StartState
 
@@ -23,10 +24,6 @@ log = logging.getLogger(__name__)
 RUN_STAGE_TASK = "executions.tasks.run_stage"
 # Timers nearer than this also get a Celery countdown (the hint); the scanner is the guarantee.
 HINT_HORIZON_SECONDS = 60
-
-
-def _signature(app: Celery, run_id: str, stage: str) -> Any:
-    return app.signature(RUN_STAGE_TASK, args=[run_id, stage], queue="stages", immutable=True)
 
 
 def run_publish(
@@ -50,7 +47,7 @@ def run_publish(
     )
     if first is None:
         return
-    _signature(app, run_id, first).apply_async(countdown=countdown or 0)
+    task_send(app, RUN_STAGE_TASK, [run_id, first], queue="stages", countdown=countdown)
 
 
 def run_dispatch(

@@ -145,3 +145,24 @@ def test_pooled_connections_the_server_ended_are_replaced_before_a_request_uses_
     # then: no request fails for it: the pool's check finds each one closed and lends another
     for i in range(12):
         assert live.get("/api/v1/executions").status_code == 200, i
+
+
+def test_the_web_process_keeps_what_it_starts_with_out_of_the_collectors_sight():
+    """``alfred.asgi`` freezes the objects it starts with, so that a full collection scans
+    only what came after (bench/reports/acceptance.md: a pause of 40-75 ms otherwise)."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": subprocess_database_url(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "DJANGO_SETTINGS_MODULE": "alfred.settings",
+        "ALFRED_ENV": "test",
+    }
+    frozen = subprocess.run(
+        [sys.executable, "-c", "import gc, alfred.asgi; print(gc.get_freeze_count())"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert int(frozen) > 50_000  # Django, DRF and Alfred's apps as imported (150,000 here)

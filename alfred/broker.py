@@ -19,26 +19,34 @@ Any other broker (RabbitMQ, Redis over TLS or behind Sentinel, kombu's key prefi
 mode, and a task with options of its own that go in its message (a time limit, an expiry, a
 priority, a route) get ``apply_async``: their publishing is Celery's business, not ours.
 
-Failures: the connection times out as the broker's does (``broker_connection_timeout``), a
-lost connection is tried twice more with a short back-off, and then the error is raised as
-kombu raises it (``OperationalError``): ``run_dispatch`` records ``start_failed``. A retry
+Failures: connecting, and waiting for Redis's answer, each time out after the broker's
+``broker_connection_timeout``; a lost connection or a timeout is tried again as many times
+as the transport's ``max_retries`` (2: at once, then 0.2 s later), and then the error is raised
+as kombu raises it (``OperationalError``): ``run_dispatch`` records ``start_failed``. A try
 after an answer lost in transit can send a message twice; a message is only a hint
 (``executions.engine.dispatch``), so that is safe.
+
+Sent from inside a task (a worker's wake of another run), the message carries that task's
+root and parent ids, as ``send_task`` gives them. Nothing here sends Celery's publish
+signals: with a receiver connected to them, ``apply_async`` publishes.
 """
 
 from __future__ import annotations
 
 import base64
 import threading
+import time
 import uuid
+import weakref
 from typing import Any
 from urllib.parse import parse_qsl
 
 import redis
 from celery import Celery
+from celery.signals import after_task_publish, before_task_publish
 from kombu.exceptions import OperationalError
 from kombu.utils.json import dumps
-from redis.backoff import ExponentialBackoff
+from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 # Transport options that change where kombu puts a message or how it connects: with any of
@@ -64,14 +72,17 @@ def task_send(
 ) -> None:
     """Send task ``name`` with ``args`` to ``queue`` (to run ``countdown`` seconds from now,
     if given), as ``apply_async`` would."""
-    client = _client(app)
+    app = getattr(app, "_get_current_object", lambda: app)()  # (current_app is a proxy)
+    lean = _lean(app)
     plain, ignore_result = _task_plain(app, name)
-    if client is None or not plain:
+    if lean is None or not plain or _publish_watched():
         app.signature(name, args=args, queue=queue, immutable=True).apply_async(
             countdown=countdown or 0
         )
         return
+    client, tries = lean
     task_id = str(uuid.uuid4())
+    parent = app.current_worker_task  # sent from a task: its lineage, as send_task gives it
     message = app.amqp.as_task_v2(
         task_id,
         name,
@@ -79,43 +90,66 @@ def task_send(
         countdown=countdown or None,
         reply_to=app.thread_oid,  # as apply_async sets them
         ignore_result=ignore_result,  # type: ignore[arg-type]
+        root_id=(parent.request.root_id or parent.request.id) if parent else None,
+        parent_id=parent.request.id if parent else None,
     )
-    envelope = {
-        "body": base64.b64encode(dumps(message.body).encode()).decode(),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": message.headers,
-        "properties": {
-            **message.properties,
-            "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue},
-            "priority": 0,
-            "body_encoding": "base64",
-            "delivery_tag": str(uuid.uuid4()),
-        },
-    }
-    try:
-        client.lpush(queue, dumps(envelope))
-    except redis.RedisError as exc:
-        raise OperationalError(str(exc)) from exc
+    envelope = dumps(
+        {
+            "body": base64.b64encode(dumps(message.body).encode()).decode(),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": message.headers,
+            "properties": {
+                **message.properties,
+                "delivery_mode": 2,
+                "delivery_info": {"exchange": "", "routing_key": queue},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": str(uuid.uuid4()),
+            },
+        }
+    )
+    for attempt in range(tries):
+        try:
+            client.lpush(queue, envelope)
+            return
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if attempt == tries - 1:
+                raise OperationalError(str(exc)) from exc
+            time.sleep(min(0.5, 0.2 * attempt))  # kombu's interval_start, _step and _max
+        except redis.RedisError as exc:
+            raise OperationalError(str(exc)) from exc
 
 
-_clients: dict[tuple[int, str], redis.Redis | None] = {}
-_clients_lock = threading.Lock()
+def _publish_watched() -> bool:
+    """Whether something listens for Celery's publish signals, which only apply_async sends."""
+    return bool(before_task_publish.receivers or after_task_publish.receivers)
 
 
-def _client(app: Celery) -> redis.Redis | None:
-    """The kept Redis client of ``app``'s broker, or None when kombu should publish."""
+# Per app (weakly: an app that is gone takes its client with it): its broker's URL, and the
+# kept client with the number of tries a send gets, or None when kombu should publish.
+_Lean = tuple[redis.Redis, int]
+_kept: weakref.WeakKeyDictionary[Celery, tuple[str, _Lean | None]] = weakref.WeakKeyDictionary()
+_kept_lock = threading.Lock()
+
+
+def _lean(app: Celery) -> _Lean | None:
+    """The kept Redis client of ``app``'s broker and its tries, or None when kombu should
+    publish (decided again whenever the broker's URL changes; eager mode, at every send)."""
+    if app.conf.task_always_eager:
+        return None
     url = app.conf.broker_write_url  # (Celery: the broker_url when none is set)
-    key = (id(app), url)
-    try:
-        return _clients[key]
-    except KeyError:
-        pass
-    with _clients_lock:
-        if key not in _clients:
-            _clients[key] = _client_made(app, url)
-        return _clients[key]
+    kept = _kept.get(app)
+    if kept is not None and kept[0] == url:
+        return kept[1]
+    with _kept_lock:
+        kept = _kept.get(app)
+        if kept is None or kept[0] != url:
+            if kept is not None and kept[1] is not None:
+                kept[1][0].close()
+            kept = (url, _lean_made(app, url))
+            _kept[app] = kept
+        return kept[1]
 
 
 def _task_plain(app: Celery, name: str) -> tuple[bool, bool | None]:
@@ -129,25 +163,24 @@ def _task_plain(app: Celery, name: str) -> tuple[bool, bool | None]:
     return task.serializer in (None, "json") and not any(own), task.ignore_result
 
 
-def _client_made(app: Celery, url: str) -> redis.Redis | None:
-    options = app.conf.broker_transport_options or {}
+def _lean_made(app: Celery, url: str) -> _Lean | None:
     conf = app.conf
-    if _KOMBU_ONLY_OPTIONS & options.keys() or conf.broker_use_ssl or conf.task_always_eager:
+    options = conf.broker_transport_options or {}
+    if _KOMBU_ONLY_OPTIONS & options.keys() or conf.broker_use_ssl:
         return None
     if conf.task_serializer != "json" or conf.task_compression:
         return None
-    redis_url = redis_url_of(url)
+    redis_url = redis_url_of(url) if isinstance(url, str) else None
     if redis_url is None:
         return None
-    timeout = app.conf.broker_connection_timeout
-    retries = int(options.get("max_retries", 2))
-    return redis.Redis.from_url(
+    timeout = conf.broker_connection_timeout
+    client = redis.Redis.from_url(
         redis_url,
         socket_connect_timeout=timeout,
-        socket_timeout=max(timeout, 5.0),
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.2), retries),
-        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+        socket_timeout=timeout,
+        retry=Retry(NoBackoff(), 0),  # the tries are task_send's own, each bounded by timeout
     )
+    return client, 1 + max(0, int(options.get("max_retries") or 0))
 
 
 def redis_url_of(broker: str) -> str | None:

@@ -9,17 +9,20 @@ import base64
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 import pytest
 import redis
 from celery import Celery, current_app
+from celery.signals import before_task_publish
 from django.conf import settings
 from kombu.exceptions import OperationalError
 
 import executions.tasks  # noqa: F401 - run_stage registered, as in the web process
 from alfred import broker as broker_module
+from alfred import celery_app
 from alfred.broker import redis_url_of, task_send
 
 QUEUE = "broker-contract"  # no worker consumes it
@@ -44,6 +47,18 @@ def _taken(client: redis.Redis) -> dict[str, Any]:
     return message
 
 
+@contextmanager
+def _app_like_ours(name: str, **conf: Any) -> Iterator[Celery]:
+    """A Celery app configured as ours, with ``conf`` over it."""
+    app = Celery(name, set_as_current=False)
+    app.config_from_object("django.conf:settings", namespace="CELERY")
+    app.conf.update(**conf)
+    try:
+        yield app
+    finally:
+        app.close()
+
+
 def _masked(message: dict[str, Any]) -> dict[str, Any]:
     """The message without what differs from one sending to the next: its ids."""
     headers = {k: v for k, v in message["headers"].items() if k not in ("id", "root_id")}
@@ -56,7 +71,9 @@ def _masked(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_lean_message_is_the_one_kombu_writes(queue):
-    # given: the same task sent by Celery's own apply_async and by task_send
+    # given: the same task sent by Celery's own apply_async and by task_send (the lean path:
+    # the test stack's broker is plain Redis)
+    assert broker_module._lean(celery_app) is not None
     current_app.signature(TASK, args=["run_1", "plan"], queue=QUEUE, immutable=True).apply_async()
     kombu_sent = _taken(queue)
     task_send(current_app, TASK, ["run_1", "plan"], queue=QUEUE)
@@ -78,55 +95,101 @@ def test_the_lean_message_is_the_one_kombu_writes(queue):
 
 def test_a_countdown_is_the_messages_eta(queue):
     task_send(current_app, TASK, ["run_1", "verify"], queue=QUEUE, countdown=30)
+    lean_sent = _taken(queue)
+    current_app.signature(TASK, args=["run_1", "verify"], queue=QUEUE).apply_async(countdown=30)
+    kombu_sent = _taken(queue)
 
-    eta = _taken(queue)["headers"]["eta"]
-
-    ahead = datetime.fromisoformat(eta).timestamp() - time.time()
+    ahead = datetime.fromisoformat(lean_sent["headers"]["eta"]).timestamp() - time.time()
     assert 25 < ahead <= 30
+    kombu_eta = datetime.fromisoformat(kombu_sent["headers"]["eta"])
+    assert kombu_eta.utcoffset() == datetime.fromisoformat(lean_sent["headers"]["eta"]).utcoffset()
+
+
+def test_a_message_sent_from_a_task_carries_its_lineage(queue):
+    # given: a task (run as a worker runs it) that sends another, as a wake does
+    with _app_like_ours("alfred-lineage") as app:
+
+        @app.task(name="tests.waking")
+        def waking() -> None:
+            task_send(app, TASK, ["run_1", "plan"], queue=QUEUE)
+
+        # when
+        waking.apply(task_id="parent-1")
+
+    # then
+    headers = _taken(queue)["headers"]
+    assert (headers["parent_id"], headers["root_id"]) == ("parent-1", "parent-1")
 
 
 def test_a_task_with_options_of_its_own_is_sent_by_apply_async(queue):
     # given: a task whose own time limit goes in its message
-    app = Celery("alfred-limited", set_as_current=False)
-    app.config_from_object("django.conf:settings", namespace="CELERY")
+    with _app_like_ours("alfred-limited") as app:
 
-    @app.task(name="tests.limited", time_limit=5)
-    def limited() -> None: ...
+        @app.task(name="tests.limited", time_limit=5)
+        def limited() -> None: ...
 
-    try:
         # when
         task_send(app, "tests.limited", [], queue=QUEUE)
 
-        # then: the message is Celery's, the limit in it
-        assert _taken(queue)["headers"]["timelimit"] == [5, None]
-    finally:
-        app.close()
+    # then: the message is Celery's, the limit in it
+    assert _taken(queue)["headers"]["timelimit"] == [5, None]
 
 
-def test_a_broker_that_is_not_plain_redis_is_kombus_to_publish_to():
-    # given: an app like ours on AMQP (nothing listens on that port)
-    app = Celery("alfred-amqp", set_as_current=False)
-    app.config_from_object("django.conf:settings", namespace="CELERY")
-    app.conf.update(broker_write_url="amqp://guest:guest@127.0.0.1:1//")
+def test_a_receiver_of_the_publish_signals_gets_them(queue):
+    heard: list[str] = []
+
+    def receiver(sender: str | None = None, **_: Any) -> None:
+        heard.append(str(sender))
+
+    before_task_publish.connect(receiver)
     try:
-        # then: no lean client; the send is apply_async's, and fails as kombu fails
-        assert broker_module._client(app) is None
+        task_send(current_app, TASK, ["run_1", "plan"], queue=QUEUE)
+    finally:
+        before_task_publish.disconnect(receiver)
+
+    assert heard == [TASK]
+    assert _taken(queue)["headers"]["task"] == TASK
+
+
+@pytest.mark.parametrize(
+    "conf",
+    [
+        {"broker_write_url": "amqp://guest:guest@127.0.0.1:1//"},  # nothing listens there
+        {"task_always_eager": True},
+        {"broker_transport_options": {"global_keyprefix": "other:"}},
+    ],
+    ids=["amqp", "eager", "key-prefix"],
+)
+def test_kombu_publishes_for_what_the_lean_path_does_not_speak(conf):
+    with _app_like_ours("alfred-other", **conf) as app:
+        assert broker_module._lean(app) is None
+
+
+def test_a_broker_that_is_not_plain_redis_fails_as_kombu_fails():
+    amqp = "amqp://guest:guest@127.0.0.1:1//"
+    with (
+        _app_like_ours("alfred-amqp", broker_write_url=amqp) as app,
+        pytest.raises(OperationalError),
+    ):
+        task_send(app, TASK, ["run_1", "plan"], queue=QUEUE)
+
+
+def test_a_redis_that_does_not_answer_fails_as_kombu_fails():
+    with _app_like_ours("alfred-dead-redis", broker_write_url="redis://127.0.0.1:1/0") as app:
+        assert broker_module._lean(app) is not None
         with pytest.raises(OperationalError):
             task_send(app, TASK, ["run_1", "plan"], queue=QUEUE)
-    finally:
-        app.close()
 
 
-def test_a_broker_that_does_not_answer_fails_as_kombu_fails():
-    app = Celery("alfred-dead-redis", set_as_current=False)
-    app.config_from_object("django.conf:settings", namespace="CELERY")
-    app.conf.update(broker_write_url="redis://127.0.0.1:1/0")
-    try:
-        assert broker_module._client(app) is not None
-        with pytest.raises(OperationalError):
-            task_send(app, TASK, ["run_1", "plan"], queue=QUEUE)
-    finally:
-        app.close()
+def test_a_new_broker_url_gets_a_new_client():
+    with _app_like_ours("alfred-moved", broker_write_url="redis://127.0.0.1:1/0") as app:
+        first = broker_module._lean(app)
+        app.conf.update(broker_write_url="redis://127.0.0.1:1/1")
+        second = broker_module._lean(app)
+
+    assert first is not None and second is not None
+    assert first[0] is not second[0]
+    assert second[1] == 3  # max_retries 2 in settings: three tries
 
 
 @pytest.mark.parametrize(

@@ -118,3 +118,81 @@ def blank_strings(
 
     walk(result)
     return result
+
+
+# OpenAPI links: where an answer names a resource that other operations take, by the
+# operation that answers (an operationId, or its prefix ending in "*"), the status it
+# answers with, and the value's place in the answer; then the operations that take it, and
+# the parameter they take it as. A client generator, or the fuzzer's stateful phase
+# (`make fuzz`), follows them from a new execution to its controls and lane, from a new
+# webhook endpoint to its operations, and from a list to one of its items.
+_EXECUTION = (
+    "executions_retrieve",
+    "executions_events",
+    "executions_cancel",
+    "executions_retry",
+    "executions_rollback",
+    "executions_approve",
+)
+_LANE = ("lanes_retrieve", "lanes_recover")
+_ENDPOINT = (
+    "webhook_endpoints_get",
+    "webhook_endpoints_update",
+    "webhook_endpoints_delete",
+    "webhook_deliveries_list",
+    "webhook_endpoints_redeliver_failed",
+    "webhook_endpoints_rotate_secret",
+)
+_LINKS: tuple[tuple[str, str, str, tuple[str, ...], str], ...] = (
+    ("executions_create_*", "202", "$response.body#/id", _EXECUTION, "execution_id"),
+    ("executions_create_*", "202", "$response.body#/lane/key", _LANE, "key"),
+    ("lanes_list", "200", "$response.body#/0/key", _LANE, "key"),
+    ("webhook_endpoints_create", "201", "$response.body#/id", _ENDPOINT, "endpoint_id"),
+    (
+        "webhook_deliveries_list",
+        "200",
+        "$response.body#/0/id",
+        ("webhook_deliveries_redeliver",),
+        "delivery_id",
+    ),
+)
+
+
+def operation_links(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
+    """A drf-spectacular post-processing hook: the links of ``_LINKS`` on the answers they
+    start from. A link to an operation the document does not have is an error: the table
+    and the API have drifted apart."""
+    operations = {
+        operation["operationId"]: operation
+        for item in result.get("paths", {}).values()
+        for method in _METHODS
+        if (operation := item.get(method)) is not None
+    }
+    for source, status, value, targets, parameter in _LINKS:
+        for target in targets:
+            if target not in operations:
+                raise KeyError(f"an OpenAPI link names no operation: {target}")
+        for operation_id, operation in operations.items():
+            if not _named(operation_id, source):
+                continue
+            links = operation["responses"][status].setdefault("links", {})
+            for target in targets:
+                links[_link_name(target, parameter)] = {
+                    "operationId": target,
+                    "parameters": {parameter: value},
+                }
+    return result
+
+
+def _named(operation_id: str, pattern: str) -> bool:
+    if pattern.endswith("*"):
+        return operation_id.startswith(pattern[:-1])
+    return operation_id == pattern
+
+
+def _link_name(target: str, parameter: str) -> str:
+    """``executions_cancel`` taking ``execution_id``: ``ExecutionsCancelByExecutionId``."""
+    words = [*target.split("_"), "by", *parameter.split("_")]
+    return "".join(word.title() for word in words)

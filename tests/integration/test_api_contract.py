@@ -425,6 +425,48 @@ def test_each_workflow_has_its_own_trigger_operation_with_its_input_schema(api):
         assert [e["value"] for e in body["examples"].values()] == served["examples"], name
 
 
+def test_the_links_lead_from_an_answer_to_the_operations_that_take_what_it_names(api, operator_api):
+    schema = json.loads(api.get("/api/schema/?format=json").content)
+    operations = {
+        operation["operationId"]: operation
+        for item in schema["paths"].values()
+        for operation in item.values()
+    }
+
+    # every link names an operation and one of its path parameters
+    followed: dict[str, dict[str, str]] = {}
+    for source in operations.values():
+        for response in source["responses"].values():
+            for link in response.get("links", {}).values():
+                target = operations[link["operationId"]]
+                taken = {p["name"] for p in target.get("parameters", []) if p["in"] == "path"}
+                assert set(link["parameters"]) <= taken, link
+                followed[source["operationId"]] = link["parameters"]
+    assert {"executions_create_add_domain", "lanes_list", "webhook_endpoints_create"} <= set(
+        followed
+    )
+
+    # and followed on real answers: a new domain's id and lane key name it and its lane
+    links = operations["executions_create_add_domain"]["responses"]["202"]["links"]
+    body = submit(api, "add-domain", {"domain": "links.example"}).json()
+    execution_id = _pointed(body, links["ExecutionsRetrieveByExecutionId"]["parameters"])
+    assert api.get(f"/api/v1/executions/{execution_id}").status_code == 200
+    key = _pointed(body, links["LanesRetrieveByKey"]["parameters"])
+    assert operator_api.get(f"/api/v1/lanes/{key}").json()["owner"] == body["id"]
+    lanes = operator_api.get("/api/v1/lanes").json()
+    listed = operations["lanes_list"]["responses"]["200"]["links"]["LanesRetrieveByKey"]
+    assert _pointed(lanes, listed["parameters"]) == key
+
+
+def _pointed(answer: object, parameters: dict[str, str]) -> object:
+    """The value a link's one parameter takes from ``answer`` (``$response.body#/a/0/b``)."""
+    (expression,) = parameters.values()
+    node = answer
+    for part in expression.removeprefix("$response.body#/").split("/"):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
 def test_every_refusal_an_operation_can_answer_is_declared(api):
     schema = json.loads(api.get("/api/schema/?format=json").content)
 

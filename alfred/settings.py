@@ -349,7 +349,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "executions.api.schema.workflow_paths",
-        "alfred.openapi.operation_links",
+        "executions.api.schema.operation_links",
         "alfred.openapi.document_refusals",
         "alfred.openapi.blank_strings",
     ],

@@ -36,7 +36,7 @@ def workflow_paths(
             input_schema = get_workflow(name).input_schema
             schemas[component] = openapi_schema(input_schema)
             operation = copy.deepcopy(template)
-            operation["operationId"] = f"executions_create_{name.replace('-', '_')}"
+            operation["operationId"] = _create_id(name)
             operation["summary"] = f"Ask for an execution of {name}"
             operation["parameters"] = [
                 p for p in operation.get("parameters", []) if p["name"] != "workflow"
@@ -79,3 +79,91 @@ def openapi_schema(schema: Any) -> Any:
         else:
             converted[key] = openapi_schema(value)
     return converted
+
+
+# OpenAPI links: where an answer names a resource that other operations take. Each row: the
+# operations that answer (by operationId), the status they answer with, the value's place in
+# the answer, the operations that take it and the parameter they take it as. A client
+# generator, or the fuzzer's stateful phase (`make fuzz`), follows them from a new execution
+# to its controls and its lane, from a new webhook endpoint to its operations, and from a list
+# to one of its items.
+_EXECUTION = (
+    "executions_retrieve",
+    "executions_events",
+    "executions_cancel",
+    "executions_retry",
+    "executions_rollback",
+    "executions_approve",
+)
+_LANE = ("lanes_retrieve", "lanes_recover")
+_ENDPOINT = (
+    "webhook_endpoints_get",
+    "webhook_endpoints_update",
+    "webhook_endpoints_delete",
+    "webhook_deliveries_list",
+    "webhook_endpoints_redeliver_failed",
+    "webhook_endpoints_rotate_secret",
+)
+_METHODS = ("get", "put", "post", "delete", "patch")
+
+
+def _links() -> list[tuple[tuple[str, ...], str, str, tuple[str, ...], str]]:
+    creates = {name: _create_id(name) for name in selectors.workflow_names()}
+    return [
+        (tuple(creates.values()), "202", "$response.body#/id", _EXECUTION, "execution_id"),
+        (
+            tuple(op for name, op in creates.items() if get_workflow(name).queues_on_a_lane),
+            "202",
+            "$response.body#/lane/key",
+            _LANE,
+            "key",
+        ),
+        (("lanes_list",), "200", "$response.body#/0/key", _LANE, "key"),
+        (("webhook_endpoints_create",), "201", "$response.body#/id", _ENDPOINT, "endpoint_id"),
+        (
+            ("webhook_deliveries_list",),
+            "200",
+            "$response.body#/0/id",
+            ("webhook_deliveries_redeliver",),
+            "delivery_id",
+        ),
+    ]
+
+
+def operation_links(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
+    """A drf-spectacular post-processing hook (after :func:`workflow_paths`): the links of
+    :func:`_links` on the answers they start from. A link from or to an operation, or from a
+    status, the document does not have is an error: the table and the API drifted apart."""
+    operations = {
+        operation["operationId"]: operation
+        for item in result.get("paths", {}).values()
+        for method in _METHODS
+        if (operation := item.get(method)) is not None
+    }
+    for sources, status, value, targets, parameter in _links():
+        for name in (*sources, *targets):
+            if name not in operations:
+                raise KeyError(f"an OpenAPI link names no operation of the document: {name}")
+        for source in sources:
+            response = operations[source]["responses"].get(status)
+            if response is None:
+                raise KeyError(f"an OpenAPI link starts from an answer {source} lacks: {status}")
+            links = response.setdefault("links", {})
+            for target in targets:
+                links[_link_name(target, parameter)] = {
+                    "operationId": target,
+                    "parameters": {parameter: value},
+                }
+    return result
+
+
+def _create_id(workflow: str) -> str:
+    return f"executions_create_{workflow.replace('-', '_')}"
+
+
+def _link_name(target: str, parameter: str) -> str:
+    """``executions_cancel`` taking ``execution_id``: ``ExecutionsCancelByExecutionId``."""
+    words = [*target.split("_"), "by", *parameter.split("_")]
+    return "".join(word.title() for word in words)

@@ -136,6 +136,9 @@ class Workflow:
     # A failed or canceled execution asked for again (new key, same identity) is continued:
     # a new run on the same execution that skips stages whose output is persisted and valid.
     supports_continuation: ClassVar[bool] = True
+    # Whether every execution queues on a lane (``lane`` returns a claim for any input): its
+    # answer then names the lane, which the OpenAPI document links to the lane's operations.
+    queues_on_a_lane: ClassVar[bool] = True
     # The stages a continuation may skip when an earlier run persisted their output (None:
     # any but the last, verify). A workflow whose plan freezes compare-and-swap tokens
     # (update-lambda-version's RevisionIds) plans again instead: stale tokens would only be

@@ -433,18 +433,29 @@ def test_the_links_lead_from_an_answer_to_the_operations_that_take_what_it_names
         for operation in item.values()
     }
 
-    # every link names an operation and one of its path parameters
-    followed: dict[str, dict[str, str]] = {}
+    # every link names an operation and one of its path parameters, and takes the value from
+    # a place its answer's schema has
+    followed: dict[str, set[str]] = {}
     for source in operations.values():
         for response in source["responses"].values():
-            for link in response.get("links", {}).values():
+            for name, link in response.get("links", {}).items():
                 target = operations[link["operationId"]]
                 taken = {p["name"] for p in target.get("parameters", []) if p["in"] == "path"}
                 assert set(link["parameters"]) <= taken, link
-                followed[source["operationId"]] = link["parameters"]
-    assert {"executions_create_add_domain", "lanes_list", "webhook_endpoints_create"} <= set(
-        followed
-    )
+                (expression,) = link["parameters"].values()
+                answer = response["content"]["application/json"]["schema"]
+                assert _schema_at(schema, answer, expression) is not None, (name, expression)
+                followed.setdefault(source["operationId"], set()).add(name)
+    assert {
+        "executions_create_add_domain",
+        "executions_create_add_subdomain",
+        "lanes_list",
+        "webhook_endpoints_create",
+        "webhook_deliveries_list",
+    } <= set(followed)
+    # an add-subdomain never queues on a lane: no link to one from its answer
+    assert "LanesRecoverByKey" in followed["executions_create_add_domain"]
+    assert "LanesRecoverByKey" not in followed["executions_create_add_subdomain"]
 
     # and followed on real answers: a new domain's id and lane key name it and its lane
     links = operations["executions_create_add_domain"]["responses"]["202"]["links"]
@@ -456,6 +467,20 @@ def test_the_links_lead_from_an_answer_to_the_operations_that_take_what_it_names
     lanes = operator_api.get("/api/v1/lanes").json()
     listed = operations["lanes_list"]["responses"]["200"]["links"]["LanesRetrieveByKey"]
     assert _pointed(lanes, listed["parameters"]) == key
+
+
+def _schema_at(document: dict, schema: dict, expression: str) -> dict | None:
+    """The schema of the value at ``expression`` (``$response.body#/a/0/b``) in an answer of
+    ``schema``, following ``$ref`` and ``allOf``; None where the schema has no such place."""
+    node: dict | None = schema
+    for part in expression.removeprefix("$response.body#/").split("/"):
+        while node is not None and ("$ref" in node or "allOf" in node):
+            ref = node["$ref"] if "$ref" in node else node["allOf"][0]["$ref"]
+            node = document["components"]["schemas"][ref.rsplit("/", 1)[1]]
+        if node is None:
+            return None
+        node = node.get("items") if part.isdigit() else node.get("properties", {}).get(part)
+    return node
 
 
 def _pointed(answer: object, parameters: dict[str, str]) -> object:

@@ -90,6 +90,13 @@ def test_describe_carries_the_contract(wf: Workflow) -> None:
     assert described["input_schema"] is wf.input_schema
 
 
+@by_name
+def test_what_a_workflow_says_of_its_lane_is_what_its_examples_get(wf: Workflow) -> None:
+    for example in wf.input_schema["examples"]:
+        claim = wf.lane(wf.canonicalize(example))
+        assert (claim is not None) == wf.queues_on_a_lane, example
+
+
 # --- schemas --------------------------------------------------------------------------------
 
 

@@ -42,6 +42,7 @@ class AddSubdomain(Workflow):
     lane_description: ClassVar[str] = (
         "none: runs without a lane; conflicting DNS is guarded by plan-hash approval instead"
     )
+    queues_on_a_lane: ClassVar[bool] = False
     input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
         title="add-subdomain input",
         description="The name to add and the hosted zone it belongs to.",

@@ -20,10 +20,11 @@ mode, and a task with options of its own that go in its message (a time limit, a
 priority, a route) get ``apply_async``: their publishing is Celery's business, not ours.
 
 Failures: connecting, and waiting for Redis's answer, each time out after the broker's
-``broker_connection_timeout``; a lost connection or a timeout is tried again as many times
-as the transport's ``max_retries`` (2: at once, then 0.2 s later), and then the error is raised
-as kombu raises it (``OperationalError``): ``run_dispatch`` records ``start_failed``. A try
-after an answer lost in transit can send a message twice; a message is only a hint
+``broker_connection_timeout``; a lost connection or a timeout is tried again as the
+transport's options say (``max_retries`` 2, at once and then 0.2 s later; where they are not
+set, as Celery's publish retry policy says), and then the error is raised as kombu raises it
+(``OperationalError``): ``run_dispatch`` records ``start_failed``. A try after an answer
+lost in transit can send a message twice; a message is only a hint
 (``executions.engine.dispatch``), so that is safe.
 
 Sent from inside a task (a worker's wake of another run), the message carries that task's
@@ -38,6 +39,7 @@ import threading
 import time
 import uuid
 import weakref
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -52,6 +54,7 @@ from redis.retry import Retry
 # Transport options that change where kombu puts a message or how it connects: with any of
 # them set, kombu publishes.
 _KOMBU_ONLY_OPTIONS = frozenset({"global_keyprefix", "sep", "priority_steps", "sentinels"})
+_RETRY_OPTIONS = frozenset({"max_retries", "interval_start", "interval_step", "interval_max"})
 # A task's own options that would change its message or its route: a task with any of them
 # set is published by apply_async.
 _TASK_OPTIONS = (
@@ -73,14 +76,13 @@ def task_send(
     """Send task ``name`` with ``args`` to ``queue`` (to run ``countdown`` seconds from now,
     if given), as ``apply_async`` would."""
     app = getattr(app, "_get_current_object", lambda: app)()  # (current_app is a proxy)
-    lean = _lean(app)
+    sender = _sender(app)
     plain, ignore_result = _task_plain(app, name)
-    if lean is None or not plain or _publish_watched():
+    if sender is None or not plain or _publish_watched():
         app.signature(name, args=args, queue=queue, immutable=True).apply_async(
             countdown=countdown or 0
         )
         return
-    client, tries = lean
     task_id = str(uuid.uuid4())
     parent = app.current_worker_task  # sent from a task: its lineage, as send_task gives it
     message = app.amqp.as_task_v2(
@@ -109,16 +111,7 @@ def task_send(
             },
         }
     )
-    for attempt in range(tries):
-        try:
-            client.lpush(queue, envelope)
-            return
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            if attempt == tries - 1:
-                raise OperationalError(str(exc)) from exc
-            time.sleep(min(0.5, 0.2 * attempt))  # kombu's interval_start, _step and _max
-        except redis.RedisError as exc:
-            raise OperationalError(str(exc)) from exc
+    sender.push(queue, envelope)
 
 
 def _publish_watched() -> bool:
@@ -126,16 +119,41 @@ def _publish_watched() -> bool:
     return bool(before_task_publish.receivers or after_task_publish.receivers)
 
 
-# Per app (weakly: an app that is gone takes its client with it): its broker's URL, and the
-# kept client with the number of tries a send gets, or None when kombu should publish.
-_Lean = tuple[redis.Redis, int]
-_kept: weakref.WeakKeyDictionary[Celery, tuple[str, _Lean | None]] = weakref.WeakKeyDictionary()
+@dataclass(frozen=True)
+class _Sender:
+    """A kept Redis client, and how a push is tried again after a lost connection or a
+    timeout (``max_retries``, ``interval_start``, ``interval_step``, ``interval_max``), each
+    try bounded by the client's timeouts."""
+
+    client: redis.Redis
+    tries: int
+    interval_start: float
+    interval_step: float
+    interval_max: float
+
+    def push(self, queue: str, envelope: str) -> None:
+        for attempt in range(self.tries):
+            try:
+                self.client.lpush(queue, envelope)
+                return
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if attempt == self.tries - 1:
+                    raise OperationalError(str(exc)) from exc
+                interval = self.interval_start + self.interval_step * attempt
+                time.sleep(min(self.interval_max, interval))
+            except redis.RedisError as exc:
+                raise OperationalError(str(exc)) from exc
+
+
+# Per app (weakly: an app that is gone takes its client with it): its broker's URL, and its
+# sender, or None when kombu should publish.
+_kept: weakref.WeakKeyDictionary[Celery, tuple[str, _Sender | None]] = weakref.WeakKeyDictionary()
 _kept_lock = threading.Lock()
 
 
-def _lean(app: Celery) -> _Lean | None:
-    """The kept Redis client of ``app``'s broker and its tries, or None when kombu should
-    publish (decided again whenever the broker's URL changes; eager mode, at every send)."""
+def _sender(app: Celery) -> _Sender | None:
+    """``app``'s sender, or None when kombu should publish (decided again whenever the
+    broker's URL changes; eager mode, at every send)."""
     if app.conf.task_always_eager:
         return None
     url = app.conf.broker_write_url  # (Celery: the broker_url when none is set)
@@ -146,8 +164,8 @@ def _lean(app: Celery) -> _Lean | None:
         kept = _kept.get(app)
         if kept is None or kept[0] != url:
             if kept is not None and kept[1] is not None:
-                kept[1][0].close()
-            kept = (url, _lean_made(app, url))
+                kept[1].client.close()
+            kept = (url, _sender_made(app, url))
             _kept[app] = kept
         return kept[1]
 
@@ -163,7 +181,7 @@ def _task_plain(app: Celery, name: str) -> tuple[bool, bool | None]:
     return task.serializer in (None, "json") and not any(own), task.ignore_result
 
 
-def _lean_made(app: Celery, url: str) -> _Lean | None:
+def _sender_made(app: Celery, url: str) -> _Sender | None:
     conf = app.conf
     options = conf.broker_transport_options or {}
     if _KOMBU_ONLY_OPTIONS & options.keys() or conf.broker_use_ssl:
@@ -178,9 +196,21 @@ def _lean_made(app: Celery, url: str) -> _Lean | None:
         redis_url,
         socket_connect_timeout=timeout,
         socket_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),  # the tries are task_send's own, each bounded by timeout
+        retry=Retry(NoBackoff(), 0),  # the tries are the sender's own
     )
-    return client, 1 + max(0, int(options.get("max_retries") or 0))
+    # The transport's retry options where set (ours: fail fast), else the publish retry policy
+    # apply_async would follow.
+    policy = {
+        **conf.task_publish_retry_policy,
+        **{k: v for k, v in options.items() if k in _RETRY_OPTIONS and v is not None},
+    }
+    return _Sender(
+        client,
+        tries=1 + max(0, int(policy.get("max_retries") or 0)),
+        interval_start=float(policy.get("interval_start") or 0),
+        interval_step=float(policy.get("interval_step") or 0),
+        interval_max=float(policy.get("interval_max") or 0),
+    )
 
 
 def redis_url_of(broker: str) -> str | None:

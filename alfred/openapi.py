@@ -60,7 +60,7 @@ def _codes_described(status: int) -> str:
 # Refusals every operation of a kind can answer, whatever its view declares: a query string or
 # header it reads can be malformed (400); a body can be malformed (400), too large (413), of
 # another media type (415) or not fit the operation's input (422).
-_METHODS = ("get", "put", "post", "delete", "patch")
+OPERATION_METHODS = ("get", "put", "post", "delete", "patch")
 
 
 def document_refusals(
@@ -70,7 +70,7 @@ def document_refusals(
     answer them and does not declare them yet, as the same problem responses as
     :func:`problems` gives."""
     for item in result.get("paths", {}).values():
-        for method in _METHODS:
+        for method in OPERATION_METHODS:
             operation = item.get(method)
             if operation is None:
                 continue

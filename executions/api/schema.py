@@ -10,8 +10,9 @@ serves, turned into an OpenAPI 3.0 schema object."""
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, NamedTuple
 
+from alfred.openapi import OPERATION_METHODS
 from executions import selectors
 from executions.workflows.registry import get_workflow
 
@@ -104,23 +105,25 @@ _ENDPOINT = (
     "webhook_endpoints_redeliver_failed",
     "webhook_endpoints_rotate_secret",
 )
-_METHODS = ("get", "put", "post", "delete", "patch")
 
 
-def _links() -> list[tuple[tuple[str, ...], str, str, tuple[str, ...], str]]:
+class _Link(NamedTuple):
+    sources: tuple[str, ...]
+    status: str
+    value: str
+    targets: tuple[str, ...]
+    parameter: str
+
+
+def _links() -> list[_Link]:
     creates = {name: _create_id(name) for name in selectors.workflow_names()}
+    laned = tuple(op for name, op in creates.items() if get_workflow(name).queues_on_a_lane)
     return [
-        (tuple(creates.values()), "202", "$response.body#/id", _EXECUTION, "execution_id"),
-        (
-            tuple(op for name, op in creates.items() if get_workflow(name).queues_on_a_lane),
-            "202",
-            "$response.body#/lane/key",
-            _LANE,
-            "key",
-        ),
-        (("lanes_list",), "200", "$response.body#/0/key", _LANE, "key"),
-        (("webhook_endpoints_create",), "201", "$response.body#/id", _ENDPOINT, "endpoint_id"),
-        (
+        _Link(tuple(creates.values()), "202", "$response.body#/id", _EXECUTION, "execution_id"),
+        _Link(laned, "202", "$response.body#/lane/key", _LANE, "key"),
+        _Link(("lanes_list",), "200", "$response.body#/0/key", _LANE, "key"),
+        _Link(("webhook_endpoints_create",), "201", "$response.body#/id", _ENDPOINT, "endpoint_id"),
+        _Link(
             ("webhook_deliveries_list",),
             "200",
             "$response.body#/0/id",
@@ -139,22 +142,24 @@ def operation_links(
     operations = {
         operation["operationId"]: operation
         for item in result.get("paths", {}).values()
-        for method in _METHODS
+        for method in OPERATION_METHODS
         if (operation := item.get(method)) is not None
     }
-    for sources, status, value, targets, parameter in _links():
-        for name in (*sources, *targets):
+    for link in _links():
+        for name in (*link.sources, *link.targets):
             if name not in operations:
                 raise KeyError(f"an OpenAPI link names no operation of the document: {name}")
-        for source in sources:
-            response = operations[source]["responses"].get(status)
+        for source in link.sources:
+            response = operations[source]["responses"].get(link.status)
             if response is None:
-                raise KeyError(f"an OpenAPI link starts from an answer {source} lacks: {status}")
+                raise KeyError(
+                    f"an OpenAPI link starts from an answer {source} lacks: {link.status}"
+                )
             links = response.setdefault("links", {})
-            for target in targets:
-                links[_link_name(target, parameter)] = {
+            for target in link.targets:
+                links[_link_name(target, link.parameter)] = {
                     "operationId": target,
-                    "parameters": {parameter: value},
+                    "parameters": {link.parameter: link.value},
                 }
     return result
 

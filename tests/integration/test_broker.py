@@ -73,7 +73,7 @@ def _masked(message: dict[str, Any]) -> dict[str, Any]:
 def test_the_lean_message_is_the_one_kombu_writes(queue):
     # given: the same task sent by Celery's own apply_async and by task_send (the lean path:
     # the test stack's broker is plain Redis)
-    assert broker_module._lean(celery_app) is not None
+    assert broker_module._sender(celery_app) is not None
     current_app.signature(TASK, args=["run_1", "plan"], queue=QUEUE, immutable=True).apply_async()
     kombu_sent = _taken(queue)
     task_send(current_app, TASK, ["run_1", "plan"], queue=QUEUE)
@@ -162,7 +162,7 @@ def test_a_receiver_of_the_publish_signals_gets_them(queue):
 )
 def test_kombu_publishes_for_what_the_lean_path_does_not_speak(conf):
     with _app_like_ours("alfred-other", **conf) as app:
-        assert broker_module._lean(app) is None
+        assert broker_module._sender(app) is None
 
 
 def test_a_broker_that_is_not_plain_redis_fails_as_kombu_fails():
@@ -176,20 +176,21 @@ def test_a_broker_that_is_not_plain_redis_fails_as_kombu_fails():
 
 def test_a_redis_that_does_not_answer_fails_as_kombu_fails():
     with _app_like_ours("alfred-dead-redis", broker_write_url="redis://127.0.0.1:1/0") as app:
-        assert broker_module._lean(app) is not None
+        assert broker_module._sender(app) is not None
         with pytest.raises(OperationalError):
             task_send(app, TASK, ["run_1", "plan"], queue=QUEUE)
 
 
 def test_a_new_broker_url_gets_a_new_client():
     with _app_like_ours("alfred-moved", broker_write_url="redis://127.0.0.1:1/0") as app:
-        first = broker_module._lean(app)
+        first = broker_module._sender(app)
         app.conf.update(broker_write_url="redis://127.0.0.1:1/1")
-        second = broker_module._lean(app)
+        second = broker_module._sender(app)
 
     assert first is not None and second is not None
-    assert first[0] is not second[0]
-    assert second[1] == 3  # max_retries 2 in settings: three tries
+    assert first.client is not second.client
+    assert second.tries == 3  # max_retries 2 in settings: three tries
+    assert (second.interval_start, second.interval_step, second.interval_max) == (0, 0.2, 0.5)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,9 @@
-"""Tokens in the admin (listed, revoked) and the beat schedule, read-only: the scanners and
-the reconciler are part of Alfred's guarantees, not settings to switch off from a page."""
+"""Tokens in the admin (listed, revoked) and the beat schedule: read-only, and shown to a
+superuser only. The scanners and the reconciler are part of Alfred's guarantees, not settings
+to switch off from a page; the schedule is ``CELERY_BEAT_SCHEDULE`` in settings, so an
+operator or a viewer, who could never change it here, is not shown a group of pages about it."""
+
+from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -41,8 +45,16 @@ class ApiTokenAdmin(ReadOnlyAdmin):
         self.message_user(request, f"Revoked {revoked} token(s).", messages.SUCCESS)
 
 
+class _SuperuserOnly:
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_superuser)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request)
+
+
 def _read_only(base: type[admin.ModelAdmin]) -> type[admin.ModelAdmin]:
-    return type(f"ReadOnly{base.__name__}", (ReadOnlyAdmin, base), {"actions": []})
+    return type(f"ReadOnly{base.__name__}", (_SuperuserOnly, ReadOnlyAdmin, base), {"actions": []})
 
 
 for _model, _base in [

@@ -28,6 +28,7 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "API token"
         constraints = [
             models.UniqueConstraint(
                 fields=["name"],

@@ -94,3 +94,27 @@ def cli_caller(actor: str | None = None) -> Caller:
         except (OSError, KeyError, argparse.ArgumentTypeError):
             raise CommandError("say who you are with --actor NAME (no OS user to name)") from None
     return Caller(f"cli:{actor}", Role.OPERATOR, actor)
+
+
+def principal_name(field: str) -> Any:
+    """An expression for the name people know the principal in ``field`` by (an annotation
+    of a changelist's rows, one query for the page): a user's username (``user:<pk>``), an
+    API token's name (``prn_…``, its newest token's), else None. ``cli:<actor>`` and Alfred's
+    own actors (``alfred:…``) are names already."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import CharField, OuterRef, Subquery, Value
+    from django.db.models.functions import Cast, Coalesce, Concat
+
+    from alfred.models import ApiToken
+
+    users = (
+        get_user_model()
+        .objects.annotate(principal=Concat(Value("user:"), Cast("pk", CharField())))
+        .filter(principal=OuterRef(field))
+    )
+    tokens = ApiToken.objects.filter(principal_id=OuterRef(field)).order_by("-created_at")
+    return Coalesce(
+        Subquery(users.values("username")[:1]),
+        Subquery(tokens.values("name")[:1]),
+        output_field=CharField(),
+    )

@@ -370,6 +370,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+FORMAT_MODULE_PATH = ["alfred.formats"]  # one date format, with the zone, across the admin
 STATIC_URL = "static/"
 STATIC_ROOT = (
     env.str("ALFRED_STATIC_ROOT", default=str(BASE_DIR / "staticfiles")) if PRODUCTION else None

@@ -10,6 +10,7 @@ admin.site.login_form = AdminLoginForm  # bounds failed logins (alfred/login.py)
 admin.site.site_header = "Alfred"
 admin.site.site_title = "Alfred"
 admin.site.index_title = "Operations"
+admin.site.site_url = None  # no site beside the admin: the user links name the API docs instead
 
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),

@@ -241,11 +241,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Subject")
     def subject(self, execution: Execution) -> str:
-        data = execution.input if isinstance(execution.input, dict) else {}
-        name, zone = str(data.get("subdomain") or ""), str(data.get("zone") or "")
-        if name:  # canonical input names the record in full; a raw one may be relative
-            return name if not zone or name.endswith(zone) else f"{name}.{zone}"
-        return str(data.get("domain") or data.get("target") or zone)
+        return pages.execution_subject(execution)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Execution], search_term: str
@@ -289,7 +285,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
         if obj is not None:
             context["execution_page"] = execution_page(obj, admin_caller(request))
             # Not str(obj), which names the status: the page's own header follows it live.
-            context["subtitle"] = f"{obj.pk} ({obj.workflow})"
+            context["subtitle"] = pages.execution_title(obj)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_urls(self) -> list[URLPattern]:
@@ -428,7 +424,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
             form.fields.pop("force", None)  # only a plan over the blast radius asks for it
         context = {
             **self.admin_site.each_context(request),
-            "title": f"{page.title}: {execution.pk}",
+            "title": f"{page.title}: {pages.execution_title(execution)}",
+            "identity": pages.execution_identity(execution),
             "opts": self.opts,
             "original": execution,
             "control": control,
@@ -436,7 +433,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
             "form": form,
             "approval": approval,
             "superseded": superseded,
-            "mutations": pages.mutations_to_undo(execution) if control == "rollback" else [],
+            "rollback_steps": pages.rollback_steps(execution) if control == "rollback" else [],
             "running": execution.current_run is not None
             and execution.current_run.status == RunStatus.RUNNING,
             "paused": execution.status == ExecutionStatus.PAUSED,
@@ -531,15 +528,9 @@ class ExecutionAdmin(ReadOnlyAdmin):
     @admin.action(description="Roll back the selected executions…", permissions=["operate"])
     def rollback(self, request: HttpRequest, queryset: QuerySet[Execution]) -> Any:
         def describe(execution: Execution) -> ConfirmItem:
-            undo = pages.mutations_to_undo(execution)
-            steps = [
-                f"{m['receipt'].stage} / {m['receipt'].step_key}: undo "
-                f"{m['mutation']['action'] or 'the change'} of {m['mutation']['resource']}"
-                for m in undo
-                if m["mutation"]
-            ]
+            steps = pages.rollback_lines(pages.rollback_steps(execution))
             line = (
-                f"a rollback run undoes {len(steps)} mutations, in this order:"
+                f"a rollback run does these {len(steps)} steps, in this order:"
                 if steps
                 else "no mutation was recorded: it becomes rolled_back at once."
             )

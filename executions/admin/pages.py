@@ -24,19 +24,18 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from alfred.principals import Caller
+from alfred.principals import Caller, principal_name
 from alfred.readonly import read_only
 from executions import selectors
 from executions.controls import CONTROLS, execution_controls
+from executions.engine.rollback import PlannedUndo, rollback_plan_tree
 from executions.models import (
     TERMINAL_STATUSES,
     AuditEntry,
     Execution,
     Hook,
     HookStatus,
-    ReceiptStatus,
     Run,
-    RunKind,
     Stage,
     StepReceipt,
     Timer,
@@ -77,6 +76,53 @@ def _took(start: datetime | None, end: datetime | None) -> str:
 # --- the header ---------------------------------------------------------------------------
 
 
+def execution_subject(execution: Execution) -> str:
+    """What the execution acts on, as an operator names it: the record (add-subdomain), the
+    domain (add-certificate, add-domain, onboard-domain) or the fleet on its environment and
+    the version (update-lambda-version)."""
+    data = execution.input if isinstance(execution.input, Mapping) else {}
+    name, zone = str(data.get("subdomain") or ""), str(data.get("zone") or "")
+    if name:  # canonical input names the record in full; a raw one may be relative
+        return name if not zone or name.endswith(zone) else f"{name}.{zone}"
+    if data.get("target"):
+        fleet = f"{data['target']} on {data.get('environment') or '?'}"
+        return f"{fleet} → version {data['version']}" if data.get("version") else fleet
+    return str(data.get("domain") or zone)
+
+
+def execution_tickets(execution: Execution) -> list[str]:
+    data = execution.input if isinstance(execution.input, Mapping) else {}
+    tickets = data.get("ticket_ids")
+    return [str(t) for t in tickets] if isinstance(tickets, list) else []
+
+
+def execution_requester(execution: Execution) -> dict[str, str]:
+    """Who first asked for the execution: the principal it is recorded under and the name
+    people know it by (a user's, a token's; none left for one since deleted)."""
+    name = (
+        Execution.objects.filter(pk=execution.pk)
+        .annotate(name=principal_name("principal"))
+        .values_list("name", flat=True)
+        .first()
+    )
+    return {"principal": execution.principal, "name": name or execution.principal}
+
+
+def execution_identity(execution: Execution) -> dict[str, Any]:
+    """What the header and the control pages name the execution by."""
+    return {
+        "subject": execution_subject(execution),
+        "requester": execution_requester(execution),
+        "tickets": execution_tickets(execution),
+    }
+
+
+def execution_title(execution: Execution) -> str:
+    """The page's subtitle: what it does to what, then the id."""
+    subject = execution_subject(execution)
+    return f"{execution.workflow} {subject} · {execution.pk}" if subject else execution.pk
+
+
 def execution_header(execution: Execution) -> dict[str, Any]:
     lane = selectors.execution_lane(execution)
     related = [
@@ -91,6 +137,7 @@ def execution_header(execution: Execution) -> dict[str, Any]:
         "status": execution.status,
         "terminal": execution.status in TERMINAL_STATUSES,
         "workflow": execution.workflow,
+        **execution_identity(execution),
         "dry_run": execution.dry_run,
         "start_state": execution.start_state,
         "start_error": pretty(execution.start_error),
@@ -408,18 +455,45 @@ def offered_controls(execution: Execution, caller: Caller) -> list[str]:
     return [control.name for control in CONTROLS if control.name in allowed]
 
 
-def mutations_to_undo(execution: Execution) -> list[dict[str, Any]]:
-    """The mutation receipts a rollback run will undo, newest first (what the rollback page
-    shows; the engine skips those an earlier rollback already undid)."""
-    receipts = (
-        StepReceipt.objects.filter(
-            run__execution=execution, mutation__isnull=False, status=ReceiptStatus.SUCCEEDED
-        )
-        .exclude(run__kind=RunKind.ROLLBACK)
-        .select_related("run")
-        .order_by("-run__number", "-sequence")
-    )
-    return [_receipt_view(r) for r in receipts]
+def rollback_steps(execution: Execution) -> list[dict[str, Any]]:
+    """What a rollback asked for now does, in its order, children included (the engine's own
+    :func:`~executions.engine.rollback.rollback_plan`, which the run follows): each step's
+    receipt and mutation, and under a child's rollback the steps of the child's own run."""
+    return [_undo_view(execution.pk, planned) for planned in rollback_plan_tree(execution.pk)]
+
+
+def _undo_view(execution_id: str, planned: PlannedUndo) -> dict[str, Any]:
+    undo = planned.undo
+    return {
+        **_receipt_view(undo.receipt),
+        "execution_id": execution_id,
+        "resource": undo.resource,
+        "action": undo.action,
+        "child": undo.child,
+        "child_status": planned.child_status,
+        "child_url": reverse("admin:executions_execution_change", args=[quote(undo.child)])
+        if undo.child
+        else "",
+        "then": [_undo_view(str(undo.child), step) for step in planned.then],
+    }
+
+
+def rollback_lines(steps: Iterable[Mapping[str, Any]], within: str = "") -> list[str]:
+    """The same steps as lines of text, in order (the bulk action's confirmation); a child's
+    own steps follow it, each naming the child."""
+    lines = []
+    for step in steps:
+        receipt = step["receipt"]
+        where = f"run #{receipt.run.number}, {receipt.stage} / {receipt.step_key}"
+        if step["child"]:
+            what = f"roll back the child {step['child']} ({step['child_status'] or 'unknown'})"
+            if not step["then"]:
+                what += ": rolled back already, nothing to do"
+        else:
+            what = f"undo {step['action'] or 'the change'} of {step['resource']}"
+        lines.append(f"{within}{what} ({where})")
+        lines += rollback_lines(step["then"], f"{step['child']}: ") if step["child"] else []
+    return lines
 
 
 def execution_events(execution: Execution) -> dict[str, Any]:

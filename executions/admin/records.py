@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
 from alfred.admin_base import ReadOnlyAdmin
+from alfred.principals import principal_name
 from executions.models import AuditEntry, OutboxEvent, Run, Stage, StepReceipt
 
 
@@ -44,7 +47,9 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     """Who did what to which execution, lane, token or endpoint, and why: newest first,
     by action, kind of target and time; the target links to its own page where it has one."""
 
-    list_display = ["created_at", "actor", "action", "target", "reason"]
+    list_display = ["created_at", "who", "action", "target", "reason"]
+    fields = ["created_at", "who", "actor", "action", "target", "reason", "data"]
+    readonly_fields = ["created_at", "who", "target"]
     list_filter = ["action", "target_type", "created_at"]
     search_fields = ["target_id", "actor", "reason"]
     date_hierarchy = "created_at"
@@ -54,6 +59,17 @@ class AuditEntryAdmin(ReadOnlyAdmin):
         "lane": "admin:lanes_lane_change",
         "webhook_endpoint": "admin:executions_webhookendpoint_change",
     }
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[AuditEntry]:
+        return super().get_queryset(request).annotate(actor_known_as=principal_name("actor"))
+
+    @admin.display(description="Who", ordering="actor")
+    def who(self, entry: AuditEntry) -> str:
+        """The name people know the actor by: as the entry recorded it, else the user's or the
+        token's now; the stable principal id on hover (a token's name can be reused)."""
+        recorded = entry.data.get("actor_name") if isinstance(entry.data, dict) else None
+        name = recorded or getattr(entry, "actor_known_as", None) or entry.actor
+        return format_html('<span title="{}">{}</span>', entry.actor, name)
 
     @admin.display(description="Target", ordering="target_id")
     def target(self, entry: AuditEntry) -> str:

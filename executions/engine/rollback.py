@@ -13,6 +13,7 @@ compensation that fails fails the run, and the execution is ``failed`` with its 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import Q
@@ -65,52 +66,111 @@ class _Scoped:
         return self._ctx.rollback_child(self._prefix + key, child_id)
 
 
-def receipts_to_undo(execution_id: str, before_run: int) -> list[StepReceipt]:
+def receipts_to_undo(execution_id: str, before_run: int | None = None) -> list[StepReceipt]:
     """The mutation receipts a rollback undoes and the children it rolls back (their
     ``child`` receipts, whatever their state), in the order it undoes them: newest run
-    first, and within a run the reverse of the order they were recorded in."""
+    first, and within a run the reverse of the order they were recorded in. ``before_run``
+    None: every run there is (a rollback asked for now comes after them all)."""
+    receipts = StepReceipt.objects.filter(run__execution_id=execution_id)
+    if before_run is not None:
+        receipts = receipts.filter(run__number__lt=before_run)
     return list(
-        StepReceipt.objects.filter(run__execution_id=execution_id, run__number__lt=before_run)
-        .filter(Q(mutation__isnull=False, status=ReceiptStatus.SUCCEEDED) | Q(kind="child"))
+        receipts.filter(Q(mutation__isnull=False, status=ReceiptStatus.SUCCEEDED) | Q(kind="child"))
         .exclude(run__kind=RunKind.ROLLBACK)
+        .select_related("run")
         .order_by("-run__number", "-id")
     )
 
 
-def _undone_before(execution_id: str, before_run: int) -> set[str]:
+def _undone_before(execution_id: str, before_run: int | None) -> set[str]:
     keys = StepReceipt.objects.filter(
         run__execution_id=execution_id,
-        run__number__lt=before_run,
         run__kind=RunKind.ROLLBACK,
         stage=STAGE,
         step_key__startswith="undone:",
         status=ReceiptStatus.SUCCEEDED,
-    ).values_list("step_key", flat=True)
-    return {key.removeprefix("undone:") for key in keys}
+    )
+    if before_run is not None:
+        keys = keys.filter(run__number__lt=before_run)
+    return {key.removeprefix("undone:") for key in keys.values_list("step_key", flat=True)}
 
 
-def rollback_stage(ctx: Any, run_number: int) -> dict[str, Any]:
-    undone = _undone_before(ctx.execution_id, run_number)
-    restored = []
+@dataclass(frozen=True)
+class Undo:
+    """One thing a rollback run does: a mutation's compensation (``resource``/``action`` of
+    its receipt), or the rollback of a child (``child``; resource ``execution.child``)."""
+
+    receipt: StepReceipt
+    resource: str
+    action: str
+    mutation: dict[str, Any] = field(default_factory=dict)
+    child: str | None = None
+
+
+def rollback_plan(execution_id: str, before_run: int | None = None) -> list[Undo]:
+    """What a rollback run of ``execution_id`` numbered ``before_run`` does, in the order it
+    does it (``None``: a rollback asked for now). The run itself follows this list and
+    nothing else, so the admin's confirmation page, which shows it, cannot say otherwise:
+    what an earlier rollback run already undid is left out, and so is a child that is not
+    this execution's own (adopted) or that an earlier receipt already rolls back."""
+    undone = _undone_before(execution_id, before_run)
+    plan: list[Undo] = []
     children: set[str] = set()
-    for receipt in receipts_to_undo(ctx.execution_id, run_number):
+    for receipt in receipts_to_undo(execution_id, before_run):
         if str(receipt.pk) in undone:
             continue
-        scoped = _Scoped(ctx, f"undo:{receipt.pk}:")
         if receipt.kind == "child":
             child = receipt.output if isinstance(receipt.output, dict) else {}
             child_id = child.get("id")
             if not child_id or child.get("adopted") or child_id in children:
                 continue
-            children.add(child_id)
-            resource, result = CHILD, _child_rollback(scoped, str(child_id))
+            children.add(str(child_id))
+            plan.append(Undo(receipt, CHILD, "rollback", child=str(child_id)))
         else:
-            mutation = receipt.mutation or {}
-            resource = str(mutation.get("resource"))
-            compensate = compensation_get(resource, str(mutation.get("action")))
-            result = compensate(scoped, mutation)
-        ctx.step(f"undone:{receipt.pk}", _note, receipt.pk, resource, result)
-        restored.append({"receipt": receipt.pk, "resource": resource})
+            mutation = receipt.mutation if isinstance(receipt.mutation, dict) else {}
+            resource, action = str(mutation.get("resource")), str(mutation.get("action"))
+            plan.append(Undo(receipt, resource, action, mutation=mutation))
+    return plan
+
+
+@dataclass(frozen=True)
+class PlannedUndo:
+    """An entry of :func:`rollback_plan`, and for a child the plan of the child's own
+    rollback run (empty when it is rolled back already: that run is never asked for)."""
+
+    undo: Undo
+    child_status: str = ""
+    then: tuple[PlannedUndo, ...] = ()
+
+
+def rollback_plan_tree(execution_id: str) -> list[PlannedUndo]:
+    """:func:`rollback_plan` of a rollback asked for now, each child's with it: what the run
+    and its children's rollback runs will do, in order, as the rollback page shows it."""
+    plan = rollback_plan(execution_id)
+    ids = [undo.child for undo in plan if undo.child]
+    statuses = dict(Execution.objects.filter(pk__in=ids).values_list("pk", "status"))
+    tree = []
+    for undo in plan:
+        if undo.child is None:
+            tree.append(PlannedUndo(undo))
+            continue
+        status = str(statuses.get(undo.child, ""))
+        then = () if status == ExecutionStatus.ROLLED_BACK else rollback_plan_tree(undo.child)
+        tree.append(PlannedUndo(undo, status, tuple(then)))
+    return tree
+
+
+def rollback_stage(ctx: Any, run_number: int) -> dict[str, Any]:
+    restored = []
+    for undo in rollback_plan(ctx.execution_id, run_number):
+        receipt = undo.receipt.pk
+        scoped = _Scoped(ctx, f"undo:{receipt}:")
+        if undo.child is not None:
+            result = _child_rollback(scoped, undo.child)
+        else:
+            result = compensation_get(undo.resource, undo.action)(scoped, undo.mutation)
+        ctx.step(f"undone:{receipt}", _note, receipt, undo.resource, result)
+        restored.append({"receipt": receipt, "resource": undo.resource})
     return {"undone": restored}
 
 

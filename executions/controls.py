@@ -132,11 +132,25 @@ def _locked_for(caller: Caller, execution_id: str, control: Control) -> Executio
     """The execution under its row lock, once ``caller`` may use ``control`` on it."""
     writes_allowed()
     execution = Execution.objects.select_for_update().get(pk=execution_id)
+    _check_usable(caller, execution, control)
+    return execution
+
+
+def _check_usable(caller: Caller, execution: Execution, control: Control) -> None:
     if control.usable_by(caller, execution):
-        return execution
+        return
     if not caller.reads_all and not execution.keys.filter(principal=caller.principal).exists():
-        raise Execution.DoesNotExist(execution_id)
+        raise Execution.DoesNotExist(execution.id)
     raise NotPermitted(execution, control.name, operators_only=control.operators_only)
+
+
+def check_control_usable(*, execution_id: str, caller: Caller, control: Control) -> None:
+    """Refuse, before a request's body is read, a caller who may not use ``control`` on the
+    execution whatever the body says (404 as for an id that does not exist, 403, or 503 on
+    a read-only instance): who may act is answered before what is wrong with the body. A
+    read without a lock; the service decides again under the row lock."""
+    writes_allowed()
+    _check_usable(caller, Execution.objects.get(pk=execution_id), control)
 
 
 @dataclass(frozen=True)
@@ -344,6 +358,7 @@ __all__ = [
     "ReadOnlyInstance",
     "StalePlan",
     "cancel_allowed",
+    "check_control_usable",
     "execution_approve",
     "execution_cancel",
     "execution_controls",

@@ -118,6 +118,68 @@ def test_a_read_only_instance_refuses_mutations_and_serves_reads(api):
     assert not Execution.objects.exists()
 
 
+# A body that cannot be read (415, 400) and one that does not fit (422), per control.
+_MALFORMED_BODIES = [
+    ("zone=example.com", "application/x-www-form-urlencoded"),
+    ('{"plan_hash": ', "application/json"),
+    ('{"plan_hash": "not-a-hash", "reason": 7}', "application/json"),
+]
+
+
+@pytest.mark.parametrize(("data", "content_type"), _MALFORMED_BODIES)
+@pytest.mark.parametrize("control", ["approve", "rollback"])
+def test_who_may_act_is_answered_before_what_is_wrong_with_the_body(
+    api, operator_api, control, data, content_type
+):
+    # given: an integration's execution, and another integration
+    execution = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
+    _, raw = token_create(name="rival", role="integration")
+    rival = APIClient()
+    rival.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    url = f"/api/v1/executions/{execution}/{control}"
+
+    # when: each posts a body that is not one the control takes
+    mine = api.post(url, data=data, content_type=content_type)
+    theirs = rival.post(url, data=data, content_type=content_type)
+    operators = operator_api.post(url, data=data, content_type=content_type)
+
+    # then: the owner, an integration, may not use an operator's control at all: 403, not a
+    # complaint about the body; another integration does not see the execution: 404; only
+    # an operator hears about the body
+    assert_problem(mine, 403, "permission_denied")
+    assert_problem(theirs, 404, "not_found")
+    assert operators.status_code in (400, 415, 422), operators.content
+    assert Execution.objects.get(pk=execution).status == "queued"
+    assert not AuditEntry.objects.filter(target_id=execution).exists()
+
+
+def test_a_cancel_of_an_execution_the_caller_cannot_read_is_404_whatever_the_body(api):
+    execution = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
+    _, raw = token_create(name="rival", role="integration")
+    rival = APIClient()
+    rival.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+
+    response = rival.post(
+        f"/api/v1/executions/{execution}/cancel",
+        data='{"reason": ',
+        content_type="application/json",
+    )
+
+    assert_problem(response, 404, "not_found")
+    assert Execution.objects.get(pk=execution).status == "queued"
+
+
+def test_a_read_only_instance_refuses_a_control_before_reading_its_body(operator_api, api):
+    execution = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
+
+    with override_settings(ALFRED_READ_ONLY=True):
+        response = operator_api.post(
+            f"/api/v1/executions/{execution}/rollback", data="{", content_type="application/json"
+        )
+
+    assert_problem(response, 503, "read_only_instance")
+
+
 # --- reads ----------------------------------------------------------------------------------
 
 

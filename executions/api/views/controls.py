@@ -1,6 +1,8 @@
 """The controls (DESIGN §8): each a POST that calls its service in executions.controls and
 answers 202 with the execution as it is now. Who may act and which states allow the move
-are the service's to decide; its refusals are answered from the problem table."""
+are the service's to decide; its refusals are answered from the problem table. Who may act
+is asked of it before the body is read (``check_control_usable``): a caller who may never use
+the control is told so (403/404), not what is wrong with a body it may not send."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ from executions.api.serializers import (
     RollbackRequestSerializer,
 )
 from executions.controls import (
+    APPROVE,
+    CANCEL,
+    ROLLBACK,
+    check_control_usable,
     execution_approve,
     execution_cancel,
     execution_retry,
@@ -51,6 +57,7 @@ class ExecutionCancelApi(_ControlApi):
     def post(self, request: Request, execution_id: str) -> Response:
         caller = request_caller(request)
         check_execution_id(execution_id)
+        check_control_usable(execution_id=execution_id, caller=caller, control=CANCEL)
         form = CancelRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         result = execution_cancel(
@@ -83,6 +90,7 @@ class ExecutionApproveApi(_ControlApi):
     def post(self, request: Request, execution_id: str) -> Response:
         caller = request_caller(request)
         check_execution_id(execution_id)
+        check_control_usable(execution_id=execution_id, caller=caller, control=APPROVE)
         form = ApproveRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         execution = execution_approve(
@@ -105,6 +113,7 @@ class ExecutionRollbackApi(_ControlApi):
     def post(self, request: Request, execution_id: str) -> Response:
         caller = request_caller(request)
         check_execution_id(execution_id)
+        check_control_usable(execution_id=execution_id, caller=caller, control=ROLLBACK)
         form = RollbackRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
         execution = execution_rollback(

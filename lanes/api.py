@@ -120,6 +120,10 @@ class LaneDetailApi(APIView):
 
 
 EXECUTION_ID = r"^exe_[0-9A-HJKMNP-TV-Z]{26}\Z"
+EXECUTION_ID_EXPECTED = (
+    "Expected an execution id: exe_ and 26 characters of Crockford base32 (digits and "
+    "upper-case letters but I, L, O and U), e.g. exe_01J9Z3Q8K2M4N6P8R0S2T4V6W8."
+)
 
 
 class LaneRecoverSerializer(serializers.Serializer):
@@ -128,12 +132,14 @@ class LaneRecoverSerializer(serializers.Serializer):
         EXECUTION_ID,
         allow_null=True,
         help_text="The owner you saw: refused (409) if it changed meanwhile.",
+        error_messages={"invalid": EXECUTION_ID_EXPECTED},
     )
     reason = FreeTextField()
     to = serializers.RegexField(
         EXECUTION_ID,
         required=False,
         help_text="A queued execution to hand the lane to (default: the next).",
+        error_messages={"invalid": EXECUTION_ID_EXPECTED},
     )
 
 

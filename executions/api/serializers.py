@@ -33,7 +33,13 @@ class ApproveRequestSerializer(serializers.Serializer):
     of that hash."""
 
     plan_hash = serializers.RegexField(
-        r"^[0-9a-f]{64}\Z", help_text="The hash of the pending plan (pending_approval.plan_hash)."
+        r"^[0-9a-f]{64}\Z",
+        help_text="The hash of the pending plan (pending_approval.plan_hash).",
+        error_messages={
+            "invalid": "Expected the pending plan's hash as the execution shows it "
+            "(pending_approval.plan_hash): 64 lower-case hex digits, e.g. "
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08."
+        },
     )
     force = StrictBooleanField(
         default=False,

@@ -85,7 +85,8 @@ def _schema_message(error: ValidationError) -> str:
     if keyword == "const":
         return f"must be {json.dumps(value)}"
     if keyword == "pattern":
-        return f"must match the pattern {value}"
+        # A regular expression tells a person little: the schema says what it stands for.
+        return _expected(error.schema) or "is not in the expected form"
     if keyword == "format":
         return f"must be a valid {value}"
     messages = {
@@ -102,6 +103,22 @@ def _schema_message(error: ValidationError) -> str:
         "oneOf": "must match exactly one of the allowed forms",
     }
     return messages.get(keyword, f"breaks the schema's {keyword} rule")
+
+
+# The annotation beside every ``pattern`` (and on an ``anyOf`` of forms): what the value must be,
+# in words with an example ("a ticket ID: ..., e.g. OPS-123"). An ``x-`` name, so the schema
+# stays a valid OpenAPI 3.0 schema object too (executions.api.schema); JSON Schema ignores it.
+EXPECTED = "x-expected"
+
+
+def expected(what: str, example: str) -> dict[str, str]:
+    """The ``x-expected`` annotation: ``what`` the value must be, and an example of it."""
+    return {EXPECTED: f"{what}, e.g. {example}"}
+
+
+def _expected(schema: Any) -> str | None:
+    text = schema.get(EXPECTED) if isinstance(schema, Mapping) else None
+    return f"must be {text}" if text else None
 
 
 def _located(error: ValidationError) -> list[FieldError]:
@@ -169,7 +186,13 @@ class Workflow:
         if errors:
             seen: dict[str, FieldError] = {}
             for err in errors:
-                # For a oneOf/anyOf mismatch, report the most relevant sub-error.
+                # For a oneOf/anyOf mismatch, what the forms stand for when the schema says
+                # so; else the most relevant sub-error.
+                described = _expected(err.schema) if err.context else None
+                if described is not None:
+                    pointer = _pointer(err.absolute_path)
+                    seen.setdefault(pointer, FieldError(pointer, described))
+                    continue
                 chosen = best_match([err]) if err.context else err
                 for located in _located(chosen):
                     seen.setdefault(located.field, located)

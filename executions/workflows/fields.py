@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from alfred.problems import shown
-from executions.workflows.base import FieldError
+from executions.workflows.base import FieldError, expected
 from providers import hostnames
 
 MAX_HOSTNAME_LENGTH = hostnames.MAX_HOSTNAME_LENGTH
@@ -44,6 +44,7 @@ def hostname_property(title: str, description: str, examples: list[str]) -> dict
         # Raw shape only: the strict hostname rules apply after normalization.
         "maxLength": 300,
         "pattern": _LOOSE_NAME,
+        **expected("one name without spaces (a hostname)", examples[0]),
         "examples": examples,
     }
 
@@ -57,6 +58,11 @@ TICKET_IDS: dict[str, Any] = {
         "type": "string",
         "maxLength": 64,
         "pattern": r"^\s*[A-Za-z][A-Za-z0-9]*-[1-9][0-9]*\s*$",
+        **expected(
+            "a ticket ID: a project key (a letter, then letters or digits), '-' and a number "
+            "from 1",
+            "OPS-123",
+        ),
     },
     "maxItems": 50,
     "default": [],
@@ -98,6 +104,10 @@ CERTIFICATE_ARN: dict[str, Any] = {
     "certificate. Part of the identity.",
     "type": ["string", "null"],
     "pattern": rf"^\s*{_ARN}\s*$",
+    **expected(
+        "null or an ACM certificate's ARN",
+        "arn:aws:acm:us-east-1:123456789012:certificate/0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f",
+    ),
     "default": None,
     "examples": [
         None,

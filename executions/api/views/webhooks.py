@@ -29,12 +29,21 @@ from executions.events.endpoints import (
 from executions.events.relay import deliveries_redeliver
 from executions.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
+EVENT_TYPE_EXPECTED = (
+    "Expected an event type: one to four lower-case words (letters and _) joined by dots, "
+    "e.g. execution.failed."
+)
+
 
 class WebhookEndpointSerializer(serializers.ModelSerializer):
     url = serializers.URLField(max_length=2000)
     description = FreeTextField(max_length=200, required=False, allow_blank=True, default="")
     event_types = serializers.ListField(
-        child=serializers.RegexField(f"^{EVENT_TYPE_RE.pattern}$", max_length=200),
+        child=serializers.RegexField(
+            f"^{EVENT_TYPE_RE.pattern}$",
+            max_length=200,
+            error_messages={"invalid": EVENT_TYPE_EXPECTED},
+        ),
         required=False,
         max_length=100,
         help_text="Event types to send (e.g. execution.failed); empty: every event.",
@@ -65,9 +74,7 @@ class WebhookEndpointSerializer(serializers.ModelSerializer):
     def validate_event_types(self, value: list[str]) -> list[str]:
         for event_type in value:  # fullmatch: the pattern's "$" also matches before a "\n"
             if not EVENT_TYPE_RE.fullmatch(event_type):
-                raise serializers.ValidationError(
-                    f"{event_type[:60]!r}: an event type is lower-case words joined by dots"
-                )
+                raise serializers.ValidationError(f"{event_type[:60]!r}: {EVENT_TYPE_EXPECTED}")
         return sorted(set(value))
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from executions.workflows import fields
-from executions.workflows.base import LaneClaim, Workflow
+from executions.workflows.base import LaneClaim, Workflow, expected
 
 # Case is not folded: the lane key is built from these, so two spellings of one fleet must not
 # yield two lanes. Uppercase is rejected rather than guessed at.
@@ -14,6 +14,11 @@ _SLUG = r"^\s*[a-z0-9]+(?:-[a-z0-9]+)*\s*$"
 # At most 15 significant digits keeps every version a JSON-safe integer, and keeps the
 # canonical string valid against the string branch below.
 _MAX_VERSION = 10**15 - 1
+_VERSION_EXPECTED = expected(
+    "a published version number from 1 to 999999999999999 (not $LATEST), as an integer or a "
+    "string of digits",
+    "42",
+)
 
 
 class UpdateLambdaVersion(Workflow):
@@ -43,6 +48,11 @@ class UpdateLambdaVersion(Workflow):
                 "type": "string",
                 "maxLength": 64,
                 "pattern": _SLUG,
+                **expected(
+                    "a fleet name in lower case: letters and digits, words joined by single "
+                    "hyphens",
+                    "checkout-api",
+                ),
                 "examples": ["checkout-api"],
             },
             "environment": {
@@ -51,6 +61,11 @@ class UpdateLambdaVersion(Workflow):
                 "type": "string",
                 "maxLength": 64,
                 "pattern": _SLUG,
+                **expected(
+                    "an environment name in lower case: letters and digits, words joined by "
+                    "single hyphens",
+                    "production",
+                ),
                 "examples": ["staging", "production"],
             },
             "version": {
@@ -64,8 +79,10 @@ class UpdateLambdaVersion(Workflow):
                         "type": "string",
                         "maxLength": 64,
                         "pattern": r"^\s*0*[1-9][0-9]{0,14}\s*$",
+                        **_VERSION_EXPECTED,
                     },
                 ],
+                **_VERSION_EXPECTED,
                 "examples": [42, "42"],
             },
             "ticket_ids": fields.TICKET_IDS,

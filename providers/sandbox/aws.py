@@ -53,11 +53,15 @@ Faults (``self.faults.arm(operation, kind, ...)``; ``operation`` is the AWS oper
   whose preconditions no longer hold is refused then, as Route53 refuses it;
   ``self.route53.late_batches`` says what became of it.
 - ``fail_update`` (``UpdateFunctionCode``, ``UpdateFunctionConfiguration``,
-  ``PublishVersion``): the update ends ``Failed`` instead of ``Successful``.
+  ``PublishVersion``, ``UpdateAlias``): the update ends ``Failed`` instead of ``Successful``.
+  On ``UpdateAlias``, the update is that of the version the alias moves to: it reports
+  ``InProgress`` for ``lambda_update_delay`` seconds, then ``Failed`` (Lambda reports no status
+  for an alias move; this is how a failed update-lambda-version is simulated).
 - ``hold_update`` (the same operations; standing, arm with ``times: null``): an update such an
   operation starts while it is armed (on ``function`` only, if that param is given) stays
   ``InProgress`` until it is cleared — a test observes the window without racing a delay.
-  Once cleared, the update ends as it would have.
+  Once cleared, the update ends as it would have. On ``UpdateAlias``, the version the alias
+  moves to stays ``InProgress`` (a slow update-lambda-version).
 
 For ``ChangeResourceRecordSets``, the param ``foreign_changes`` (boto3's ``Changes`` shape) of
 ``drop_request``, ``throttle``, ``server_error`` and ``lose_response`` is applied as another
@@ -335,6 +339,8 @@ class AwsStandIn(StandIn):
             for alias in body.get("Aliases") or []:
                 arn = alias["AliasArn"]
                 alias["RevisionId"] = self._alias_revisions.setdefault(arn, alias["RevisionId"])
+        if operation == "UpdateAlias":
+            self._alias_update_faulted(request, region, str(body.get("FunctionVersion")))
         if operation in _LAMBDA_UPDATES:
             version = "$LATEST" if operation != "PublishVersion" else str(body.get("Version"))
             key = (region, str(body.get("FunctionName")), version)
@@ -365,6 +371,23 @@ class AwsStandIn(StandIn):
                     configuration["LastUpdateStatusReasonCode"] = "InternalError"
         response.body = json.dumps(body).encode()
         return response
+
+    def _alias_update_faulted(self, request: Request, region: str, version: str) -> None:
+        """An alias moved under a ``fail_update`` or ``hold_update`` fault armed on
+        ``UpdateAlias``: the version it now points to reports the update as one started now
+        (``InProgress``, then ``Failed``, or held) — what update-lambda-version waits on after
+        moving an alias, so a slow or failed move can be simulated. Lambda itself reports no
+        status for an alias move, so without such a fault the version's status is left as
+        it was."""
+        function = _function_name(request.path)
+        if not function:
+            return
+        held = self._held("UpdateAlias", function)
+        failed = self.faults.take("UpdateAlias", "fail_update") is not None
+        if failed or held:
+            self._updates[(region, function, version)] = _Update(
+                operation="UpdateAlias", started=time.monotonic(), failed=failed, held=held
+            )
 
     def _update_status(
         self, region: str, function: str, version: str

@@ -6,6 +6,7 @@ Each test gets a fresh fleet of two functions (versions 1-3; staging -> 3, produ
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -586,3 +587,69 @@ def test_malformed_handles_rejected(aws_lambda: Lambda) -> None:
         for use in (aws_lambda.inspect, aws_lambda.restore, aws_lambda.stop):
             with pytest.raises(Rejected):
                 use(malformed)  # type: ignore[arg-type]
+
+
+def _update_status(client: Any, function: str, version: str) -> dict[str, Any]:
+    configuration = client.get_function_configuration(FunctionName=function, Qualifier=version)
+    return {
+        "status": configuration.get("LastUpdateStatus"),
+        "reason": configuration.get("LastUpdateStatusReason"),
+    }
+
+
+@pytest.mark.standin
+def test_fail_update_armed_on_update_alias_fails_the_version_the_alias_moved_to(
+    aws_boto: Boto, aws_fleet: Fleet, aws_standin: AwsStandIn, aws_patience: float
+) -> None:
+    # given: production at 2, and a fail_update armed on UpdateAlias
+    client = aws_boto.lambda_
+    function = aws_fleet.functions[0]
+    aws_standin.faults.arm("UpdateAlias", "fail_update")
+    before = aws_standin.calls["UpdateAlias"]
+
+    # when: the alias is moved to 3, with boto3
+    client.update_alias(FunctionName=function, Name="production", FunctionVersion="3")
+    settled = eventually(
+        lambda: _update_status(client, function, "3"),
+        lambda s: s["status"] != "InProgress",
+        timeout=aws_patience,
+    )
+
+    # then: the move was applied once, and version 3 reports its update Failed
+    assert aws_standin.calls["UpdateAlias"] - before == 1
+    assert client.get_alias(FunctionName=function, Name="production")["FunctionVersion"] == "3"
+    assert settled["status"] == "Failed"
+    assert "fail_update" in settled["reason"]
+    # and: the fault fired once: the next move is Successful at once
+    client.update_alias(FunctionName=function, Name="staging", FunctionVersion="1")
+    assert _update_status(client, function, "1")["status"] == "Successful"
+    assert aws_standin.faults.listing() == []
+
+
+@pytest.mark.standin
+def test_hold_update_armed_on_update_alias_holds_the_version_until_cleared(
+    aws_boto: Boto, aws_fleet: Fleet, aws_standin: AwsStandIn, aws_patience: float
+) -> None:
+    # given: a standing hold on UpdateAlias for the first function only
+    client = aws_boto.lambda_
+    held, free = aws_fleet.functions
+    aws_standin.faults.arm("UpdateAlias", "hold_update", times=None, function=held)
+
+    # when: both functions' production aliases move to 3
+    for function in (held, free):
+        client.update_alias(FunctionName=function, Name="production", FunctionVersion="3")
+
+    # then: the held one's version 3 stays InProgress well past the update delay; the other
+    # one's is not held
+    for _ in range(6):
+        assert _update_status(client, held, "3")["status"] == "InProgress"
+        time.sleep(aws_standin.lambda_update_delay)
+    assert _update_status(client, free, "3")["status"] == "Successful"
+    # and: once cleared, it ends as it would have
+    aws_standin.faults.clear()
+    settled = eventually(
+        lambda: _update_status(client, held, "3"),
+        lambda s: s["status"] != "InProgress",
+        timeout=aws_patience,
+    )
+    assert settled["status"] == "Successful"

@@ -404,6 +404,37 @@ def test_the_wait_holds_until_the_version_is_successful_and_a_failed_update_fail
     assert "fail_update" in execution.error["reason"]
 
 
+def test_a_slow_alias_move_holds_the_wait_and_a_failed_one_fails_the_run(
+    api, lambda_worker, standin, client
+):
+    # given: alias moves that stay InProgress (held), the first of which will end Failed —
+    # faults armed on UpdateAlias itself, as docs/providers.md says they can be
+    fleet, names = make_fleet(client, versions=3)
+    since = len(standin.alias_updates)
+    standin.faults.arm("UpdateAlias", "hold_update", times=None)
+    standin.faults.arm("UpdateAlias", "fail_update", times=1)
+
+    # when
+    body = submit(api, WORKFLOW, {"target": fleet, "environment": "staging", "version": "3"})
+    execution_id = body.json()["id"]
+
+    # then: both aliases moved, once each, and the run waits (no worker held) while the
+    # versions they moved to are InProgress ...
+    wait_for(lambda: Execution.objects.get(pk=execution_id).status == "waiting", timeout=20)
+    wait_for(lambda: standin.applied(since) == Counter(names), timeout=20)
+    assert aliases(client, names, "staging") == dict.fromkeys(names, "3")
+    assert Execution.objects.get(pk=execution_id).status == "waiting"
+    standin.faults.clear()
+
+    # ... and fails with Lambda's reason once the first one's is Failed, moving nothing more
+    execution = terminal(execution_id)
+    assert execution.status == "failed"
+    assert execution.error["code"] == "update_failed"
+    assert execution.error["function"] == names[0]
+    assert "fail_update" in execution.error["reason"]
+    assert standin.applied(since) == Counter(names)
+
+
 def test_a_dry_run_simulates_and_moves_nothing(api, lambda_worker, standin, client):
     fleet, names = make_fleet(client)
     since = len(standin.alias_updates)

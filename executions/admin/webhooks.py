@@ -3,6 +3,7 @@ the notifications the receivers took in."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import forms
@@ -12,13 +13,16 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.safestring import mark_safe
+from django.utils.timezone import localtime
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, WritableAdmin, admin_caller
 from alfred.admin_confirm import ConfirmItem, confirmation_page, reason_confirmed
 from alfred.readonly import read_only
+from executions.engine.clock import db_now
 from executions.events.endpoints import (
     EVENT_TYPE_RE,
     endpoint_url_check,
@@ -256,20 +260,24 @@ class WebhookEndpointAdmin(WritableAdmin):
 REDELIVERY = "Each delivery starts its retry schedule again from the first attempt."
 
 
-def _redelivery_item(delivery: WebhookDelivery) -> ConfirmItem:
-    pending = delivery.status == DeliveryStatus.PENDING
-    fate = (
-        "still being sent: left to its schedule."
-        if pending
-        else "sent again with the same webhook-id."
-    )
+def _redelivery_item(delivery: WebhookDelivery, now: datetime) -> ConfirmItem:
+    in_flight = delivery.claimed_until is not None and delivery.claimed_until > now
+    if in_flight:
+        fate = "being sent right now: its answer decides (ask again once it is recorded)."
+    elif delivery.status == DeliveryStatus.PENDING and delivery.next_attempt_at:
+        when = date_format(localtime(delivery.next_attempt_at), "DATETIME_FORMAT")
+        fate = f"waiting for its next attempt at {when}: sent now."
+    else:
+        fate = "sent again now, with the same webhook-id."
+    if not delivery.endpoint.active:
+        fate += " Its endpoint is disabled: nothing is sent until it is enabled again."
     return ConfirmItem(
         delivery,
         [
             f"{delivery.event.type} (event {delivery.event.key}) to {delivery.endpoint.url}, "
             f"{delivery.status} after {delivery.attempts} attempts: {fate}"
         ],
-        skipped=pending,
+        skipped=in_flight,
     )
 
 
@@ -304,7 +312,8 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
         deliveries = list(queryset.select_related("endpoint", "event").order_by("id"))
         form, reason = reason_confirmed(request)
         if reason is None:
-            items = [_redelivery_item(delivery) for delivery in deliveries]
+            now = db_now()
+            items = [_redelivery_item(delivery, now) for delivery in deliveries]
             return confirmation_page(
                 self,
                 request,

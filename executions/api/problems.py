@@ -19,6 +19,7 @@ from executions.controls import (
     NotRetryable,
     StalePlan,
 )
+from executions.events.relay import DeliveryInFlight
 from executions.models import Execution
 from executions.workflows.base import InvalidInput
 
@@ -77,6 +78,15 @@ PROBLEMS: tuple[ProblemMap[Any], ...] = (
         members=lambda exc: {
             "execution": exc.execution_id,
             "expires_at": exc.expires_at.isoformat(),
+        },
+    ),
+    # Says when its answer will have been recorded, so the operator knows when to look again.
+    ProblemMap(
+        DeliveryInFlight,
+        "delivery_in_flight",
+        members=lambda exc: {
+            "delivery": exc.delivery_id,
+            "claimed_until": exc.claimed_until.isoformat(),
         },
     ),
 )

@@ -53,15 +53,52 @@ def webhook_secret_new() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
+# IPv6 forms that carry an IPv4 address to an IPv4 host (besides IPv4-mapped, which the ipaddress
+# module unwraps itself): NAT64's well-known prefix and its local-use one (RFC 6052, RFC 8215),
+# and the deprecated IPv4-compatible form. 6to4 (2002::/16) and Teredo (2001::/32) are
+# unwrapped by ``sixtofour`` and ``teredo``.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses a connection to ``address`` may end at: a translator or a tunnel
+    relays it there, so each is checked as if it were the target (``64:ff9b::a9fe:a9fe`` is
+    169.254.169.254 behind NAT64)."""
+    packed = address.packed
+    found = []
+    if address.ipv4_mapped is not None:
+        found.append(address.ipv4_mapped)
+    if address in _NAT64 or address in _IPV4_COMPATIBLE:
+        found.append(ipaddress.IPv4Address(packed[12:]))
+    if address in _NAT64_LOCAL:  # a /48 prefix: the IPv4 sits around the zero "u" octet
+        found.append(ipaddress.IPv4Address(packed[6:8] + packed[9:11]))
+    if address.sixtofour is not None:
+        found.append(address.sixtofour)
+    if address.teredo is not None:
+        found.extend(address.teredo)  # its server and its client
+    return found
+
+
 def address_check(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
-    """ValidationError when Alfred may not connect to ``address`` for a webhook."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """ValidationError when Alfred may not connect to ``address`` for a webhook: the address
+    itself and every IPv4 address it embeds must pass."""
+    embedded = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else []
+    for each in (address, *embedded):
+        _one_address_check(each, shown=address)
+
+
+def _one_address_check(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+    shown: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> None:
+    named = str(shown) if address == shown else f"{shown} (to {address})"
     if address.is_link_local or address.is_multicast or address.is_unspecified:
-        raise ValidationError(f"{address}: link-local, multicast and unspecified are refused")
+        raise ValidationError(f"{named}: link-local, multicast and unspecified are refused")
     if not address.is_global and not settings.ALFRED_WEBHOOK_ALLOW_PRIVATE:
         raise ValidationError(
-            f"{address}: a loopback, private or reserved address needs ALFRED_WEBHOOK_ALLOW_PRIVATE"
+            f"{named}: a loopback, private or reserved address needs ALFRED_WEBHOOK_ALLOW_PRIVATE"
         )
 
 

@@ -21,6 +21,14 @@ a timeout or a refused connection retries on ``ALFRED_WEBHOOK_RETRY_SCHEDULE``, 
 The relay connects to an address it has checked (``endpoints.address_check``), with the
 URL's host name as Host and TLS server name, so a host name that resolves elsewhere after
 the check (DNS rebinding) cannot aim a delivery at a private address.
+
+A receiver is not trusted to be quick or small. An attempt is over by
+``ALFRED_WEBHOOK_TIMEOUT_SECONDS`` after it began, whatever the receiver does: every socket
+operation's timeout is cut to what is left (``_DeadlineTransport``), so one that drips its
+answer a byte at a time neither outlives the claim (which would let a second relay send the
+delivery alongside) nor keeps a relay thread. Of the answer only the status, the headers and
+a prefix of the body are read (``_excerpt``). Name resolution is the one step not bounded by
+the deadline (``getaddrinfo`` cannot be interrupted); the resolver's own timeouts bound it.
 """
 
 from __future__ import annotations
@@ -30,14 +38,18 @@ import json
 import logging
 import os
 import socket
+import ssl
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import httpcore
 import httpx
 from celery import current_app
 from django.conf import settings
@@ -49,6 +61,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
+from alfred.readonly import writes_allowed
 from executions.engine.clock import db_now
 from executions.events.endpoints import address_check, endpoint_secrets
 from executions.events.feed import event_document
@@ -66,6 +79,7 @@ RELAY_TASK = "executions.tasks.webhook_relay"
 BATCH = 50
 SENDERS = 8  # concurrent attempts per relay task: one slow receiver does not hold the rest
 EXCERPT_CHARS = 500
+EXCERPT_BYTES = EXCERPT_CHARS * 4  # UTF-8: at most four bytes a character
 MAX_RETRY_AFTER = timedelta(hours=24)
 USER_AGENT = "Alfred-Webhooks/1"
 
@@ -130,17 +144,95 @@ _clients: dict[int, httpx.Client] = {}
 
 def _client() -> httpx.Client:
     """One client per worker process (its connections kept alive between deliveries to the
-    same receiver); a forked child makes its own."""
+    same receiver); a forked child makes its own. No proxy from the environment: the relay
+    connects to the address it checked."""
     pid = os.getpid()
     client = _clients.get(pid)
     if client is None:
         client = _clients[pid] = httpx.Client(
+            transport=_DeadlineTransport(),
             timeout=settings.ALFRED_WEBHOOK_TIMEOUT_SECONDS,
             follow_redirects=False,
-            headers={"User-Agent": USER_AGENT},
-            limits=httpx.Limits(max_connections=SENDERS * 4, max_keepalive_connections=SENDERS),
+            trust_env=False,
+            headers={"User-Agent": USER_AGENT, "Accept-Encoding": "identity"},
         )
     return client
+
+
+# When the attempt running on this thread must be over (time.monotonic()).
+_deadline: ContextVar[float | None] = ContextVar("webhook_attempt_deadline", default=None)
+
+
+def _clamped(timeout: float | None, error: type[Exception]) -> float:
+    """``timeout`` cut to what is left of the attempt: httpx's timeouts bound each socket
+    operation, so a receiver that drips its answer a byte at a time never trips them."""
+    deadline = _deadline.get()
+    if deadline is None:
+        return timeout if timeout is not None else settings.ALFRED_WEBHOOK_TIMEOUT_SECONDS
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise error("the attempt's deadline has passed")
+    return left if timeout is None else min(timeout, left)
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, stream: httpcore.NetworkStream) -> None:
+        self._stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _clamped(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _clamped(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = self._stream.start_tls(
+            ssl_context, server_hostname, _clamped(timeout, httpcore.ConnectTimeout)
+        )
+        return _DeadlineStream(stream)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.SyncBackend):
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        stream = super().connect_tcp(
+            host, port, _clamped(timeout, httpcore.ConnectTimeout), local_address, socket_options
+        )
+        return _DeadlineStream(stream)
+
+
+class _DeadlineTransport(httpx.HTTPTransport):
+    """httpx's transport on a connection pool whose every socket operation (connect, TLS
+    handshake, each write and read) ends by the attempt's deadline. httpx passes no network
+    backend through, so the pool is made again with one, as httpx itself makes it."""
+
+    def __init__(self) -> None:
+        limits = httpx.Limits(max_connections=SENDERS * 4, max_keepalive_connections=SENDERS)
+        super().__init__(limits=limits)
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(),
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_DeadlineBackend(),
+        )
 
 
 def deliveries_claim(batch: int = BATCH) -> list[Claimed]:
@@ -189,37 +281,72 @@ def deliveries_claim(batch: int = BATCH) -> list[Claimed]:
 
 
 def attempt_send(client: httpx.Client, item: Claimed) -> Answer:
+    """One POST, over by ``ALFRED_WEBHOOK_TIMEOUT_SECONDS`` whatever the receiver does (the
+    claim outlasts it, so no other relay sends the delivery meanwhile); of the answer, only
+    its status, ``Retry-After`` and the first bytes of its body are read."""
+    timeout = settings.ALFRED_WEBHOOK_TIMEOUT_SECONDS
     started = time.monotonic()
+    deadline = _deadline.set(started + timeout)
 
     def took() -> int:
         return int((time.monotonic() - started) * 1000)
 
     try:
-        target, headers, extensions = _pinned(item.url)
-    except (ValidationError, OSError) as exc:
-        message = exc.messages[0] if isinstance(exc, ValidationError) else str(exc)
-        return Answer(None, took(), error=f"refused: {message}"[:1000])
-    stamp = timezone.now()
-    headers.update(
-        {
-            "Content-Type": "application/json",
-            "webhook-id": item.event_key,
-            "webhook-timestamp": str(int(stamp.timestamp())),
-            "webhook-signature": " ".join(
-                Webhook(secret).sign(item.event_key, stamp, item.body) for secret in item.secrets
-            ),
-        }
-    )
+        try:
+            target, headers, extensions = _pinned(item.url)
+        except (ValidationError, OSError) as exc:
+            message = exc.messages[0] if isinstance(exc, ValidationError) else str(exc)
+            return Answer(None, took(), error=f"refused: {message}"[:1000])
+        stamp = timezone.now()
+        headers.update(
+            {
+                "Content-Type": "application/json",
+                "webhook-id": item.event_key,
+                "webhook-timestamp": str(int(stamp.timestamp())),
+                "webhook-signature": " ".join(
+                    Webhook(secret).sign(item.event_key, stamp, item.body)
+                    for secret in item.secrets
+                ),
+            }
+        )
+        request = client.build_request(
+            "POST",
+            target,
+            content=item.body,
+            headers=headers,
+            extensions=extensions,
+            timeout=timeout,
+        )
+        try:
+            response = client.send(request, stream=True)
+        except httpx.TimeoutException:
+            return Answer(None, took(), error=f"timeout: no answer within {timeout:g} s")
+        except httpx.HTTPError as exc:
+            return Answer(None, took(), error=f"{type(exc).__name__}: {exc}"[:1000])
+        try:
+            excerpt = _excerpt(response)
+        finally:
+            response.close()  # unread, the rest is never received: the connection goes
+        return Answer(
+            response.status_code, took(), excerpt=excerpt, retry_after=_retry_after(response)
+        )
+    finally:
+        _deadline.reset(deadline)
+
+
+def _excerpt(response: httpx.Response) -> str:
+    """The body's first ``EXCERPT_CHARS`` characters, from at most ``EXCERPT_BYTES`` read
+    (never the whole body: it is the receiver's to make as large as it likes). A body cut
+    short by the deadline keeps what came: the status already answered the delivery."""
+    prefix = bytearray()
     try:
-        response = client.post(target, content=item.body, headers=headers, extensions=extensions)
-    except httpx.HTTPError as exc:
-        return Answer(None, took(), error=f"{type(exc).__name__}: {exc}"[:1000])
-    return Answer(
-        response.status_code,
-        took(),
-        excerpt=response.text[:EXCERPT_CHARS],
-        retry_after=_retry_after(response),
-    )
+        for chunk in response.iter_raw():
+            prefix += chunk
+            if len(prefix) >= EXCERPT_BYTES:
+                break
+    except httpx.HTTPError:
+        pass
+    return bytes(prefix[:EXCERPT_BYTES]).decode("utf-8", "replace")[:EXCERPT_CHARS]
 
 
 def _pinned(url: str) -> tuple[str, dict[str, str], dict[str, Any]]:
@@ -355,6 +482,33 @@ def _audit(action: str, endpoint_id: str, reason: str = "", **data: Any) -> None
     )
 
 
+class DeliveryInFlight(Exception):
+    """The delivery is being attempted right now: its answer is recorded within its claim."""
+
+    def __init__(self, delivery_id: int, claimed_until: datetime) -> None:
+        super().__init__(
+            f"Delivery {delivery_id} is being sent right now; its answer is recorded by "
+            f"{claimed_until.isoformat(timespec='seconds')}. Ask again then if it still needs "
+            "sending."
+        )
+        self.delivery_id = delivery_id
+        self.claimed_until = claimed_until
+
+
+def delivery_redeliver(delivery_id: int, *, actor: str, actor_name: str, reason: str) -> None:
+    """Send one delivery now, whatever became of it: delivered, failed, or pending and waiting
+    out its back-off (a receiver that is back need not wait hours). DeliveryInFlight when a
+    relay is attempting it right now; WebhookDelivery.DoesNotExist when there is none."""
+    if not deliveries_redeliver(
+        actor=actor, actor_name=actor_name, reason=reason, delivery_ids=[delivery_id]
+    ):
+        claimed_until = WebhookDelivery.objects.values_list("claimed_until", flat=True).get(
+            pk=delivery_id
+        )
+        # Not put back, so claimed when looked at (a claim that ran out since is sent anyway)
+        raise DeliveryInFlight(delivery_id, claimed_until or timezone.now())
+
+
 def deliveries_redeliver(
     *,
     actor: str,
@@ -363,11 +517,10 @@ def deliveries_redeliver(
     delivery_ids: list[int] | None = None,
     endpoint_id: str | None = None,
 ) -> int:
-    """Send again: the given deliveries, or every failed one of ``endpoint_id``. Each starts
-    its retry schedule over, keeping its webhook-id (a receiver that had it dedupes it).
-    Returns how many were put back; a delivery being attempted right now is left to finish."""
-    from alfred.readonly import writes_allowed
-
+    """Send again now: the given deliveries whatever their status, or every failed one of
+    ``endpoint_id``. Each starts its retry schedule over, keeping its webhook-id (a receiver
+    that had it dedupes it). Returns how many were put back; a delivery being attempted right
+    now (claimed) is left to finish."""
     writes_allowed()
     with transaction.atomic(durable=True):
         now = db_now()
@@ -375,7 +528,7 @@ def deliveries_redeliver(
             Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
         )
         if delivery_ids is not None:
-            owed = owed.filter(pk__in=delivery_ids).exclude(status=DeliveryStatus.PENDING)
+            owed = owed.filter(pk__in=delivery_ids)
         else:
             owed = owed.filter(endpoint_id=endpoint_id, status=DeliveryStatus.FAILED)
         rows = list(owed.values_list("pk", "endpoint_id"))

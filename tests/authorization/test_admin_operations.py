@@ -9,6 +9,7 @@ webhook redelivery) and the executions list's search. The browser tests
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -292,6 +293,41 @@ def test_redelivery_asks_first_then_puts_failed_deliveries_back(approved):
     assert WebhookDelivery.objects.get(pk=delivery.pk).status == "pending"
     entry = AuditEntry.objects.get(action="webhook.redeliver", target_id=endpoint.pk)
     assert entry.reason == "receiver fixed"
+
+
+def test_redelivery_sends_a_backing_off_delivery_now_and_leaves_one_in_flight(approved):
+    # given a delivery waiting an hour for its next attempt, and one being sent right now
+    endpoint = WebhookEndpoint.objects.create(url="https://hooks.example.com/a", secret="whsec_x")
+    first, second = OutboxEvent.objects.filter(execution=approved)[:2]
+    later = timezone.now() + timedelta(hours=1)
+    waiting = WebhookDelivery.objects.create(
+        endpoint=endpoint, event=first, status="pending", attempts=3, next_attempt_at=later
+    )
+    sending = WebhookDelivery.objects.create(
+        endpoint=endpoint, event=second, status="pending", attempts=1, claimed_until=later
+    )
+    client = _login("operator")
+    # when an operator selects both
+    asked = _action(
+        client, "executions_webhookdelivery", "redeliver", [str(waiting.pk), str(sending.pk)]
+    )
+    # then the page says what becomes of each, and only the waiting one is put back
+    html = asked.content.decode()
+    assert "waiting for its next attempt at" in html and ": sent now." in html
+    assert "being sent right now: its answer decides" in html
+    assert html.count('name="_selected_action"') == 1
+    _action(
+        client,
+        "executions_webhookdelivery",
+        "redeliver",
+        [str(waiting.pk), str(sending.pk)],
+        confirm="yes",
+        reason="receiver back",
+    )
+    waiting.refresh_from_db()
+    assert waiting.next_attempt_at is not None and waiting.next_attempt_at <= timezone.now()
+    assert waiting.round_attempts == 0
+    assert WebhookDelivery.objects.get(pk=sending.pk).claimed_until == later
 
 
 def test_the_endpoint_shows_its_delivery_log(approved):

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socketserver
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -119,6 +121,72 @@ class Receiver:
 
     def delivered_ids(self) -> list[str]:
         return [r["id"] for r in self.received if "refused" not in r]
+
+
+@dataclass
+class DripReceiver:
+    """A receiver that does not play fair: it answers each POST with ``head`` at once, then
+    sends ``chunk`` every ``interval`` seconds until ``limit`` bytes or ``drip_for`` seconds
+    have gone, or the sender hangs up. It records when each request came, when the sender went
+    away, and how many requests were open at once."""
+
+    head: bytes
+    chunk: bytes = b"x"
+    interval: float = 0.2
+    drip_for: float = 20.0
+    limit: int = 1 << 40
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    open_now: int = 0
+    most_open: int = 0
+
+    def start(self) -> DripReceiver:
+        receiver = self
+        lock = threading.Lock()
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                length = 0
+                while (line := self.rfile.readline()) not in (b"\r\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                self.rfile.read(length)
+                seen: dict[str, Any] = {"at": time.monotonic(), "gone_at": None, "sent": 0}
+                with lock:
+                    receiver.requests.append(seen)
+                    receiver.open_now += 1
+                    receiver.most_open = max(receiver.most_open, receiver.open_now)
+                try:
+                    self.wfile.write(receiver.head)
+                    while (
+                        time.monotonic() < seen["at"] + receiver.drip_for
+                        and seen["sent"] < receiver.limit
+                    ):
+                        self.wfile.write(receiver.chunk)
+                        seen["sent"] += len(receiver.chunk)
+                        time.sleep(receiver.interval)
+                except OSError:  # the sender hung up
+                    seen["gone_at"] = time.monotonic()
+                finally:
+                    with lock:
+                        receiver.open_now -= 1
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks"
+
+
+def answer_head(status: int = 200, length: int = 1 << 30) -> bytes:
+    return f"HTTP/1.1 {status} OK\r\nContent-Length: {length}\r\n\r\n".encode()
 
 
 @pytest.fixture
@@ -378,3 +446,67 @@ def test_operators_manage_endpoints_rotate_secrets_and_redeliver(receiver, relay
     assert patched.status_code == 200 and patched.json()["active"] is False
     assert operator.delete(f"/api/v1/webhooks/endpoints/{endpoint_id}").status_code == 204
     assert operator.get(f"/api/v1/webhooks/endpoints/{endpoint_id}").status_code == 404
+
+
+def test_a_dripping_receiver_gets_one_post_and_holds_the_relay_no_longer_than_the_timeout(
+    relay_worker,
+):
+    # given a receiver that answers 200 at once, then drips its body a byte every 0.25 s for
+    # longer than the delivery's claim (2 s timeout: claimed for 1 x 2 x 1.5 + 5 = 8 s)
+    drip = DripReceiver(head=answer_head(200), interval=0.25, drip_for=14.0).start()
+    try:
+        endpoint = WebhookEndpoint(url=drip.url)
+        webhook_endpoint_save(endpoint, caller=Caller("prn_tests", "operator", "tests"))
+        execution = Execution.objects.create(
+            workflow="test-counter", input={"label": "drip"}, logical_identity="d", principal="p"
+        )
+        emit_many(execution, 1)
+        # when the relay's worker sends it
+        wait_for(lambda: drip.requests, timeout=30)
+        wait_for(
+            lambda: WebhookDelivery.objects.get(endpoint=endpoint).status != "pending", timeout=10
+        )
+        # then the relay hung up at the attempt's deadline, recorded the 200 as delivered,
+        # and never sent the event a second time, let alone alongside the first
+        (request,) = drip.requests
+        wait_for(lambda: request["gone_at"] is not None, timeout=3)  # its next drip tells
+        assert request["gone_at"] - request["at"] < 2.0 + 1.0
+        delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+        assert delivery.status == DeliveryStatus.DELIVERED
+        (attempt,) = WebhookAttempt.objects.filter(delivery=delivery)
+        assert attempt.status_code == 200 and attempt.duration_ms < 2000 + 500
+        assert attempt.response_excerpt == "x" * len(attempt.response_excerpt) != ""
+        time.sleep(8.5)  # past the claim: a relay still stuck would be joined by another
+        assert len(drip.requests) == 1 and drip.most_open == 1
+    finally:
+        drip.stop()
+
+
+def test_an_operator_sends_a_delivery_waiting_out_its_back_off_now(receiver, relay_worker):
+    # given a delivery told to wait an hour (429, Retry-After) by a receiver that is back since
+    endpoint = endpoint_for(receiver)
+    answers = iter([(429, {"Retry-After": "3600"})])
+    receiver.answer = lambda: next(answers, (200, {}))
+    execution = Execution.objects.create(
+        workflow="test-counter", input={"label": "later"}, logical_identity="l", principal="p"
+    )
+    (key,) = emit_many(execution, 1)
+    wait_for(lambda: WebhookDelivery.objects.get(endpoint=endpoint).attempts == 1, timeout=30)
+    delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+    assert delivery.status == DeliveryStatus.PENDING
+    assert delivery.next_attempt_at is not None
+    assert delivery.next_attempt_at > delivery.created_at + timedelta(minutes=59)
+    # when an operator asks for it again
+    _, raw = token_create(name="hooks-operator", role="operator")
+    operator = APIClient()
+    operator.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    again = operator.post(
+        f"/api/v1/webhooks/deliveries/{delivery.pk}/redeliver", {"reason": "back"}, format="json"
+    )
+    # then it is sent now, not in an hour, and its schedule starts over
+    assert again.status_code == 202 and again.json() == {"redelivered": 1}
+    wait_for(lambda: key in receiver.delivered_ids(), timeout=15)
+    wait_for(lambda: WebhookDelivery.objects.get(pk=delivery.pk).status == "delivered")
+    assert WebhookDelivery.objects.get(pk=delivery.pk).attempts == 2
+    audit = AuditEntry.objects.get(action="webhook.redeliver", target_id=endpoint.pk)
+    assert audit.reason == "back" and audit.data["deliveries"] == [delivery.pk]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
@@ -26,7 +25,7 @@ from executions.events.endpoints import (
     webhook_endpoint_save,
     webhook_secret_rotate,
 )
-from executions.events.relay import deliveries_redeliver
+from executions.events.relay import deliveries_redeliver, delivery_redeliver
 from executions.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
 EVENT_TYPE_EXPECTED = (
@@ -147,19 +146,10 @@ def _invalid(exc: DjangoValidationError) -> Problem:
     )
 
 
-def _redeliver(request: Request, **target: Any) -> Response:
-    """An operator's redelivery (of an endpoint's failed deliveries, or of given ones), with
-    the reason the body gives."""
+def _reason(request: Request) -> str:
     reason = ReasonSerializer(data=request.data)
     reason.is_valid(raise_exception=True)
-    caller = request_caller(request)
-    count = deliveries_redeliver(
-        actor=caller.principal,
-        actor_name=caller.name,
-        reason=reason.validated_data["reason"],
-        **target,
-    )
-    return Response({"redelivered": count}, status=202)
+    return str(reason.validated_data["reason"])
 
 
 class WebhookEndpointListApi(APIView):
@@ -294,7 +284,13 @@ class WebhookEndpointRedeliverApi(APIView):
         responses={(202, JSON): RedeliveredSerializer, **problems(401, 403, 404)},
     )
     def post(self, request: Request, endpoint_id: str) -> Response:
-        return _redeliver(request, endpoint_id=_endpoint(endpoint_id).pk)
+        endpoint = _endpoint(endpoint_id)
+        reason = _reason(request)
+        caller = request_caller(request)
+        count = deliveries_redeliver(
+            actor=caller.principal, actor_name=caller.name, reason=reason, endpoint_id=endpoint.pk
+        )
+        return Response({"redelivered": count}, status=202)
 
 
 class WebhookDeliveryRedeliverApi(APIView):
@@ -302,13 +298,23 @@ class WebhookDeliveryRedeliverApi(APIView):
 
     @extend_schema(
         operation_id="webhook_deliveries_redeliver",
-        summary="Send one delivery again (same webhook-id), whatever became of it",
+        summary="Send one delivery again now (same webhook-id), whatever became of it",
+        description=(
+            "Delivered, failed, or pending and waiting out its back-off: it is sent at once "
+            "and its retry schedule starts over. 409 `delivery_in_flight` while a relay is "
+            "sending it (the problem's `claimed_until` says by when its answer is recorded)."
+        ),
         request=ReasonSerializer,
-        responses={(202, JSON): RedeliveredSerializer, **problems(401, 403, 404)},
+        responses={(202, JSON): RedeliveredSerializer, **problems(401, 403, 404, 409)},
     )
     def post(self, request: Request, delivery_id: str) -> Response:
         if not _DELIVERY_ID.fullmatch(delivery_id):
             raise Http404
         if not WebhookDelivery.objects.filter(pk=int(delivery_id)).exists():
             raise Http404
-        return _redeliver(request, delivery_ids=[int(delivery_id)])
+        reason = _reason(request)
+        caller = request_caller(request)
+        delivery_redeliver(
+            int(delivery_id), actor=caller.principal, actor_name=caller.name, reason=reason
+        )
+        return Response({"redelivered": 1}, status=202)

@@ -350,7 +350,18 @@ COMMANDS: tuple[CommandRow, ...] = (
     CommandRow("alfred_executions show", ("alfred_executions", "show", "{queued}"), "ok", "ok"),
     CommandRow(
         "alfred_executions approve",
-        ("alfred_executions", "approve", "{paused}", "--plan-hash", "{plan_hash}", "--reason", "m"),
+        # --wait 0: no worker takes the approval here (who may approve is what is asked)
+        (
+            "alfred_executions",
+            "approve",
+            "{paused}",
+            "--plan-hash",
+            "{plan_hash}",
+            "--reason",
+            "m",
+            "--wait",
+            "0",
+        ),
         "ok",
         "refused",
     ),

@@ -16,6 +16,8 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.views.main import ERROR_FLAG
 from django.http import HttpRequest, HttpResponseRedirect
+from django.utils.html import format_html
+from django.utils.text import Truncator
 
 from alfred.principals import OPERATE_PERMISSION, Caller, caller_of
 from alfred.readonly import read_only
@@ -26,6 +28,16 @@ def admin_caller(request: HttpRequest) -> Caller:
     if caller is None:  # the admin let in a user with no Alfred permission: act as nobody
         return Caller(f"user:{request.user.pk}", "", request.user.get_username())
     return caller
+
+
+def summary(text: str, words: int = 24) -> str:
+    """Free text (a reason) for a list's cell: its first words, the whole of it on hover (the
+    object's own page shows it all)."""
+    return (
+        format_html('<span title="{}">{}</span>', text, Truncator(text).words(words))
+        if text
+        else "—"
+    )
 
 
 class OperatesMixin:

@@ -19,7 +19,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
+from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller, summary
 from alfred.admin_confirm import ConfirmItem, confirmation_page, reason_confirmed
 from alfred.readonly import ReadOnlyInstance
 from lanes.effects import lane_effects
@@ -45,7 +45,14 @@ class LaneWaiterInline(ReadOnlyInline):
 
 @admin.register(Lane)
 class LaneAdmin(ReadOnlyAdmin):
-    list_display = ["key", "state", "owner_link", "owner_status", "queued", "reason", "updated_at"]
+    list_display = [
+        "key",
+        "state",
+        "owner_link",
+        "owner_status",
+        "queued",
+        "reason_summary",
+    ]  # what an operator needs to pick the lane to look at; when it changed is on its page
     list_filter = ["state"]
     search_fields = ["key", "owner__id"]
     list_select_related = ["owner"]
@@ -66,6 +73,10 @@ class LaneAdmin(ReadOnlyAdmin):
     @admin.display(description="Owner's status")
     def owner_status(self, lane: Lane) -> str:
         return str(lane.owner.status) if lane.owner_id and lane.owner else "—"
+
+    @admin.display(description="Reason", ordering="reason")
+    def reason_summary(self, lane: Lane) -> str:
+        return summary(lane.reason)
 
     @admin.display(description="Queued", ordering="queued_count")
     def queued(self, lane: Lane) -> int:

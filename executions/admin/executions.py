@@ -211,16 +211,7 @@ class DeliveryKeyInline(ReadOnlyInline):
 
 @admin.register(Execution)
 class ExecutionAdmin(ReadOnlyAdmin):
-    list_display = [
-        "id",
-        "workflow",
-        "status",
-        "subject",
-        "lane_key",
-        "start_state",
-        "dry_run",
-        "created_at",
-    ]
+    list_display = ["id", "workflow", "status", "subject", "created_at"]
     list_filter = [
         "workflow",
         "status",
@@ -530,7 +521,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
         def describe(execution: Execution) -> ConfirmItem:
             steps = pages.rollback_lines(pages.rollback_steps(execution))
             line = (
-                f"a rollback run does these {len(steps)} steps, in this order:"
+                f"a rollback run does {len(steps)} step{'' if len(steps) == 1 else 's'}, in "
+                "this order:"
                 if steps
                 else "no mutation was recorded: it becomes rolled_back at once."
             )

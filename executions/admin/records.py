@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from alfred.admin_base import ReadOnlyAdmin
+from alfred.admin_base import ReadOnlyAdmin, summary
 from alfred.principals import principal_name
 from executions.models import AuditEntry, OutboxEvent, Run, Stage, StepReceipt
 
@@ -47,7 +47,7 @@ class AuditEntryAdmin(ReadOnlyAdmin):
     """Who did what to which execution, lane, token or endpoint, and why: newest first,
     by action, kind of target and time; the target links to its own page where it has one."""
 
-    list_display = ["created_at", "who", "action", "target", "reason"]
+    list_display = ["created_at", "who", "action", "target", "reason_summary"]
     fields = ["created_at", "who", "actor", "action", "target", "reason", "data"]
     readonly_fields = ["created_at", "who", "target"]
     list_filter = ["action", "target_type", "created_at"]
@@ -70,6 +70,10 @@ class AuditEntryAdmin(ReadOnlyAdmin):
         recorded = entry.data.get("actor_name") if isinstance(entry.data, dict) else None
         name = recorded or getattr(entry, "actor_known_as", None) or entry.actor
         return format_html('<span title="{}">{}</span>', entry.actor, name)
+
+    @admin.display(description="Reason", ordering="reason")
+    def reason_summary(self, entry: AuditEntry) -> str:
+        return summary(entry.reason)
 
     @admin.display(description="Target", ordering="target_id")
     def target(self, entry: AuditEntry) -> str:

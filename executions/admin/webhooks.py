@@ -293,19 +293,27 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
 
     list_display = [
         "id",
-        "endpoint",
-        "event",
+        "endpoint_url",
+        "event_type",
         "status",
         "attempts",
         "last_status_code",
         "next_attempt_at",
-        "delivered_at",
     ]
     list_filter = ["status", "endpoint"]
     search_fields = ["event__key", "event__execution__id"]
     list_select_related = ["endpoint", "event"]
     inlines = [WebhookAttemptInline]
     actions = ["redeliver"]
+
+    @admin.display(description="Endpoint", ordering="endpoint__url")
+    def endpoint_url(self, delivery: WebhookDelivery) -> str:
+        # Not the foreign key itself, which the list would keep on one line however long.
+        return str(delivery.endpoint.url)
+
+    @admin.display(description="Event", ordering="event__type")
+    def event_type(self, delivery: WebhookDelivery) -> str:
+        return str(delivery.event.type)
 
     @admin.action(description="Send the selected deliveries again…", permissions=["change"])
     def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> Any:

@@ -214,8 +214,8 @@ def test_bulk_rollback_lists_each_compensation_then_queues_with_the_reason(appro
 
     html = asked.content.decode()
     assert asked.status_code == 200 and 'name="confirm"' in html
-    assert "undoes 1 mutations, in this order:" in html
-    assert "apply / batch: undo apply of aws.route53.batch" in html
+    assert "a rollback run does 1 step, in this order:" in html
+    assert "undo apply of aws.route53.batch (run #1, apply / batch)" in html
     assert "rollback is not possible now, it is paused: left as it is." in html
     assert html.count('name="_selected_action"') == 1  # only what can be rolled back
     assert not Execution.objects.get(pk=approved.pk).runs.filter(kind="rollback").exists()

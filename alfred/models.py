@@ -43,3 +43,20 @@ class ApiToken(models.Model):
     @property
     def principal(self) -> str:
         return self.principal_id
+
+
+class BeatLease(models.Model):
+    """Which beat process sends the periodic tasks now. Several beats may run (one per host);
+    each tick, each tries to take or renew this row (``alfred.beat``), and only its holder
+    sends. A lease, not an advisory lock: a holder that is stopped rather than killed (a
+    frozen VM, SIGSTOP) keeps its connection, and would keep a lock, but not its lease."""
+
+    name = models.CharField(primary_key=True, max_length=40)
+    holder = models.CharField(max_length=200)
+    # Taken over this many times: a holder whose epoch changed has lost the lease meanwhile.
+    epoch = models.PositiveBigIntegerField(default=1)
+    expires_at = models.DateTimeField()
+    renewed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.holder} until {self.expires_at:%H:%M:%S}"

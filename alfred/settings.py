@@ -228,7 +228,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "interval_step": 0.2,
     "interval_max": 0.5,
 }
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Several beats may run (one per host): one leads, holding a lease in the database for this
+# many seconds and renewing it every fifth of that; a leader killed outright is replaced once
+# it runs out (alfred/beat.py).
+CELERY_BEAT_SCHEDULER = "alfred.beat:LeaderScheduler"
+ALFRED_BEAT_LEASE_SECONDS = env.float("ALFRED_BEAT_LEASE_SECONDS", default=5.0)
+if ALFRED_BEAT_LEASE_SECONDS < 1:
+    raise ImproperlyConfigured("ALFRED_BEAT_LEASE_SECONDS: 1 or more")
 # One message at a time per worker process: a long stage never holds others hostage.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Celery's Django fixup closes every database connection before and after each task unless

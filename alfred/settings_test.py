@@ -18,6 +18,8 @@ os.environ.setdefault("ALFRED_EXTRA_WORKFLOWS", "tests.engine_workflows")
 os.environ.setdefault("ALFRED_LEASE_SECONDS", "4")
 os.environ.setdefault("ALFRED_RECOVERY_SCAN_SECONDS", "1")
 os.environ.setdefault("ALFRED_HANDOFF_GRACE_SECONDS", "5")
+# A beat killed by a test is replaced (restarted, or another's) within two seconds.
+os.environ.setdefault("ALFRED_BEAT_LEASE_SECONDS", "2")
 # The webhook scan only matters to the webhook tests (which set their own): elsewhere it is
 # one more background query racing the flush between tests.
 os.environ.setdefault("ALFRED_WEBHOOK_SCAN_SECONDS", "30")

@@ -179,7 +179,7 @@ class WorkerProcess:
             argv += [
                 "--beat",
                 "--scheduler",
-                "django_celery_beat.schedulers:DatabaseScheduler",
+                "alfred.beat:LeaderScheduler",
                 "--schedule",
                 str(self.log.with_suffix(".beat")),
             ]
@@ -247,7 +247,7 @@ class BeatProcess(WorkerProcess):
             "alfred",
             "beat",
             "--scheduler",
-            "django_celery_beat.schedulers:DatabaseScheduler",
+            "alfred.beat:LeaderScheduler",
             "--schedule",
             str(self.log.with_suffix(".beat")),
             "--loglevel",

@@ -251,11 +251,11 @@ def test_the_admin_cancels_with_an_audit_entry(admin_client, api):
 @pytest.mark.django_db(transaction=True)  # the scheduler closes the connection it used
 def test_beat_installs_the_scans_as_periodic_tasks_shown_read_only_in_the_admin(admin_client):
     from django_celery_beat.models import PeriodicTask
-    from django_celery_beat.schedulers import DatabaseScheduler
 
+    from alfred.beat import LeaderScheduler
     from alfred.celery import app
 
-    DatabaseScheduler(app=app)  # what `celery beat` does when it starts
+    LeaderScheduler(app=app)  # what `celery beat` does when it starts
 
     tasks = dict(PeriodicTask.objects.values_list("name", "task"))
     assert tasks["lanes-reconcile"] == "lanes.tasks.reconcile"

@@ -1,6 +1,16 @@
 """Concurrency lanes (DESIGN §5): one root owner at a time per lane key, a durable FIFO queue.
 
 Every write is a compare-and-swap on (key, owner, state, version): see ``lanes.services``.
+
+A lane exists from the first claim on its key. One that never guarded anything is removed
+rather than left listed forever: when the reconciler frees a lane whose leaving owner changed
+nothing (a readiness failure in its planning stage, or an end before any stage started), nobody
+waits on it, and no owner ever held it past such a failure (``held_past_readiness``), the lane
+row is deleted in the same transaction, by a compare-and-swap on (key, no owner, free,
+version) — ``lanes.services.try_lane_remove``. A request for a fleet that does not exist
+(``lambda:nope-fleet:production``) therefore leaves no lane behind; the next claim on that
+key creates it again. A lane some owner held past planning, or that an operator recovered,
+stays listed when free.
 """
 
 from __future__ import annotations
@@ -30,6 +40,12 @@ class Lane(models.Model):
     )
     version = models.PositiveBigIntegerField(default=0)
     reason = models.TextField(blank=True, default="")
+    held_past_readiness = models.BooleanField(
+        default=False,
+        db_default=False,  # lanes.services creates lanes in SQL of its own
+        help_text="Some owner's tenure ended otherwise than by a readiness failure (or an "
+        "operator recovered the lane): it guarded real work, and stays listed when free.",
+    )
     updated_at = models.DateTimeField(auto_now=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -12,6 +12,10 @@ Decisions:
   started → release;
 - anything else (canceled, unclassified failure, missing run, contradictory state) →
   recovery_required: the lane stays blocked for an operator.
+
+A release whose leaving owner changed nothing (the readiness rule, or an end before any stage
+started) that leaves the lane free removes it, unless some owner ever held it past such a
+failure (``lanes.models``; ``lanes.services.try_lane_remove``).
 """
 
 from __future__ import annotations
@@ -35,7 +39,12 @@ from executions.models import (
 )
 from lanes.effects import lane_effects
 from lanes.models import Lane, LaneState, LaneWaiter
-from lanes.services import lane_hand_over, lane_lock, lane_mark_recovery_required
+from lanes.services import (
+    lane_hand_over,
+    lane_lock,
+    lane_mark_recovery_required,
+    try_lane_remove,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +61,9 @@ class Action(enum.Enum):
 class Decision:
     action: Action
     reason: str
+    # A release whose owner changed nothing (a readiness failure in planning, or an end before
+    # any stage started): the lane it frees may have guarded nothing (lanes.models).
+    changed_nothing: bool = False
 
 
 _LIVE_RUN = {RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING}
@@ -87,7 +99,11 @@ def lane_decide(
             Action.RECOVERY_REQUIRED, f"{owner.id} {owner.status} but its run is {run.status}"
         )
     if not ever_started:
-        return Decision(Action.RELEASE, f"{owner.id} was {owner.status} before any stage started")
+        return Decision(
+            Action.RELEASE,
+            f"{owner.id} was {owner.status} before any stage started",
+            changed_nothing=True,
+        )
     if owner.status == ExecutionStatus.FAILED:
         if earlier_work:
             return Decision(
@@ -112,7 +128,11 @@ def _readiness(owner: Execution, stages: list[Stage]) -> Decision:
         return Decision(
             Action.RECOVERY_REQUIRED, f"{owner.id} failed after stage {started[0]} started"
         )
-    return Decision(Action.RELEASE, f"{owner.id} was not ready: {error['readiness']['code']}")
+    return Decision(
+        Action.RELEASE,
+        f"{owner.id} was not ready: {error['readiness']['code']}",
+        changed_nothing=True,
+    )
 
 
 def lane_reconcile(key: str, *, wait: bool = True) -> Decision | None:
@@ -137,10 +157,19 @@ def lane_reconcile(key: str, *, wait: bool = True) -> Decision | None:
             # A contradiction may be a transition seen half-way: look once more first.
             decision = _observe(lane)
         if decision.action is Action.RELEASE:
-            lane_effects().lane_changed(lane_hand_over(lane, reason=decision.reason))
+            _release(lane, decision, reason=decision.reason)
         elif decision.action is Action.RECOVERY_REQUIRED:
             lane_effects().lane_changed(lane_mark_recovery_required(lane, reason=decision.reason))
         return decision
+
+
+def _release(lane: Lane, decision: Decision, *, reason: str) -> None:
+    """Hand ``lane`` (locked) over as ``decision`` says; a lane it leaves free that never
+    guarded anything goes (``try_lane_remove``), in this transaction."""
+    change = lane_hand_over(lane, reason=reason, changed_nothing=decision.changed_nothing)
+    lane_effects().lane_changed(change)
+    if decision.changed_nothing and try_lane_remove(change):
+        log.info("lane %s removed: freed by %s, it never guarded anything", lane.key, reason)
 
 
 def _observe(lane: Lane) -> Decision:
@@ -217,7 +246,6 @@ def lanes_release_ready() -> list[str]:
                 continue  # released by another process meanwhile, or being
             decision = _observe(lane)
             if decision.action is Action.RELEASE:
-                change = lane_hand_over(lane, reason=f"released at start: {decision.reason}")
-                lane_effects().lane_changed(change)
+                _release(lane, decision, reason=f"released at start: {decision.reason}")
                 released.append(key)
     return released

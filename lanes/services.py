@@ -225,11 +225,15 @@ def lane_leave(*, execution_id: str) -> bool:
     return bool(deleted)
 
 
-def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> LaneHandedOver:
+def lane_hand_over(
+    lane: Lane, *, reason: str, to: str | None = None, changed_nothing: bool = False
+) -> LaneHandedOver:
     """Release ``lane`` (locked by the caller through ``lane_lock``, with ``to``) and give it
     to the next in line — or to the queued execution ``to``. Returns the hand-over (its
     ``owner`` None when nobody waits: the lane is free), which the caller passes to
-    ``lane_effects().lane_changed`` in this transaction."""
+    ``lane_effects().lane_changed`` in this transaction. ``changed_nothing``: the leaving
+    owner's tenure proved it changed nothing (a readiness failure); any other leaving owner
+    marks the lane ``held_past_readiness``."""
     waiters = LaneWaiter.objects.filter(lane_id=lane.key)
     # Only an execution still waiting is eligible: one canceled while queued leaves the queue.
     waiters.exclude(execution__status__in=sorted(lane_effects().active_statuses)).delete()
@@ -237,9 +241,18 @@ def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> LaneHan
     if to and waiter is None:
         raise LaneNotQueued(lane.key, lane.owner_id, to)
     expected = (lane.owner_id, lane.state, lane.version)
+    held: dict[str, bool] = (
+        {"held_past_readiness": True} if lane.owner_id is not None and not changed_nothing else {}
+    )
     if waiter is None:
         _swap(
-            lane.key, expected, state=LaneState.FREE, owner_id=None, owner_token=None, reason=reason
+            lane.key,
+            expected,
+            state=LaneState.FREE,
+            owner_id=None,
+            owner_token=None,
+            reason=reason,
+            **held,
         )
     else:
         _swap(
@@ -249,6 +262,7 @@ def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> LaneHan
             owner_id=waiter.execution_id,
             owner_token=waiter.token,
             reason="",
+            **held,
         )
         waiter.delete()
     return LaneHandedOver(
@@ -258,6 +272,25 @@ def lane_hand_over(lane: Lane, *, reason: str, to: str | None = None) -> LaneHan
         previous=lane.owner_id,
         owner=waiter.execution_id if waiter is not None else None,
     )
+
+
+def try_lane_remove(change: LaneHandedOver) -> bool:
+    """Delete the lane ``change`` freed, if it never guarded anything: still as the hand-over
+    left it (no owner, free, its version: the compare-and-swap), nobody waiting on it, and
+    never held past a readiness failure (see ``lanes.models``). The caller holds the lane's
+    row lock (``lane_lock``) and has established that the leaving owner changed nothing.
+    A claim waiting on the row lock (``_lock_lane``'s upsert) inserts the lane anew once
+    this commits; a stale writer's compare-and-swap matches no row. Returns whether it went."""
+    if change.owner is not None or LaneWaiter.objects.filter(lane_id=change.key).exists():
+        return False
+    removed, _ = Lane.objects.filter(
+        key=change.key,
+        owner_id=None,
+        state=LaneState.FREE,
+        version=change.version,
+        held_past_readiness=False,
+    ).delete()
+    return bool(removed)
 
 
 def lane_mark_recovery_required(lane: Lane, *, reason: str) -> LaneBlocked:
@@ -294,7 +327,13 @@ def lane_recover(
         owner = effects.execution_standing(lane.owner_id) if lane.owner_id else None
         resumed, handed_over = None, None
         if owner is not None and owner.active and to is None:
-            _swap(key, (lane.owner_id, lane.state, lane.version), state=LaneState.HELD, reason="")
+            _swap(
+                key,
+                (lane.owner_id, lane.state, lane.version),
+                state=LaneState.HELD,
+                reason="",
+                held_past_readiness=True,  # an operator recovered it: it stays listed
+            )
             resumed = owner.id
         else:
             if owner is not None and owner.active:

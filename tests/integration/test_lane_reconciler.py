@@ -4,17 +4,21 @@ the terminal transition itself must hand the lane over."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 
 from alfred.principals import cli_caller
 from executions.models import Execution, OutboxEvent, Run, Stage
+from lanes.effects import LaneHandedOver
 from lanes.models import Lane, LaneWaiter
 from lanes.reconciler import Action, lane_reconcile, lanes_release_ready
+from lanes.services import lane_claim, lane_hand_over, lane_lock, lane_recover, try_lane_remove
 from tests.conftest import wait_for
-from tests.helpers import submit
+from tests.factories import ExecutionFactory
+from tests.helpers import LAMBDA, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -182,6 +186,183 @@ def test_a_lost_handoff_is_completed(api):
     lane_reconcile(KEY)
 
     assert Lane.objects.get(key=KEY).owner_id == queued
+
+
+LAMBDA_KEY = "lambda:checkout-api:production"
+
+
+def test_a_lane_freed_by_a_readiness_failure_that_never_guarded_anything_is_removed(api):
+    # given: the first owner a lane ever had was not ready
+    owner = submit(api, "update-lambda-version", LAMBDA).json()["id"]
+    _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
+
+    # when
+    decision = lane_reconcile(LAMBDA_KEY)
+
+    # then: released, and the lane is gone with the release's events kept
+    assert decision is not None and decision.action is Action.RELEASE
+    assert decision.changed_nothing
+    assert not Lane.objects.filter(key=LAMBDA_KEY).exists()
+    assert OutboxEvent.objects.filter(execution_id=owner, type="lane.released").exists()
+    assert api.get(f"/api/v1/lanes/{LAMBDA_KEY}").status_code == 404
+    # and: the next request for that key takes a new lane
+    again = submit(api, "update-lambda-version", {**LAMBDA, "ticket_ids": ["REL-2"]}).json()
+    assert again["lane"] == {"key": LAMBDA_KEY, "role": "owner", "state": "held", "position": None}
+
+
+@pytest.mark.parametrize("status", ["canceled", "failed"])
+def test_a_lane_whose_only_owner_ended_before_any_stage_started_is_removed(api, status):
+    owner = submit(api, "update-lambda-version", LAMBDA).json()["id"]
+    _finish(owner, status, status, started=False)
+
+    decision = lane_reconcile(LAMBDA_KEY)
+
+    assert decision is not None and decision.action is Action.RELEASE
+    assert not Lane.objects.filter(key=LAMBDA_KEY).exists()
+
+
+def test_a_lane_an_earlier_owner_held_past_planning_stays_when_a_readiness_failure_frees_it(
+    api,
+):
+    # given: the first owner succeeded (the lane guarded real work); the next was not ready
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "succeeded", "succeeded")
+    assert lane_reconcile(KEY).action is Action.RELEASE
+    _finish(queued, "failed", "failed", plan={"status": "failed", "error": READY})
+
+    decision = lane_reconcile(KEY)
+
+    # then: free, and still listed
+    assert decision is not None and decision.action is Action.RELEASE
+    lane = Lane.objects.get(key=KEY)
+    assert (lane.state, lane.owner_id, lane.held_past_readiness) == ("free", None, True)
+
+
+def test_a_readiness_failure_that_hands_the_lane_to_a_queued_execution_keeps_it(api):
+    owner, queued = _owner_and_next(api)
+    _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
+
+    assert lane_reconcile(KEY).action is Action.RELEASE
+
+    lane = Lane.objects.get(key=KEY)
+    assert (lane.state, lane.owner_id, lane.held_past_readiness) == ("held", queued, False)
+
+
+def test_a_lane_an_operator_recovered_stays_listed(api):
+    # given: a lane blocked by an unclassified failure, which an operator recovers
+    owner = submit(api, "update-lambda-version", LAMBDA).json()["id"]
+    _finish(owner, "failed", "failed")
+    assert lane_reconcile(LAMBDA_KEY).action is Action.RECOVERY_REQUIRED
+
+    lane_recover(key=LAMBDA_KEY, expected_owner=owner, actor="ops", reason="checked")
+
+    lane = Lane.objects.get(key=LAMBDA_KEY)
+    assert (lane.state, lane.held_past_readiness) == ("free", True)
+
+
+def test_the_api_start_removes_a_lane_it_releases_that_never_guarded_anything(api):
+    # given: a lane blocked although its only owner was not ready (a reconciler that saw the
+    # failure half-way)
+    owner = submit(api, "update-lambda-version", LAMBDA).json()["id"]
+    _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
+    Lane.objects.filter(key=LAMBDA_KEY).update(state="recovery_required", reason="crash")
+
+    assert lanes_release_ready() == [LAMBDA_KEY]
+
+    assert not Lane.objects.filter(key=LAMBDA_KEY).exists()
+
+
+def test_removing_a_lane_is_a_compare_and_swap(api):
+    # given: a free lane some claim wrote after the hand-over that freed it
+    owner = submit(api, "update-lambda-version", LAMBDA).json()["id"]
+    _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
+    Lane.objects.filter(key=LAMBDA_KEY).update(state="free", owner=None, version=7)
+
+    # when: a remover that saw the lane at version 6 tries
+    stale = LaneHandedOver(key=LAMBDA_KEY, version=6, reason="", previous=owner, owner=None)
+    with transaction.atomic():
+        removed = try_lane_remove(stale)
+
+    # then: nothing goes
+    assert removed is False
+    assert Lane.objects.filter(key=LAMBDA_KEY, version=7).exists()
+
+
+def test_a_claim_waiting_on_a_lane_being_removed_takes_a_new_one(api):
+    # given: the only owner of a lane was not ready, and another execution of that lane
+    owner = submit(api, "update-lambda-version", LAMBDA).json()["id"]
+    _finish(owner, "failed", "failed", plan={"status": "failed", "error": READY})
+    claimant: Execution = ExecutionFactory.create(workflow="update-lambda-version", input=LAMBDA)
+    locked, claimed = threading.Event(), {}
+
+    def release() -> None:
+        try:
+            with transaction.atomic(durable=True):
+                lane = lane_lock(LAMBDA_KEY)
+                assert lane is not None
+                change = lane_hand_over(lane, reason="not ready", changed_nothing=True)
+                assert try_lane_remove(change)
+                locked.set()
+                time.sleep(1.0)  # the claim waits on the row meanwhile
+        finally:
+            connections.close_all()
+
+    def claim() -> None:
+        locked.wait(10)
+        try:
+            with transaction.atomic(durable=True):
+                claimed["result"] = lane_claim(
+                    key=LAMBDA_KEY, execution_id=claimant.id, token=LAMBDA["version"]
+                )
+        finally:
+            connections.close_all()
+
+    # when: the claim comes while the release removes the lane
+    threads = [threading.Thread(target=release), threading.Thread(target=claim)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    # then: once the removal committed, the claim made the lane anew and holds it
+    assert claimed["result"].role == "owner"
+    lane = Lane.objects.get(key=LAMBDA_KEY)
+    assert (lane.state, lane.owner_id, lane.version) == ("held", claimant.id, 1)
+
+
+def test_the_migration_removes_the_existing_lanes_that_never_guarded_anything(api):
+    from django.core.management import call_command
+    from django.db.migrations.executor import MigrationExecutor
+
+    # given: lanes as they were before held_past_readiness: one a readiness failure freed in
+    # its one tenure, one with a longer history, one held
+    held_by = submit(api, "update-lambda-version", LAMBDA).json()["id"]
+    try:
+        call_command("migrate", "lanes", "0001", verbosity=0)
+        old = MigrationExecutor(connections["default"]).loader.project_state(
+            ("lanes", "0001_initial")
+        )
+        OldLane = old.apps.get_model("lanes", "Lane")
+        OldLane.objects.create(
+            key="lambda:nope-fleet:production",
+            state="free",
+            version=2,
+            reason="exe_01M90TWYZPQA5221M0CMNQSTFM was not ready: fleet_not_found",
+        )
+        OldLane.objects.create(
+            key="lambda:checkout-api:staging",
+            state="free",
+            version=6,
+            reason="exe_01M90TWYZPQA5221M0CMNQSTFM was not ready: version_not_published",
+        )
+    finally:
+        # when
+        call_command("migrate", verbosity=0)
+
+    # then
+    kept = dict(Lane.objects.values_list("key", "held_past_readiness"))
+    assert kept == {"lambda:checkout-api:staging": True, LAMBDA_KEY: True}
+    assert Lane.objects.get(key=LAMBDA_KEY).owner_id == held_by
 
 
 def _concurrently(fn, times: int = 2) -> list:

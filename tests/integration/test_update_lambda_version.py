@@ -232,6 +232,29 @@ def test_a_readiness_failure_frees_the_lane_for_the_next_queued_execution(
         assert "indexer" in failed.error["message"] and "query" in failed.error["message"]
 
 
+def test_a_request_for_a_fleet_that_does_not_exist_leaves_no_lane_behind(
+    api, lambda_worker, standin
+):
+    # given: a request for a fleet no function is tagged with: it takes a new lane
+    key = "lambda:nope-fleet:production"
+    body = submit(
+        api, WORKFLOW, {"target": "nope-fleet", "environment": "production", "version": "1"}
+    ).json()
+    assert body["lane"] == {"key": key, "role": "owner", "state": "held", "position": None}
+    since = len(standin.alias_updates)
+
+    # when: its plan finds no such fleet
+    failed = terminal(body["id"])
+
+    # then: a readiness failure, and the lane it alone ever held is gone, not listed forever
+    assert failed.error["readiness"]["code"] == "fleet_not_found"
+    wait_for(lambda: not Lane.objects.filter(key=key).exists(), timeout=10)
+    assert key not in {lane["key"] for lane in api.get("/api/v1/lanes").json()}
+    assert api.get(f"/api/v1/lanes/{key}").status_code == 404
+    assert api.get(f"/api/v1/executions/{body['id']}").json()["lane"]["state"] is None
+    assert standin.applied(since) == Counter()
+
+
 def test_an_alias_changed_after_the_plan_is_refused_by_revision_id_and_not_overwritten(
     api, lambda_worker, standin, client
 ):

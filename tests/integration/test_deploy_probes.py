@@ -1,0 +1,162 @@
+"""The Helm chart's processes and probes, run for real: the web and worker containers' commands
+and environment as `helm template` renders them (ALFRED_ENV=production), against the test
+PostgreSQL and Redis, probed as the kubelet would probe them. The rendering itself:
+tests/unit/test_helm_chart.py."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+
+from tests.conftest import ROOT, subprocess_database_url, wait_for
+from tests.live import free_port
+from tests.unit.test_helm_chart import VALUES_FROM_VALUES, container, one, render
+
+
+def pod_environment(docs: list[dict[str, Any]], box: dict[str, Any]) -> dict[str, str]:
+    """A container's environment as Kubernetes would give it (its env, then its Secret), with
+    the Secret's database and broker pointing at the tests' own."""
+    secret = one(docs, "Secret", "alfred")
+    env = {e["name"]: e["value"] for e in box["env"] if "value" in e}
+    env |= {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    env |= {
+        "DATABASE_URL": subprocess_database_url(),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        # `python` is the image's interpreter; here, the venv's
+        "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}",
+        "HOSTNAME": socket.gethostname(),  # a pod's hostname is its name; ours is the machine's
+    }
+    return env
+
+
+def log_of(name: str) -> Path:
+    return ROOT / ".alfred" / f"deploy-{name}-{os.getpid()}.log"
+
+
+def start(argv: list[str], env: dict[str, str], name: str) -> subprocess.Popen[bytes]:
+    log = log_of(name)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stopped_within(proc: subprocess.Popen[bytes], seconds: float) -> float:
+    """SIGTERM, as the kubelet sends it; how long the process took to exit (it is SIGKILLed and
+    the test fails if it outlives ``seconds``, the pod's grace)."""
+    began = time.monotonic()
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(seconds)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        pytest.fail(f"still running {seconds} s after SIGTERM: past the pod's grace")
+    return time.monotonic() - began
+
+
+def kubelet_get(port: int, probe: dict[str, Any]) -> int:
+    """An httpGet probe as the kubelet sends it: to the pod's address, with the probe's headers."""
+    get = probe["httpGet"]
+    headers = {h["name"]: h["value"] for h in get.get("httpHeaders", [])}
+    response = httpx.get(
+        f"http://127.0.0.1:{port}{get['path']}", headers=headers, timeout=probe["timeoutSeconds"]
+    )
+    return response.status_code
+
+
+@pytest.fixture
+def web(django_db_setup: None) -> Iterator[tuple[dict[str, Any], int, subprocess.Popen[bytes]]]:
+    port = free_port()
+    docs = render("-f", str(VALUES_FROM_VALUES), "--set", f"web.port={port}")
+    box = container(one(docs, "Deployment", "alfred-web"))
+    # the pod listens on every address; here only on loopback
+    argv = ["127.0.0.1" if arg == "0.0.0.0" else arg for arg in box["command"]]  # noqa: S104
+    proc = start(argv, pod_environment(docs, box), "web")
+    yield box, port, proc
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+def test_web_pod_passes_its_probes_and_stops_within_its_grace(web):
+    box, port, proc = web
+    grace = 35
+
+    # when: the startup probe, then liveness and readiness, as the kubelet sends them
+    wait_for(lambda: _answers(port, box["startupProbe"]) == 200, timeout=60, interval=0.2)
+
+    # then
+    assert kubelet_get(port, box["livenessProbe"]) == 200
+    assert kubelet_get(port, box["readinessProbe"]) == 200
+    # without the chart's Host header the kubelet's probe would name the pod's address, which
+    # production's ALLOWED_HOSTS refuses: the header is what makes the probes pass
+    bare = {
+        **box["readinessProbe"],
+        "httpGet": {**box["readinessProbe"]["httpGet"], "httpHeaders": []},
+    }
+    assert kubelet_get(port, bare) == 400
+    assert stopped_within(proc, grace) < grace
+
+
+def _answers(port: int, probe: dict[str, Any]) -> int:
+    try:
+        return kubelet_get(port, probe)
+    except httpx.HTTPError:
+        return 0
+
+
+def run_exec_probe(probe: dict[str, Any], env: dict[str, str]) -> int:
+    try:
+        return subprocess.run(
+            probe["exec"]["command"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            timeout=probe["timeoutSeconds"],
+            check=False,
+        ).returncode
+    except subprocess.TimeoutExpired:
+        return -1
+
+
+def test_worker_pod_answers_its_ping_probe_and_fails_it_once_stopped(django_db_setup):
+    # given: the chart's worker (one pool process) and its environment
+    docs = render("-f", str(VALUES_FROM_VALUES), "--set", "worker.concurrency=1")
+    deployment = one(docs, "Deployment", "alfred-worker")
+    box = container(deployment)
+    env = pod_environment(docs, box)
+    proc = start(box["command"], env, "worker")
+    try:
+        wait_for(lambda: " ready." in log_of("worker").read_text(errors="replace"), timeout=60)
+
+        # when: the probes run as the kubelet runs them, in the container's environment
+        wait_for(lambda: run_exec_probe(box["readinessProbe"], env) == 0, timeout=60, interval=1)
+
+        # then: alive; SIGTERM (a warm shutdown with nothing running) ends it within the grace
+        assert run_exec_probe(box["livenessProbe"], env) == 0
+        grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert stopped_within(proc, grace) < grace
+        # and a worker that is gone fails the probe
+        assert run_exec_probe(box["livenessProbe"], env) != 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)

@@ -468,6 +468,50 @@ def test_the_openapi_schema_declares_the_contract(api):
     assert schema["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
 
 
+def test_a_request_without_a_header_the_document_requires_is_refused_as_such_past_the_rate(
+    operator_api, settings
+):
+    """What Schemathesis's missing_required_header check holds (ST203), with the throttles
+    on as `make run` has them: every operation of the OpenAPI document that requires a header
+    refuses a request without it with a 4xx about the request (Schemathesis's own list), not
+    a 429 telling the caller to send it again, even once the caller's budget is spent."""
+    settings.ALFRED_THROTTLE_RATES = {"trigger": "1/min", "control": "1/min"}
+    schema = json.loads(operator_api.get("/api/schema/?format=json").content)
+    required = [
+        (path, method, parameter["name"], operation)
+        for path, item in schema["paths"].items()
+        for method, operation in item.items()
+        if isinstance(operation, dict)
+        for parameter in operation.get("parameters", [])
+        if parameter["in"] == "header" and parameter.get("required")
+    ]
+    triggers = [r for r in required if r[0].startswith("/api/v1/workflows/")]
+    five = ["add-subdomain", "add-certificate", "add-domain", "onboard-domain"]
+    assert {f"/api/v1/workflows/{w}/executions" for w in [*five, "update-lambda-version"]} <= {
+        path for path, _, name, _ in triggers if name == "Idempotency-Key"
+    }
+    # given: the caller's trigger budget is spent
+    assert submit(operator_api, "add-subdomain", SUBDOMAIN).status_code == 202
+    assert_problem(submit(operator_api, "add-domain", {"domain": "a.example"}), 429, "throttled")
+
+    for path, method, name, operation in required:
+        # when: a request that sends every required header but that one
+        example = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
+        examples: list[dict] = list(example.get("examples", {}).values())
+        body = examples[0]["value"] if examples else {}
+        headers = {
+            f"HTTP_{p['name'].upper().replace('-', '_')}": "x-1"
+            for p in operation["parameters"]
+            if p["in"] == "header" and p.get("required") and p["name"] != name
+        }
+        response = getattr(operator_api, method)(path, body, format="json", **headers)
+
+        # then
+        assert response.status_code in (400, 401, 403, 406, 415, 422), (path, name, response)
+        if (path, method, name, operation) in triggers:
+            assert_problem(response, 400, "idempotency_key_missing")
+
+
 def test_each_workflow_has_its_own_trigger_operation_with_its_input_schema(api):
     from executions import selectors
     from executions.workflows.registry import get_workflow

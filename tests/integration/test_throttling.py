@@ -59,6 +59,37 @@ def test_the_trigger_past_the_rate_is_429_throttled_with_retry_after(api, low_ra
     assert body["instance"] == "/api/v1/workflows/add-subdomain/executions"
 
 
+@pytest.mark.parametrize(
+    ("workflow", "key", "status", "code"),
+    [
+        ("add-subdomain", None, 400, "idempotency_key_missing"),
+        ("add-subdomain", "one,two", 400, "idempotency_key_invalid"),
+        ("add-everything", "k-1", 404, "unknown_workflow"),
+    ],
+)
+def test_a_trigger_no_budget_could_make_acceptable_is_refused_as_such_and_spends_nothing(
+    api, low_rates, workflow, key, status, code
+):
+    def refused_one():
+        headers = {} if key is None else {"HTTP_IDEMPOTENCY_KEY": key}
+        path = f"/api/v1/workflows/{workflow}/executions"
+        return api.post(path, _subdomain(), format="json", **headers)
+
+    # given: three such requests, which spend nothing: three triggers still fit the minute
+    for _ in range(3):
+        assert_problem(refused_one(), status, code)
+    for _ in range(3):
+        assert submit(api, "add-subdomain", _subdomain()).status_code == 202
+
+    # when: past the rate
+    again = refused_one()
+
+    # then: still refused for what it is, not 429 (which would ask for it again), while a
+    # trigger that could be accepted is throttled
+    assert_problem(again, status, code)
+    assert_problem(submit(api, "add-subdomain", _subdomain()), 429, "throttled")
+
+
 def test_the_budget_is_per_principal(api, low_rates):
     # given: one token has spent its budget
     for _ in range(3):

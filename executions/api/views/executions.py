@@ -55,6 +55,14 @@ class ExecutionCreateApi(APIView):
     permission_classes = [MayTrigger]
     throttle_scope = "trigger"
 
+    def check_throttles(self, request: Request) -> None:
+        # After authentication and the role, before the rate: a request no budget could make
+        # acceptable is refused for what it is — a path naming no workflow (404), a missing
+        # or malformed Idempotency-Key (400, the header the OpenAPI document requires) — and
+        # spends none of the caller's budget. A 429 would tell the caller to send it again.
+        _check_request_line(request, self.kwargs["workflow"])
+        super().check_throttles(request)
+
     @extend_schema(
         operation_id="executions_create",
         summary="Ask for an execution of a workflow",
@@ -92,10 +100,7 @@ class ExecutionCreateApi(APIView):
         ),
     )
     def post(self, request: Request, workflow: str) -> Response:
-        if workflow not in selectors.workflow_names():
-            # Before the key is checked: a path naming no workflow is a 404 whatever the rest.
-            raise UnknownWorkflow(workflow)
-        key = idempotency_key(request)  # before the body is parsed
+        key = _check_request_line(request, workflow)  # before the body is parsed
         caller = request_caller(request)
         acceptance = execution_accept(
             workflow_name=workflow, body=request.data, idempotency_key=key, caller=caller
@@ -106,6 +111,14 @@ class ExecutionCreateApi(APIView):
         if acceptance.replayed:
             headers["Idempotent-Replayed"] = "true"
         return Response(data, status=202, headers=headers)
+
+
+def _check_request_line(request: Request, workflow: str) -> str:
+    """The request's Idempotency-Key, once the path names a workflow (a 404 whatever the
+    rest) and the key is one (400)."""
+    if workflow not in selectors.workflow_names():
+        raise UnknownWorkflow(workflow)
+    return idempotency_key(request)
 
 
 class ExecutionListApi(generics.ListAPIView):

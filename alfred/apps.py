@@ -1,6 +1,9 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
+from alfred.metrics import provider_call_count, state_register
+from providers.observe import observer_add
+
 
 class AlfredConfig(AppConfig):
     name = "alfred"
@@ -9,6 +12,9 @@ class AlfredConfig(AppConfig):
 
     def ready(self) -> None:
         from alfred import schema  # noqa: F401 - registers the OpenAPI auth extension
+        from alfred.metrics_state import ALFRED_GAUGES, SqlGauges
         from alfred.users import groups_ensure
 
         post_migrate.connect(groups_ensure, sender=self, dispatch_uid="alfred.groups_ensure")
+        observer_add(provider_call_count)
+        state_register(SqlGauges(ALFRED_GAUGES))

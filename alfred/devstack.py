@@ -32,6 +32,7 @@ import contextlib
 import fcntl
 import functools
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -123,6 +124,7 @@ class Child:
     name: str
     argv: list[str]
     prefix: bool = True
+    environ: dict[str, str] = field(default_factory=dict)  # over the stack's environment
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     pump: threading.Thread | None = field(default=None, repr=False)
 
@@ -130,7 +132,7 @@ class Child:
         self.proc = subprocess.Popen(  # noqa: S603 - argv is built in this module
             self.argv,
             cwd=BASE_DIR,
-            env=env,
+            env={**env, **self.environ},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE if self.prefix else None,
             stderr=subprocess.STDOUT if self.prefix else None,
@@ -321,8 +323,18 @@ def manage_step(command: str, *args: str) -> Child:
     return Child(command, [sys.executable, MANAGE, command, *args], prefix=False)
 
 
+def metrics_dir(state: Path, child: str) -> str:
+    """Where ``child``'s processes write their metrics (prometheus-client's multiprocess
+    mode), emptied before it starts: counts of processes gone are not this run's."""
+    directory = state / "metrics" / child
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    return str(directory)
+
+
 def children_for(host: str, port: str, state: Path) -> list[Child]:
     py = sys.executable
+    worker_port = os.environ.get("ALFRED_WORKER_HTTP_PORT") or str(int(port) + 1)
     return [
         Child(
             "web",
@@ -340,6 +352,7 @@ def children_for(host: str, port: str, state: Path) -> list[Child]:
                 "--timeout-graceful-shutdown",
                 "5",
             ],
+            environ={"PROMETHEUS_MULTIPROC_DIR": metrics_dir(state, "web")},
         ),
         Child(
             "worker",
@@ -359,6 +372,10 @@ def children_for(host: str, port: str, state: Path) -> list[Child]:
                 "--concurrency",
                 "2",
             ],
+            environ={
+                "PROMETHEUS_MULTIPROC_DIR": metrics_dir(state, "worker"),
+                "ALFRED_WORKER_HTTP_PORT": worker_port,
+            },
         ),
         Child(
             "beat",

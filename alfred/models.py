@@ -60,3 +60,17 @@ class BeatLease(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.holder} until {self.expires_at:%H:%M:%S}"
+
+
+class WorkerHeartbeat(models.Model):
+    """Proof that a worker consumes: every ``ALFRED_WORKER_HEARTBEAT_SECONDS`` its main process
+    sends a task to the worker's own queue, and the pool process that runs it writes
+    ``consumed_at`` (``alfred.worker_http``). A worker whose consumer stopped (the Redis
+    reconnect that silently ends consumption, a pool that no longer takes tasks) stops
+    moving it: its readiness fails and ``alfred_worker_heartbeat_age_seconds`` grows."""
+
+    worker = models.CharField(primary_key=True, max_length=200)
+    consumed_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.worker} at {self.consumed_at:%H:%M:%S}"

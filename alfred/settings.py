@@ -87,6 +87,20 @@ ALFRED_CONVERGE_POLL_SECONDS = env.float("ALFRED_CONVERGE_POLL_SECONDS", default
 ALFRED_SSE_KEEPALIVE_SECONDS = env.float("ALFRED_SSE_KEEPALIVE_SECONDS", default=15.0)
 ALFRED_SSE_CLIENT_BUFFER = env.int("ALFRED_SSE_CLIENT_BUFFER", default=1000)
 
+# --- Operations --------------------------------------------------------------------------
+# /metrics (the web's; a worker's on ALFRED_WORKER_HTTP_PORT): with a token, any client that
+# sends it as a bearer token; without, only clients at these networks (the connection's own
+# address: scrape the pod, not through the proxy).
+ALFRED_METRICS_TOKEN = env.str("ALFRED_METRICS_TOKEN", default="")
+ALFRED_METRICS_NETWORKS = env.list("ALFRED_METRICS_NETWORKS", default=["127.0.0.0/8", "::1/128"])
+# A worker proves it consumes by running a task it sends to its own queue this often
+# (alfred/worker_http.py); its /readyz fails once the last one is three periods old.
+ALFRED_WORKER_HEARTBEAT_SECONDS = env.float("ALFRED_WORKER_HEARTBEAT_SECONDS", default=10.0)
+# Where a worker serves /healthz, /readyz and /metrics; unset: nowhere (the heartbeat runs).
+ALFRED_WORKER_HTTP_PORT = env.int("ALFRED_WORKER_HTTP_PORT", default=0)
+# Each worker also consumes a queue of its own (<name>.dq): the heartbeat's.
+CELERY_WORKER_DIRECT = True
+
 _public_host = ALFRED_PUBLIC_URL.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
 ALLOWED_HOSTS = env.list(
     "ALFRED_ALLOWED_HOSTS",

@@ -18,6 +18,7 @@ admin.site.enable_nav_sidebar = False
 urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
+    path("metrics", views.metrics, name="metrics"),
     path("api/v1/", include("executions.api.urls")),
     path(
         "api/schema/",

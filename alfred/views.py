@@ -8,6 +8,7 @@ from typing import Any
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
+from alfred.metrics import exposition, scrape_allowed, state_collectors
 from alfred.problems import problem_response
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,21 @@ def readyz(request: HttpRequest) -> JsonResponse:
         )
         return response
     return JsonResponse({"status": "ready", "checks": checks})
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus' scrape: what happened (every process of this host's web) and what waits
+    (the database's state). ``alfred.metrics.scrape_allowed`` says who may read it."""
+    if not scrape_allowed(
+        request.headers.get("Authorization", ""), str(request.META.get("REMOTE_ADDR", ""))
+    ):
+        return problem_response(
+            "permission_denied",
+            "Scrapes need ALFRED_METRICS_TOKEN, or to come from ALFRED_METRICS_NETWORKS.",
+            instance=request.path,
+        )
+    body, content_type = exposition(*state_collectors())
+    return HttpResponse(body, content_type=content_type)
 
 
 def _is_api(request: HttpRequest) -> bool:

@@ -37,6 +37,7 @@ from alfred.db import (
     statements_run,
 )
 from alfred.ids import new_id
+from alfred.metrics import ACCEPTANCES
 from alfred.principals import Caller
 from alfred.readonly import writes_allowed
 from executions.controls import audit_record
@@ -113,6 +114,16 @@ class _Request:
         return self.caller.principal
 
 
+# How each refusal is counted in alfred_acceptances_total (its problem's code).
+_REFUSALS: dict[type[Exception], str] = {
+    UnknownWorkflow: "unknown_workflow",
+    InvalidInput: "invalid_input",
+    IdempotencyConflict: "idempotency_conflict",
+    IdentityHeld: "identity_conflict",
+    LaneConflict: "lane_conflict",
+}
+
+
 def execution_accept(
     *, workflow_name: str, body: Any, idempotency_key: str, caller: Caller
 ) -> Acceptance:
@@ -122,6 +133,21 @@ def execution_accept(
     ``LaneConflict``. A conflict rolls back everything, the key included: the same key may
     be sent again.
     """
+    try:
+        acceptance = _execution_accept(workflow_name, body, idempotency_key, caller)
+    except tuple(_REFUSALS) as refused:
+        workflow = workflow_name if not isinstance(refused, UnknownWorkflow) else "unknown"
+        code = next(code for kind, code in _REFUSALS.items() if isinstance(refused, kind))
+        ACCEPTANCES.labels(workflow, code).inc()
+        raise
+    outcome = "replayed" if acceptance.replayed else str(acceptance.outcome)
+    ACCEPTANCES.labels(workflow_name, outcome).inc()
+    return acceptance
+
+
+def _execution_accept(
+    workflow_name: str, body: Any, idempotency_key: str, caller: Caller
+) -> Acceptance:
     writes_allowed()
     try:
         workflow = get_workflow(workflow_name)

@@ -12,17 +12,21 @@ class ExecutionsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from alfred.metrics import state_register
+        from alfred.metrics_state import SqlGauges
         from alfred.problems import problems_register
         from executions.api.problems import PROBLEMS
         from executions.engine.registry import Definition, claim_guard_register, register
         from executions.engine.terminal import execution_finished
         from executions.lane_effects import ExecutionLaneEffects
         from executions.lane_holding import execution_lane_refusal
+        from executions.metrics import EXECUTION_GAUGES
         from executions.workflows.registry import all_workflows, register_extra
         from lanes.effects import lane_effects_install
         from lanes.reconciler import lane_reconcile_on_finish
 
         problems_register(*PROBLEMS)
+        state_register(SqlGauges(EXECUTION_GAUGES))
         claim_guard_register(execution_lane_refusal)
         lane_effects_install(ExecutionLaneEffects())
         execution_finished.connect(lane_reconcile_on_finish, dispatch_uid="lanes.reconcile")

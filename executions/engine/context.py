@@ -40,6 +40,7 @@ from django.utils.dateparse import parse_datetime
 from jsonschema import Draft202012Validator
 
 from alfred.db import prepared_cursor
+from alfred.metrics import STEPS
 from executions.engine.clock import Clock
 from executions.engine.errors import (
     Canceled,
@@ -117,9 +118,11 @@ class Context:
         input: dict[str, Any],
         wake: Callable[..., None],
         clock: Clock,
+        workflow: str = "",
     ) -> None:
         self.run_id = run.id
         self.execution_id = run.execution_id
+        self.workflow = workflow
         self.stage = stage
         self.fence = fence
         self.input = input
@@ -169,9 +172,11 @@ class Context:
                 raise Suspend(f"retrying {key}")
         self._boundary()
         attempt = receipt.attempts + 1 if receipt is not None else 1
+        timed = _StepTimer(self.workflow, self.stage, fn)
         try:
             output = fn(*args, **kwargs)
         except RetryableError as exc:
+            timed.observe("retrying" if attempt < retry.max_attempts else "failed")
             if attempt >= retry.max_attempts:
                 raise FatalError(
                     f"step {key!r} failed {attempt} times",
@@ -191,6 +196,10 @@ class Context:
                 output={"retry_at": due.isoformat()},
             )
             raise Suspend(f"retrying {key}") from exc
+        except BaseException:
+            timed.observe("failed")
+            raise
+        timed.observe("succeeded")
         _check_json(key, output)
         if mutation:
             _check_mutation(key, output, mutation if isinstance(mutation, dict) else None)
@@ -784,3 +793,15 @@ class _Heartbeat:
 
 
 _HEARTBEAT = _Heartbeat()
+
+
+class _StepTimer:
+    """A step function's duration, into ``alfred_step_duration_seconds`` once it ends."""
+
+    def __init__(self, workflow: str, stage: str, fn: Callable[..., Any]) -> None:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        self.labels = (workflow, stage, f"{fn.__module__.rsplit('.', 1)[-1]}.{name}")
+        self.started = time.monotonic()
+
+    def observe(self, outcome: str) -> None:
+        STEPS.labels(*self.labels, outcome).observe(time.monotonic() - self.started)

@@ -47,6 +47,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from alfred.db import columns, instances, row_fetched
+from alfred.metrics import LEASE_TAKEOVERS, STAGES
 from executions.engine.clock import Clock
 from executions.engine.context import Context
 from executions.engine.errors import (
@@ -135,6 +136,11 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
     this worker (the hand-off is one transaction, not two): returns that claim."""
     run_id, stage = claimed.run.id, claimed.stage
     rollback = claimed.run.kind == RunKind.ROLLBACK
+    started = time.monotonic()
+
+    def took(outcome: str) -> None:
+        STAGES.labels(claimed.workflow, stage, outcome).observe(time.monotonic() - started)
+
     try:
         definition = definition_get(claimed.workflow)
         ctx = Context(
@@ -144,6 +150,7 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
             input=claimed.input,
             wake=_hint(run_id),
             clock=claimed.clock,
+            workflow=claimed.workflow,
         )
         with ctx.heartbeat():
             if rollback:
@@ -151,23 +158,31 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
             else:
                 output = definition.run_stage(stage, ctx)
     except Suspend as suspend:
+        took("suspended")
         return _suspend(claimed, stage, suspend)
     except LeaseLost as lost:
+        took("lost")
         log.warning("run %s stage %s: %s", run_id, stage, lost)
         return Outcome.STOP
     except _DATABASE_AWAY as lost:
         # The database went away under the stage (a restart, a failover): not the
         # workflow's failure, and nothing can be written now.
+        took("lost")
         return _claim_patiently(run_id, stage, worker, away=lost)
     except Canceled as canceled:
+        took("canceled")
         return _finish(claimed, stage, ExecutionStatus.CANCELED, error=canceled.projection())
     except ReadinessFailure as failure:
+        took("failed")
         return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection())
     except EngineError as failure:
+        took("failed")
         return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection())
     except Exception as exc:
+        took("failed")
         log.exception("run %s stage %s raised", run_id, stage)
         return _finish(claimed, stage, ExecutionStatus.FAILED, error=unclassified(exc))
+    took("succeeded")
     stages = ROLLBACK_STAGES if rollback else definition.stages
     following = stages[stages.index(stage) + 1] if stage != stages[-1] else None
     try:
@@ -356,6 +371,9 @@ def _take(
     if run.started_at is None and run.deadline_at is None:
         deadline = _deadline_seconds(execution.workflow)
         run.deadline_at = now + timedelta(seconds=deadline) if deadline else None
+    if run.status == RunStatus.RUNNING and run.lease_owner not in ("", worker):
+        # Its worker's lease ran out, or its process is gone: counted once this commits.
+        transaction.on_commit(LEASE_TAKEOVERS.labels(execution.workflow).inc)
     run.fence += 1
     run.recoveries = 0  # its message arrived: the recovery backoff starts over
     run.wakeups_seen = run.wakeups

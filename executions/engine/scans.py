@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import F, Q
 
+from alfred.metrics import RECOVERY_DISPATCHES
 from executions.engine.clock import db_now
 from executions.engine.dispatch import run_dispatch
 from executions.models import (
@@ -85,6 +86,7 @@ def runs_recover(batch: int = BATCH) -> int:
     run_ids = _recovery_due(sorted({*unstarted, *stalled}), now)
     for run_id in run_ids:
         run_dispatch(run_id)
+    RECOVERY_DISPATCHES.inc(len(run_ids))
     return len(run_ids)
 
 

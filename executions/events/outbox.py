@@ -5,16 +5,21 @@ per-execution ``sequence`` allocated under the execution's row lock."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
 
 from alfred.db import Statement, statements_run
+from alfred.metrics import TRANSITIONS
 from executions.models import (
     DeliveryStatus,
     Execution,
+    ExecutionStatus,
     OutboxEvent,
     WebhookDelivery,
     WebhookEndpoint,
@@ -24,6 +29,8 @@ from executions.models import (
 # delivers a NOTIFY only then, and never for a rolled-back transaction). The payload is
 # "<execution id> <sequence>"; listeners read the event itself from the table.
 CHANNEL = "alfred_events"
+
+log = logging.getLogger(__name__)
 
 # Events of one execution in one statement, in the order given: lock the execution row, leave
 # out the keys already emitted, insert the rest at ``last_sequence + 1, + 2...``, owe each to
@@ -35,7 +42,8 @@ CHANNEL = "alfred_events"
 # kept that choice while the table grew).
 _EMIT_SQL = f"""
     WITH locked AS (
-        SELECT id, last_sequence FROM {Execution._meta.db_table} WHERE id = %(execution)s
+        SELECT id, last_sequence, workflow FROM {Execution._meta.db_table}
+        WHERE id = %(execution)s
         FOR UPDATE
     ), fresh AS (
         SELECT given.key, given.type, given.payload,
@@ -73,7 +81,8 @@ _EMIT_SQL = f"""
     )
     SELECT inserted.sequence,
            pg_notify('{CHANNEL}', %(execution)s || ' ' || inserted.sequence),
-           (SELECT count(*) FROM owed)
+           (SELECT count(*) FROM owed),
+           inserted.type, inserted.execution_id, (SELECT workflow FROM locked)
     FROM inserted ORDER BY inserted.sequence
 """  # noqa: S608
 
@@ -124,12 +133,27 @@ def events_emit_statement(execution_id: str, events: Sequence[Event]) -> Stateme
 
 
 def _emitted(rows: Sequence[Sequence[Any]]) -> list[int]:
-    """The sequences the emission gave; the deliveries it owed are sent after commit."""
+    """The sequences the emission gave; the deliveries it owed are sent after commit, and
+    the execution's transitions told once they are committed."""
     if any(row[2] for row in rows):
         from executions.events.relay import deliveries_send_on_commit
 
         deliveries_send_on_commit()
+    for _, _, _, type, execution_id, workflow in rows:
+        status = type.removeprefix("execution.")
+        if status in STATUSES and status != type:
+            transaction.on_commit(partial(_transitioned, execution_id, workflow, status))
     return [int(row[0]) for row in rows]
+
+
+STATUSES = frozenset(ExecutionStatus.values)
+
+
+def _transitioned(execution_id: str, workflow: str, status: str) -> None:
+    """One line per transition (the outbox sees every one, in the transaction that made it),
+    and the count of executions that reached each status."""
+    TRANSITIONS.labels(workflow, status).inc()
+    log.info("%s %s (%s)", execution_id, status, workflow)
 
 
 def event_key(execution_id: str, name: str) -> str:

@@ -61,6 +61,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
+from alfred.metrics import WEBHOOK_ATTEMPTS
 from alfred.readonly import writes_allowed
 from executions.engine.clock import db_now
 from executions.events.endpoints import address_check, endpoint_secrets
@@ -451,7 +452,9 @@ def delivery_record(item: Claimed, answer: Answer) -> None:
                 "next_attempt_at",
             ]
         )
-    log.info(
+    outcome = "delivered" if answer.delivered else "refused" if answer.status_code else "error"
+    WEBHOOK_ATTEMPTS.labels(delivery.endpoint_id, outcome).inc()
+    log.debug(
         "webhook %s to %s attempt %d: %s in %d ms",
         item.event_key,
         item.url,

@@ -49,6 +49,7 @@ from providers.errors import (
     Unknown,
 )
 from providers.handles import Handle, StopUnsupported, handle
+from providers.observe import call_observed, outcome_of_status
 
 # gRPC status codes, as ArgoCD's gateway puts them in error bodies ({"error", "code", "message"}).
 _GRPC_CODES: Final = {
@@ -101,8 +102,7 @@ class ArgoCD:
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
             timeout=timeout,
-            verify=verify,
-            transport=transport,
+            transport=_Observed(transport or httpx.HTTPTransport(verify=verify)),
         )
 
     def close(self) -> None:
@@ -508,3 +508,29 @@ def _no_operation(response: httpx.Response) -> bool:
         return False
     message = str(body.get("message") or body.get("error") or "") if isinstance(body, dict) else ""
     return response.status_code == 400 and "No operation is in progress" in message
+
+
+class _Observed(httpx.BaseTransport):
+    """Reports each request to the observers (``providers.observe``): the operation is the
+    method and the path, the application's name left out (``GET applications/{name}``)."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        parts = request.url.path.removeprefix("/api/v1/").split("/")
+        if len(parts) > 1 and parts[0] == "applications":
+            parts[1] = "{name}"
+        operation = f"{request.method} {'/'.join(parts)}"
+        sent = time.monotonic()
+        try:
+            response = self.inner.handle_request(request)
+        except httpx.TransportError:
+            call_observed(PROVIDER, operation, "transient", time.monotonic() - sent)
+            raise
+        outcome = outcome_of_status(response.status_code)
+        call_observed(PROVIDER, operation, outcome, time.monotonic() - sent)
+        return response
+
+    def close(self) -> None:
+        self.inner.close()

@@ -56,6 +56,7 @@ from providers.errors import (
     Transient,
     Unknown,
 )
+from providers.observe import call_observed, outcome_of_status
 
 if TYPE_CHECKING:
     from providers.config import AwsConfig
@@ -193,7 +194,55 @@ class AwsClients:
             region = "us-east-1"  # where AWS signs the global services
         if region:
             kwargs["region_name"] = region
-        return session.client(service, **kwargs)
+        client = session.client(service, **kwargs)
+        _observe(client, f"aws.{service}")
+        return client
+
+
+# AWS's error codes that ask the caller to slow down (Route53's PriorRequestNotComplete too).
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "PriorRequestNotComplete",
+    }
+)
+
+
+def _observe(client: Any, provider: str) -> None:
+    """Report each attempt botocore makes (a throttled one it retries included) to the
+    observers: ``before-send`` starts its clock, ``response-received`` ends it."""
+
+    def sent(request: Any, **_: Any) -> None:
+        request.context["alfred_sent"] = time.monotonic()
+
+    def received(
+        context: dict[str, Any],
+        exception: Exception | None,
+        response_dict: dict[str, Any] | None,
+        parsed_response: dict[str, Any] | None,
+        model: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        seconds = time.monotonic() - context.pop("alfred_sent", time.monotonic())
+        code = str(((parsed_response or {}).get("Error") or {}).get("Code") or "")
+        if exception is not None or response_dict is None:
+            outcome = "transient"
+        elif code in THROTTLING_CODES:
+            outcome = "throttled"
+        else:
+            outcome = outcome_of_status(int(response_dict.get("status_code") or 0))
+        call_observed(provider, context.get("alfred_operation", "?"), outcome, seconds)
+
+    def calling(model: Any, context: dict[str, Any], **_: Any) -> None:
+        context["alfred_operation"] = model.name
+
+    client.meta.events.register("before-call", calling)
+    client.meta.events.register("before-send", sent)
+    client.meta.events.register("response-received", received)
 
 
 def error_code(exc: ClientError) -> str:

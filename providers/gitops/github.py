@@ -89,6 +89,7 @@ from providers.gitops.repository import (
     Snapshot,
 )
 from providers.handles import Handle, StopUnsupported, handle
+from providers.observe import call_observed, outcome_of_status
 
 logger = logging.getLogger(__name__)
 
@@ -563,10 +564,13 @@ class GitHubRepository:
         """Run one request under the retry rules of its kind (see the module)."""
         throttled = failures = 0
         while True:
+            sent = time.monotonic()
             try:
-                return fn()
+                result = fn()
             except GithubException as exc:
                 wait = throttle_wait(exc)
+                outcome = "throttled" if wait is not None else outcome_of_status(exc.status)
+                call_observed(PROVIDER, operation, outcome, time.monotonic() - sent)
                 if wait is not None:
                     if throttled >= self.policy.throttle_retries:
                         raise _mapped(exc, operation, "still throttled after retries") from exc
@@ -585,6 +589,7 @@ class GitHubRepository:
                         continue
                 raise _mapped(exc, operation) from exc
             except _CONNECTION_ERRORS as exc:
+                call_observed(PROVIDER, operation, "transient", time.monotonic() - sent)
                 if kind == "mutation":
                     raise _OutcomeUnknown(operation, exc) from exc
                 if failures < self.policy.read_retries:
@@ -597,6 +602,8 @@ class GitHubRepository:
                     code=None,
                     details={"operation": operation},
                 ) from exc
+            call_observed(PROVIDER, operation, "ok", time.monotonic() - sent)
+            return result
 
     def _backoff(self, failures: int) -> None:
         self._sleep(min(self.policy.backoff * 2 ** (failures - 1), _MAX_BACKOFF))

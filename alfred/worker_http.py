@@ -1,0 +1,159 @@
+"""A worker's proof that it consumes, and the port it answers on.
+
+A Celery worker can stay alive, answer remote-control pings and hold its broker connection
+while it no longer takes tasks (after a Redis reconnect, or with a pool that stopped taking
+work): nothing fails, the queue just grows. So a worker proves consumption the only way that
+cannot lie: every ``ALFRED_WORKER_HEARTBEAT_SECONDS`` its main process sends a task to the
+worker's own queue (``<name>.dq2``, Celery's ``worker_direct``), and the pool process that
+runs it writes ``consumed_at`` (:class:`alfred.models.WorkerHeartbeat`), on the database's
+clock. The web's ``/metrics`` reports each worker's heartbeat age.
+
+With ``ALFRED_WORKER_HTTP_PORT`` set, the worker's main process also serves:
+
+- ``/healthz``: the process answers;
+- ``/readyz``: 200 while the last heartbeat was consumed less than three periods ago, 503
+  otherwise (a probe that restarts the worker once it stays unready is the cure for the
+  silent stop);
+- ``/metrics``: this host's worker processes' counters (``alfred.metrics``), let in as the
+  web's are (``scrape_allowed``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
+from celery.utils.nodenames import worker_direct
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection
+
+from alfred.metrics import exposition, scrape_allowed
+from alfred.models import WorkerHeartbeat
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_TASK = "alfred.tasks.worker_heartbeat"
+_TABLE = WorkerHeartbeat._meta.db_table
+_RECORD = f"""
+INSERT INTO {_TABLE} (worker, consumed_at) VALUES (%s, clock_timestamp())
+ON CONFLICT (worker) DO UPDATE SET consumed_at = EXCLUDED.consumed_at
+"""  # noqa: S608 - the table name comes from model metadata
+_AGE = f"SELECT extract(epoch FROM clock_timestamp() - consumed_at) FROM {_TABLE} WHERE worker = %s"  # noqa: S608
+
+
+def worker_heartbeat_record(worker: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(_RECORD, [worker])
+
+
+def worker_heartbeat_age(worker: str) -> float | None:
+    """Seconds since ``worker`` last consumed its heartbeat, or None if it never did."""
+    with connection.cursor() as cursor:
+        cursor.execute(_AGE, [worker])
+        row = cursor.fetchone()
+    return None if row is None else float(row[0])
+
+
+def worker_ready_check(worker: str) -> tuple[bool, dict[str, Any]]:
+    """Whether ``worker`` consumes, and what says so."""
+    limit = 3 * settings.ALFRED_WORKER_HEARTBEAT_SECONDS
+    try:
+        age = worker_heartbeat_age(worker)
+    except DatabaseError as exc:
+        return False, {"worker": worker, "database": f"error: {type(exc).__name__}"}
+    finally:
+        close_old_connections()
+    ready = age is not None and age < limit
+    return ready, {"worker": worker, "heartbeat_age_seconds": age, "limit_seconds": limit}
+
+
+class _Heartbeat(threading.Thread):
+    def __init__(self, app: Celery, worker: str) -> None:
+        super().__init__(name="alfred-heartbeat", daemon=True)
+        self.app, self.worker = app, worker
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        period = settings.ALFRED_WORKER_HEARTBEAT_SECONDS
+        queue = worker_direct(self.worker)
+        while not self.stopped.is_set():
+            try:
+                self.app.send_task(
+                    HEARTBEAT_TASK,
+                    args=[self.worker],
+                    queue=queue,  # type: ignore[arg-type] # Celery routes a kombu Queue as given
+                    expires=3 * period,
+                )
+            except Exception as exc:
+                log.warning("worker %s: heartbeat not sent: %s", self.worker, exc)
+            self.stopped.wait(period)
+
+
+def _handler(worker: str) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                self._json(200, {"status": "ok", "worker": worker})
+            elif self.path == "/readyz":
+                ready, checks = worker_ready_check(worker)
+                self._json(200 if ready else 503, {"ready": ready, **checks})
+            elif self.path == "/metrics":
+                address = self.client_address[0]
+                if not scrape_allowed(self.headers.get("Authorization", ""), address):
+                    self._json(403, {"detail": "scrapes need ALFRED_METRICS_TOKEN or a network"})
+                    return
+                body, content_type = exposition()
+                self._send(200, body, content_type)
+            else:
+                self._json(404, {"detail": "not found"})
+
+        def _json(self, status: int, document: dict[str, Any]) -> None:
+            self._send(status, json.dumps(document).encode(), "application/json")
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass  # probes every few seconds: not worth a line each
+
+    return Handler
+
+
+_running: list[Any] = []
+
+
+@worker_ready.connect
+def _worker_started(sender: Any, **_: Any) -> None:
+    """In the worker's main process, once it consumes: the heartbeat, and the port."""
+    worker = str(sender.hostname)
+    heartbeat = _Heartbeat(sender.app, worker)
+    heartbeat.start()
+    _running.append(heartbeat)
+    port = settings.ALFRED_WORKER_HTTP_PORT
+    if port:
+        server = ThreadingHTTPServer(("0.0.0.0", port), _handler(worker))  # noqa: S104
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="alfred-http", daemon=True).start()
+        _running.append(server)
+        log.info("worker %s: /healthz, /readyz and /metrics on port %d", worker, port)
+
+
+@worker_shutdown.connect
+def _worker_stopping(**_: Any) -> None:
+    for running in _running:
+        if isinstance(running, _Heartbeat):
+            running.stopped.set()
+        else:
+            running.shutdown()
+    _running.clear()
+    time.sleep(0)  # let the threads see it

@@ -59,6 +59,7 @@ CODES: dict[str, tuple[int, str]] = {
     "stale_plan": (409, "Stale plan"),
     "force_required": (409, "The plan needs an approval with force"),
     "approval_expired": (409, "The approval window closed"),
+    "history_pruned": (409, "The execution's history was pruned"),
     "delivery_in_flight": (409, "The delivery is being sent right now"),
     "payload_too_large": (413, "Request body too large"),
     "unsupported_media_type": (415, "Unsupported media type"),

@@ -102,8 +102,9 @@ def approve_allowed(execution: Execution) -> bool:
 
 
 def rollback_allowed(execution: Execution) -> bool:
-    """Terminal and not rolled back: an active execution is canceled first (DESIGN §4)."""
-    return execution.status in (
+    """Terminal and not rolled back: an active execution is canceled first (DESIGN §4). Not
+    once retention pruned its receipts: what it changed can no longer be found."""
+    return execution.pruned_at is None and execution.status in (
         ExecutionStatus.SUCCEEDED,
         ExecutionStatus.FAILED,
         ExecutionStatus.CANCELED,
@@ -222,6 +223,21 @@ def execution_retry(*, execution_id: str, caller: Caller, reason: str = "") -> E
         return execution
 
 
+class HistoryPruned(InvalidState):
+    """Retention deleted the execution's step receipts (``executions.retention``), the
+    mutation receipts a rollback undoes among them: refused whole, never undone in part."""
+
+    def __init__(self, execution: Execution, pruned_at: datetime) -> None:
+        super().__init__(
+            execution,
+            message=f"{execution.id} cannot be rolled back: its history was pruned at "
+            f"{pruned_at.isoformat(timespec='seconds')} (retention), the receipts "
+            "of what it changed with it; undo its changes by hand (its archive, if one was "
+            "written, lists them)",
+        )
+        self.pruned_at = pruned_at
+
+
 class StalePlan(InvalidState):
     """The approval names a plan hash that is not the one waiting (DNS changed, or a typo)."""
 
@@ -309,6 +325,8 @@ def execution_rollback(*, execution_id: str, caller: Caller, reason: str) -> Exe
     with transaction.atomic(durable=True):
         execution = _locked_for(caller, execution_id, ROLLBACK)
         if not ROLLBACK.allows(execution):
+            if execution.pruned_at is not None and execution.terminal:
+                raise HistoryPruned(execution, execution.pruned_at)
             raise InvalidState(execution, "roll back")
         workflow = get_workflow(execution.workflow)
         previous = execution.status
@@ -350,6 +368,7 @@ __all__ = [
     "ApprovalExpired",
     "Control",
     "ForceRequired",
+    "HistoryPruned",
     "InvalidInput",
     "InvalidState",
     "LaneConflict",

@@ -76,6 +76,12 @@ class Execution(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    pruned_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When retention deleted its events, webhook deliveries, step receipts and "
+        "timers (executions.retention): from then on it can no longer be rolled back.",
+    )
 
     class Meta:
         ordering = ["-id"]
@@ -105,6 +111,13 @@ class Execution(models.Model):
             ),
             models.Index(
                 fields=["lane_key", "id"], condition=_ACTIVE, name="execution_active_lane"
+            ),
+            # What retention has still to prune: ended roots, not pruned since they ended.
+            models.Index(
+                fields=["finished_at", "id"],
+                condition=Q(parent__isnull=True, status__in=sorted(TERMINAL_STATUSES))
+                & (Q(pruned_at__isnull=True) | Q(pruned_at__lt=F("finished_at"))),
+                name="execution_prunable",
             ),
         ]
 

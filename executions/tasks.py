@@ -68,3 +68,37 @@ def webhook_relay(self: Any) -> int:
     if tried >= BATCH:
         self.apply_async(queue="webhooks")  # more are due: go on at once, in a new task
     return tried
+
+
+# How long one retention task runs its batches before handing the rest to a new task.
+PRUNE_BUDGET_SECONDS = 5.0
+
+
+@shared_task(name="executions.tasks.executions_prune", bind=True, ignore_result=True)
+def executions_prune(self: Any, after: list[str] | None = None) -> int:
+    """Beat's retention pass (``ALFRED_PRUNE_SCHEDULE_SECONDS``): batches for up to
+    ``PRUNE_BUDGET_SECONDS``, then the rest in a new task from where this one stopped, so a
+    scanner process is never held for long."""
+    if settings.ALFRED_READ_ONLY:
+        return 0
+    from datetime import datetime
+    from pathlib import Path
+
+    from executions import retention
+    from executions.admin.pages import history_json
+
+    archive = None
+    if settings.ALFRED_PRUNE_ARCHIVE_DIR:
+        archive = retention.HistoryArchive(Path(settings.ALFRED_PRUNE_ARCHIVE_DIR), history_json)
+    report = retention.executions_prune(
+        older_than=retention.retention_period(),
+        actor="alfred:retention",
+        archive=archive,
+        batch=retention.BATCH,
+        budget_seconds=PRUNE_BUDGET_SECONDS,
+        after=None if not after else (datetime.fromisoformat(after[0]), after[1]),
+    )
+    if report.after is not None:
+        cursor = [report.after[0].isoformat(), report.after[1]]
+        self.apply_async(kwargs={"after": cursor}, queue="scanners")
+    return report.counts["executions"]

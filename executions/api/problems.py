@@ -14,6 +14,7 @@ from executions.acceptance import IdempotencyConflict, IdentityHeld, UnknownWork
 from executions.controls import (
     ApprovalExpired,
     ForceRequired,
+    HistoryPruned,
     InvalidState,
     NotPermitted,
     NotRetryable,
@@ -72,6 +73,15 @@ PROBLEMS: tuple[ProblemMap[Any], ...] = (
         members=lambda exc: {"execution": exc.execution_id, "plan_hash": exc.current},
     ),
     ProblemMap(ForceRequired, "force_required", members=_execution),
+    # Says when, so an operator can find the archive written then (docs/runbook.md).
+    ProblemMap(
+        HistoryPruned,
+        "history_pruned",
+        members=lambda exc: {
+            "execution": exc.execution_id,
+            "pruned_at": exc.pruned_at.isoformat(),
+        },
+    ),
     ProblemMap(
         ApprovalExpired,
         "approval_expired",

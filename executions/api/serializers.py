@@ -157,6 +157,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             "created_at",
             "updated_at",
             "finished_at",
+            "pruned_at",
             "links",
         ]
 

@@ -281,6 +281,23 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"queue": "scanners", "expires": 10},
     },
 }
+# Retention (executions/retention.py; `manage.py alfred_prune`, docs/runbook.md): an ended
+# execution's events, webhook deliveries and attempts, step receipts and timers are deleted
+# this many days after it ended; its row, keys, runs, stages, checkpoints and audit stay.
+ALFRED_RETENTION_DAYS = env.float("ALFRED_RETENTION_DAYS", default=90.0)
+if ALFRED_RETENTION_DAYS <= 0:
+    raise ImproperlyConfigured("ALFRED_RETENTION_DAYS: more than 0")
+# Beat prunes every this many seconds (0, the default: never; alfred_prune by hand or cron),
+# each execution's history written to ALFRED_PRUNE_ARCHIVE_DIR first when that is set.
+ALFRED_PRUNE_SCHEDULE_SECONDS = env.float("ALFRED_PRUNE_SCHEDULE_SECONDS", default=0.0)
+ALFRED_PRUNE_ARCHIVE_DIR = env.str("ALFRED_PRUNE_ARCHIVE_DIR", default="")
+CELERY_BEAT_SCHEDULE["executions-prune"] = {
+    "task": "executions.tasks.executions_prune",
+    "schedule": ALFRED_PRUNE_SCHEDULE_SECONDS or 3600.0,
+    # Listed even when off: django-celery-beat keeps running an entry it once saved.
+    "enabled": ALFRED_PRUNE_SCHEDULE_SECONDS > 0,
+    "options": {"queue": "scanners", "expires": 60},
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 

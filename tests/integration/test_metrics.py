@@ -6,7 +6,9 @@ change batches Route53 applied) and the database (the deliveries a receiver got)
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 import tempfile
 import time
 import urllib.error
@@ -28,6 +30,8 @@ from tests.helpers import submit
 from tests.integration.test_add_domain import terminal
 from tests.integration.test_webhooks import Receiver
 from tests.live import free_port
+
+PROMTOOL = shutil.which("promtool")
 
 pytestmark = [pytest.mark.worker, pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 
@@ -229,6 +233,11 @@ def test_scrapes_need_the_token_or_the_network(settings, platform, worker_port):
     answered = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-secret")
     assert answered.status_code == 200 and b"alfred_executions" in answered.content
     assert answered["Content-Type"].startswith("text/plain")
+    if PROMTOOL is not None:  # Prometheus' own linter on the whole exposition
+        linted = subprocess.run(
+            [PROMTOOL, "check", "metrics"], input=answered.content, capture_output=True
+        )
+        assert linted.returncode == 0, linted.stdout + linted.stderr
     # the worker's port lets in its own network (loopback by default)
     status, _ = worker_get(worker_port, "/metrics")
     assert status == 200

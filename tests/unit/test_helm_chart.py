@@ -182,20 +182,31 @@ def test_the_public_host_keeps_its_port_in_the_probes_host_header(docs_existing_
     ]
 
 
-def test_worker_probe_pings_the_node_name_the_worker_takes(docs):
-    worker = container(one(docs, "Deployment", "alfred-worker"))
-    command = worker["command"]
-    probe = worker["livenessProbe"]["exec"]["command"]
+def test_the_worker_is_probed_on_its_own_port_by_its_heartbeat(docs):
+    worker_deployment = one(docs, "Deployment", "alfred-worker")
+    worker = container(worker_deployment)
+    (port,) = worker["ports"]
+    env = environment(worker)
 
-    # then: the worker names itself worker@<hostname> (a pod's hostname is its name) and the
-    # probe pings exactly that node, with a timeout inside the probe's own
-    assert command[command.index("-n") + 1] == "worker@%h"
-    assert probe[:2] == ["sh", "-c"]
-    assert "inspect ping" in probe[2]
-    assert '-d "worker@$HOSTNAME"' in probe[2]
-    ping_timeout = int(re.search(r"--timeout (\d+)", probe[2]).group(1))
-    assert ping_timeout < worker["livenessProbe"]["timeoutSeconds"]
-    assert worker["readinessProbe"]["exec"]["command"] == probe
+    # then: the worker serves its port (alfred/worker_http.py) and the probes ask it whether
+    # the worker consumed its own heartbeat lately: liveness only after minutes of not
+    assert port == {"name": "http", "containerPort": 8001, "protocol": "TCP"}
+    assert env["ALFRED_WORKER_HTTP_PORT"] == "8001"
+    assert worker["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert worker["readinessProbe"]["httpGet"] | {"httpHeaders": []} == {
+        "path": "/readyz",
+        "port": "http",
+        "httpHeaders": [],
+    }
+    liveness = worker["livenessProbe"]
+    assert liveness["httpGet"]["path"] == "/readyz"
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 180
+    # and its processes count into a directory of the pod's own, which Prometheus scrapes
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == "/var/run/alfred-metrics"
+    assert {"name": "metrics", "mountPath": "/var/run/alfred-metrics"} in worker["volumeMounts"]
+    annotations = worker_deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == "8001"
+    assert annotations["prometheus.io/path"] == "/metrics"
 
 
 def routed_queues() -> set[str]:
@@ -334,8 +345,16 @@ def environment(box: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in box["env"] if "value" in e}
 
 
+# Each component's own: where its metrics go (web, worker), the worker's port.
+OWN_SETTINGS = {"PROMETHEUS_MULTIPROC_DIR", "ALFRED_WORKER_HTTP_PORT"}
+
+
 def test_every_container_runs_production_against_the_same_settings(docs):
-    envs = [environment(container(d)) for d in docs if d["kind"] in {"Deployment", "Job"}]
+    envs = [
+        {k: v for k, v in environment(container(d)).items() if k not in OWN_SETTINGS}
+        for d in docs
+        if d["kind"] in {"Deployment", "Job"}
+    ]
 
     assert all(env == envs[0] for env in envs)
     assert envs[0]["ALFRED_ENV"] == "production"
@@ -344,14 +363,16 @@ def test_every_container_runs_production_against_the_same_settings(docs):
     assert envs[0]["AWS_REGION"] == "us-east-1"
 
 
-def test_the_rendered_environment_passes_djangos_deployment_checks(docs):
-    # given: the environment a web pod gets, the Secret's keys included
+def test_the_rendered_environment_passes_djangos_deployment_checks(docs, tmp_path):
+    # given: the environment a web pod gets, the Secret's keys included (its metrics volume
+    # here a directory of the test's)
     box = container(one(docs, "Deployment", "alfred-web"))
     secret = one(docs, "Secret", "alfred")
     env = {
         "PATH": os.environ["PATH"],
         **environment(box),
         **{k: base64.b64decode(v).decode() for k, v in secret["data"].items()},
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
     }
 
     # when: Django loads the production settings from it and runs `check --deploy`

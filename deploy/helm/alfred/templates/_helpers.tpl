@@ -91,6 +91,8 @@ app.kubernetes.io/part-of: alfred
   value: {{ ternary "1" "0" .Values.alfred.readOnly | quote }}
 - name: ALFRED_LOG_LEVEL
   value: {{ .Values.alfred.logLevel | quote }}
+- name: ALFRED_METRICS_NETWORKS
+  value: {{ join "," .Values.metrics.networks | quote }}
 {{- range $name, $value := .Values.alfred.env }}
 - name: {{ $name }}
   value: {{ $value | toString | quote }}
@@ -149,6 +151,11 @@ spec:
         {{- end }}
       {{- /* A changed Secret of the chart's rolls the pods: envFrom is read at start only. */}}
       {{- $annotations := deepCopy (default (dict) $root.Values.podAnnotations) }}
+      {{- if and $root.Values.metrics.scrapeAnnotations .metricsPort }}
+      {{- $_ := set $annotations "prometheus.io/scrape" "true" }}
+      {{- $_ := set $annotations "prometheus.io/port" (toString .metricsPort) }}
+      {{- $_ := set $annotations "prometheus.io/path" "/metrics" }}
+      {{- end }}
       {{- if not $root.Values.secret.existingSecret }}
       {{- $_ := set $annotations "checksum/secret" (include "alfred.secretData" $root | sha256sum) }}
       {{- end }}
@@ -178,6 +185,14 @@ spec:
           {{- end }}
           env:
             {{- include "alfred.env" $root | nindent 12 }}
+            {{- if .metricsPort }}
+            # prometheus-client's multiprocess files: this pod's processes, new with the pod
+            - name: PROMETHEUS_MULTIPROC_DIR
+              value: /var/run/alfred-metrics
+            {{- end }}
+            {{- with .env }}
+            {{- toYaml . | nindent 12 }}
+            {{- end }}
           envFrom:
             - secretRef:
                 name: {{ include "alfred.secretName" $root }}
@@ -198,10 +213,19 @@ spec:
           volumeMounts:
             - name: tmp
               mountPath: /tmp
+            {{- if .metricsPort }}
+            - name: metrics
+              mountPath: /var/run/alfred-metrics
+            {{- end }}
       volumes:
         - name: tmp
           emptyDir:
             sizeLimit: {{ $root.Values.tmpSizeLimit }}
+        {{- if .metricsPort }}
+        - name: metrics
+          emptyDir:
+            sizeLimit: 64Mi
+        {{- end }}
       {{- if $root.Values.podSpread.enabled }}
       topologySpreadConstraints:
         - maxSkew: 1

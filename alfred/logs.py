@@ -1,4 +1,11 @@
-"""Logging filters.
+"""Logging: what each line carries, and what is left out.
+
+- :func:`log_context` names the execution, run and stage a line is about (the engine sets it
+  around each stage); :class:`LogContext` puts them, and the OpenTelemetry trace and span ids
+  of the current span, on every record: ``[exe_… run_… plan]`` at the end of a text line, or
+  fields of a JSON one.
+- :class:`JsonLines` writes one JSON object per line (``ALFRED_LOG_FORMAT=json``); the
+  readable text stays the default (``make run``).
 
 :class:`QuietScans` keeps the periodic scans (DESIGN §5: timers every second, the webhook relay
 every second, recovery and the lane reconciler every few seconds) out of the log when they
@@ -10,8 +17,15 @@ its "succeeded" line; warnings and errors are never dropped.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+
+from celery.app.trace import LOG_RECEIVED
+from opentelemetry import trace
 
 SCAN_TASKS = frozenset(
     {
@@ -19,8 +33,62 @@ SCAN_TASKS = frozenset(
         "executions.tasks.webhook_relay",
         "executions.tasks.runs_recover",
         "lanes.tasks.reconcile",
+        "executions.tasks.executions_prune",
     }
 )
+# A worker's heartbeat (every few seconds) says nothing; of a stage's task, its "received"
+# line says nothing its "succeeded" line (and the execution's transitions) do not.
+SILENT_TASKS = frozenset({"alfred.tasks.worker_heartbeat"})
+UNRECEIVED_TASKS = frozenset({"executions.tasks.run_stage"})
+
+FIELDS = ("execution", "run", "stage", "trace_id", "span_id")
+_context: ContextVar[dict[str, str]] = ContextVar("alfred_log_context", default={})  # noqa: B039
+
+
+@contextmanager
+def log_context(**fields: str) -> Iterator[None]:
+    """Within the block, every line logged says which ``execution``, ``run``, ``stage``."""
+    token = _context.set({**_context.get(), **{k: v for k, v in fields.items() if v}})
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+class LogContext(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        known = _context.get()
+        for field in ("execution", "run", "stage"):
+            if not getattr(record, field, ""):
+                setattr(record, field, known.get(field, ""))
+        span = trace.get_current_span().get_span_context()
+        record.trace_id = format(span.trace_id, "032x") if span.is_valid else ""
+        record.span_id = format(span.span_id, "016x") if span.is_valid else ""
+        named = [str(getattr(record, f)) for f in ("execution", "run", "stage")]
+        record.context = f" [{' '.join(n for n in named if n)}]" if any(named) else ""
+        return True
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object a line: time (UTC), level, logger, message, the context's fields that
+    are set, and the exception's traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for field in FIELDS:
+            value = getattr(record, field, "")
+            if value:
+                line[field] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, default=str)
 
 
 class QuietScans(logging.Filter):
@@ -29,6 +97,10 @@ class QuietScans(logging.Filter):
             return True
         args = record.args
         if isinstance(args, Mapping):  # the worker's "Received task" and "succeeded" lines
+            if args.get("name") in SILENT_TASKS:
+                return False
+            if args.get("name") in UNRECEIVED_TASKS:
+                return record.msg != LOG_RECEIVED
             if args.get("name") not in SCAN_TASKS:
                 return True
             return str(args.get("return_value", "0")) not in ("0", "None")

@@ -424,19 +424,44 @@ STORAGES = {
     },
 }
 
+# Readable text by default (`make run`); ALFRED_LOG_FORMAT=json: one JSON object a line, with
+# the execution, run, stage and trace ids a line is about (alfred/logs.py), uvicorn's lines
+# included. A refused request (4xx) is uvicorn's access line alone: Django's "Bad Request"
+# warnings repeated it; its 5xx errors and their tracebacks stay.
+ALFRED_LOG_FORMAT = env.str("ALFRED_LOG_FORMAT", default="text")
+if ALFRED_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured("ALFRED_LOG_FORMAT: text or json")
+_LOG_LEVEL = env.str("ALFRED_LOG_LEVEL", default="INFO")
+_console = {"handlers": ["console"], "propagate": False}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "filters": {"quiet_scans": {"()": "alfred.logs.QuietScans"}},
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s%(context)s"},
+        "json": {"()": "alfred.logs.JsonLines"},
+    },
+    "filters": {
+        "quiet_scans": {"()": "alfred.logs.QuietScans"},
+        "context": {"()": "alfred.logs.LogContext"},
+    },
     "handlers": {
         "console": {
             "class": "logging.StreamHandler",
-            "formatter": "plain",
-            "filters": ["quiet_scans"],
+            "formatter": ALFRED_LOG_FORMAT,
+            "filters": ["quiet_scans", "context"],
         }
     },
-    "root": {"handlers": ["console"], "level": env.str("ALFRED_LOG_LEVEL", default="INFO")},
+    "root": {"handlers": ["console"], "level": _LOG_LEVEL},
+    "loggers": {
+        # Django's own console handler (DEBUG only) printed each of its lines a second time.
+        "django": {**_console, "level": _LOG_LEVEL},
+        "django.request": {**_console, "level": "ERROR"},
+        **(
+            {name: {**_console, "level": "INFO"} for name in ("uvicorn", "uvicorn.access")}
+            if ALFRED_LOG_FORMAT == "json"
+            else {}
+        ),
+    },
 }
 
 # --- Production hardening (checked by `manage.py check --deploy`) -------------------------

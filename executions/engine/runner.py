@@ -47,6 +47,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from alfred.db import columns, instances, row_fetched
+from alfred.logs import log_context
 from alfred.metrics import LEASE_TAKEOVERS, STAGES
 from executions.engine.clock import Clock
 from executions.engine.context import Context
@@ -133,7 +134,14 @@ def _claim_named(run_id: str, stage: str, worker: str) -> _Claim | Outcome:
 def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcome:
     """One claimed stage: its code run, and its outcome written. When it succeeded and
     another stage follows, ``onward``, the transaction that ends it claims the next one for
-    this worker (the hand-off is one transaction, not two): returns that claim."""
+    this worker (the hand-off is one transaction, not two): returns that claim. Every line
+    logged meanwhile names the execution, the run and the stage."""
+    run = claimed.run
+    with log_context(execution=run.execution_id, run=run.id, stage=claimed.stage):
+        return _stage_run_logged(claimed, worker, onward=onward)
+
+
+def _stage_run_logged(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcome:
     run_id, stage = claimed.run.id, claimed.stage
     rollback = claimed.run.kind == RunKind.ROLLBACK
     started = time.monotonic()

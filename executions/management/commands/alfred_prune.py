@@ -17,6 +17,7 @@ from alfred.readonly import ReadOnlyInstance
 from executions.admin.pages import history_json
 from executions.retention import (
     BATCH,
+    DUTY,
     HistoryArchive,
     duration_parse,
     duration_text,
@@ -52,6 +53,12 @@ class Command(BaseCommand):
             "--batch", type=int, default=BATCH, help=f"root executions per batch ({BATCH})"
         )
         parser.add_argument(
+            "--duty",
+            type=float,
+            default=DUTY,
+            help=f"the share of its time spent in batches, resting the rest ({DUTY}; 1: flat out)",
+        )
+        parser.add_argument(
             "--dry-run", action="store_true", help="say how much is prunable; delete nothing"
         )
         parser.add_argument(
@@ -62,6 +69,8 @@ class Command(BaseCommand):
         older_than = options["older_than"] or retention_period()
         if options["batch"] < 1:
             raise CommandError("--batch: 1 or more")
+        if not 0 < options["duty"] <= 1:
+            raise CommandError("--duty: more than 0, at most 1")
         if options["dry_run"]:
             preview = prunable_preview(older_than)
             self.stdout.write(
@@ -81,7 +90,11 @@ class Command(BaseCommand):
         actor = cli_caller(options["actor"]).principal
         try:
             report = executions_prune(
-                older_than=older_than, actor=actor, archive=archive, batch=options["batch"]
+                older_than=older_than,
+                actor=actor,
+                archive=archive,
+                batch=options["batch"],
+                duty=options["duty"],
             )
         except ReadOnlyInstance as exc:
             raise CommandError(str(exc)) from None

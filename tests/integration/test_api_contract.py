@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import cast
 
 import pytest
@@ -510,6 +511,55 @@ def test_a_request_without_a_header_the_document_requires_is_refused_as_such_pas
         assert response.status_code in (400, 401, 403, 406, 415, 422), (path, name, response)
         if (path, method, name, operation) in triggers:
             assert_problem(response, 400, "idempotency_key_missing")
+
+
+_HOST_253 = ".".join(["a" * 63, "b" * 63, "c" * 63, "d" * 58]) + ".io"
+_WEBHOOK_URLS = [
+    # taken, and fit the pattern
+    "https://hooks.example.com/alfred",
+    "http://a.bc",
+    "https://a.example.com.:8080/x?y=1#z",
+    "https://xn--bcher-kva.example/hook",
+    f"https://{'a' * 63}.example.com/",
+    f"https://{_HOST_253}/",
+    "https://a.example.com/a%20b;c=d?q=a/b?c#f",
+    # refused, and do not fit it: what Schemathesis sent as schema-valid (ST202), labels of
+    # 64 characters, a host of 254, a one-letter or numeric top-level label, another scheme,
+    # an underscore, whitespace
+    "https://" + ".".join(["0" * 63, *["a" * 63] * 31]) + ".aaaaaaa",
+    f"https://{'a' * 64}.example.com/",
+    f"https://{_HOST_253}x/",
+    "https://x.y/",
+    "https://a.0/",
+    "ftp://files.example.com/",
+    "https://a_b.example.com/",
+    "https://a.example.com/ x",
+    # ... and no URI (`format: uri`): what Schemathesis then sent and saw saved (ST201) and
+    # answered (ST108), an IRI, a broken escape
+    "https://hooks.example.com/#$\u00f1:}\u00d5\u0001\u0093(",
+    "https://b\u00fccher.example/hook",
+    "https://a.example.com/a%zz",
+]
+
+
+def test_a_webhook_url_fits_the_documents_pattern_exactly_when_the_api_takes_it(
+    operator_api, settings
+):
+    """What Schemathesis's positive_data_acceptance holds (ST202) for a webhook endpoint's
+    URL, and negative_data_rejection for what the pattern leaves out, on these URLs: the
+    document's pattern (as served) admits a URL exactly when the API saves it."""
+    settings.ALFRED_WEBHOOK_ALLOW_PRIVATE = False
+    assert len(_HOST_253) == 253
+    schema = json.loads(operator_api.get("/api/schema/?format=json").content)
+    pattern = schema["components"]["schemas"]["WebhookEndpointRequest"]["properties"]["url"][
+        "pattern"
+    ]
+
+    for url in _WEBHOOK_URLS:
+        response = operator_api.post("/api/v1/webhooks/endpoints", {"url": url}, format="json")
+
+        fits = re.search(pattern, url) is not None
+        assert response.status_code == (201 if fits else 422), (url, response.content)
 
 
 def test_each_workflow_has_its_own_trigger_operation_with_its_input_schema(api):

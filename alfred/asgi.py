@@ -23,6 +23,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import django
 from a2wsgi import WSGIMiddleware
 from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
@@ -37,7 +38,13 @@ Message = dict[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Any], Awaitable[None]]
 
-_streams = get_asgi_application()  # sets Django up first
+django.setup(set_prefix=False)
+
+from alfred.telemetry import telemetry_setup  # noqa: E402 - after django.setup()
+
+# Before the handlers load the middleware: Django's instrumentation adds its own.
+telemetry_setup("alfred-web")
+_streams = get_asgi_application()
 
 from django.conf import settings  # noqa: E402 - after django.setup()
 from django.db import connection  # noqa: E402

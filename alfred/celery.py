@@ -4,7 +4,14 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+    worker_process_shutdown,
+)
+
+from alfred.telemetry import telemetry_flush, telemetry_setup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "alfred.settings")
 
@@ -27,3 +34,15 @@ def _connections_kept(task: Any = None, **_: Any) -> None:
     if task is not None and getattr(task.request, "is_eager", False):
         return
     close_old_connections()
+
+
+@worker_process_init.connect
+def _tracing_in_each_pool_process(**_: Any) -> None:
+    """The SDK in each pool process, after the fork (its exporter's thread would not survive
+    one); off unless an OTLP endpoint is configured (alfred.telemetry)."""
+    telemetry_setup("alfred-worker")
+
+
+@worker_process_shutdown.connect
+def _spans_flushed(**_: Any) -> None:
+    telemetry_flush()

@@ -69,6 +69,9 @@ class Execution(models.Model):
     )
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
+    # The W3C trace context of the request that accepted it (or of its parent's step):
+    # every stage it runs is a span of that trace (executions.engine.tracing).
+    trace_context = models.JSONField(null=True, blank=True)
     assistance = models.JSONField(default=list, blank=True)
     last_sequence = models.PositiveBigIntegerField(
         default=0, help_text="Last outbox sequence; allocated under this row's lock."

@@ -49,6 +49,7 @@ from executions.engine.errors import (
     RetryableError,
     Suspend,
 )
+from executions.engine.tracing import step_span, wait_span
 from executions.models import (
     Hook,
     HookStatus,
@@ -174,7 +175,8 @@ class Context:
         attempt = receipt.attempts + 1 if receipt is not None else 1
         timed = _StepTimer(self.workflow, self.stage, fn)
         try:
-            output = fn(*args, **kwargs)
+            with step_span(key, attempt):
+                output = fn(*args, **kwargs)
         except RetryableError as exc:
             timed.observe("retrying" if attempt < retry.max_attempts else "failed")
             if attempt >= retry.max_attempts:
@@ -293,7 +295,8 @@ class Context:
         now = self._clock.now()
         since = _parse(_state(receipt)["since"]) if receipt is not None else now
         polls = (_state(receipt)["polls"] if receipt is not None else 0) + 1
-        value = probe()
+        with wait_span(key):
+            value = probe()
         if value:
             _check_json(key, value)
             state = {"since": since.isoformat(), "polls": polls, "value": value}

@@ -10,6 +10,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from alfred.db import insert_statement, statements_run
+from executions.engine.tracing import trace_context_now
 from executions.events.outbox import Event, event_key, events_emit_statement
 from executions.models import (
     Execution,
@@ -52,6 +53,9 @@ def execution_insert(
         lane_token=lane_token,
         predecessor=predecessor,
         parent_id=parent_id,
+        # The request's span (acceptance), or the parent's step (a child): its trace is this
+        # execution's, whatever runs it later.
+        trace_context=trace_context_now(),
     )
     run = run_new(execution, number=1, kind=RunKind.INITIAL)
     # The run's id is known before it exists: the FK is checked at commit (PostgreSQL

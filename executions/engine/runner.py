@@ -66,6 +66,7 @@ from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.rollback import rollback_stage
 from executions.engine.signals import stage_claiming, stage_completed
 from executions.engine.terminal import execution_finish
+from executions.engine.tracing import stage_span
 from executions.engine.writes import Change, fields_of, transition_write
 from executions.events.links import approval_links
 from executions.events.outbox import Event, event_emit, event_key, events_emit
@@ -109,6 +110,7 @@ class _Claim:
     input: dict[str, Any]
     workflow: str
     clock: Clock
+    trace_context: dict[str, str]  # the execution's trace (executions.engine.tracing)
 
 
 def stage_execute(run_id: str, stage: str, worker: str, *, onward: bool = True) -> Outcome:
@@ -137,7 +139,16 @@ def _stage_run(claimed: _Claim, worker: str, *, onward: bool) -> _Claim | Outcom
     this worker (the hand-off is one transaction, not two): returns that claim. Every line
     logged meanwhile names the execution, the run and the stage."""
     run = claimed.run
-    with log_context(execution=run.execution_id, run=run.id, stage=claimed.stage):
+    with (
+        log_context(execution=run.execution_id, run=run.id, stage=claimed.stage),
+        stage_span(
+            claimed.trace_context,
+            workflow=claimed.workflow,
+            execution_id=run.execution_id,
+            run_id=run.id,
+            stage=claimed.stage,
+        ),
+    ):
         return _stage_run_logged(claimed, worker, onward=onward)
 
 
@@ -441,6 +452,7 @@ def _take(
         execution.input,
         execution.workflow,
         Clock(now),
+        execution.trace_context or {},
     )
 
 

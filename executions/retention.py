@@ -83,7 +83,7 @@ _RUN_ACTIVE_SQL = ", ".join(
 _LOCK_ROOTS_SQL = f"""
     SELECT id FROM {_E}
     WHERE id = ANY(%(ids)s) AND parent_id IS NULL AND status IN ({_TERMINAL_SQL})
-      AND finished_at < now() - %(age)s
+      AND finished_at < now() - %(age)s * interval '1 second'
       AND (pruned_at IS NULL OR pruned_at < finished_at)
     ORDER BY id
     FOR UPDATE SKIP LOCKED
@@ -248,7 +248,8 @@ def prunable_roots(
         candidates = candidates.filter(
             Q(finished_at__gt=after[0]) | Q(finished_at=after[0], id__gt=after[1])
         )
-    return list(candidates.order_by("finished_at", "id").values_list("finished_at", "id")[:limit])
+    rows = candidates.order_by("finished_at", "id").values_list("finished_at", "id")[:limit]
+    return [(finished_at, execution_id) for finished_at, execution_id in rows if finished_at]
 
 
 def prunable_preview(older_than: timedelta) -> dict[str, int]:
@@ -295,7 +296,7 @@ def _batch(
 ) -> PruneReport:
     report = PruneReport(batches=1)
     with transaction.atomic(durable=True), connection.cursor() as cursor:
-        cursor.execute(_LOCK_ROOTS_SQL, {"ids": list(root_ids), "age": older_than})
+        cursor.execute(_LOCK_ROOTS_SQL, {"ids": list(root_ids), "age": older_than.total_seconds()})
         roots = [row[0] for row in cursor.fetchall()]
         if len(roots) < len(root_ids):
             report.skipped["changed_or_busy"] += len(root_ids) - len(roots)

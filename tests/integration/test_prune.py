@@ -16,7 +16,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.conf import settings
@@ -100,10 +100,14 @@ def _pruned(execution_id: str) -> bool:
     return Execution.objects.get(pk=execution_id).pruned_at is not None
 
 
+def _made(**fields: Any) -> Execution:
+    return cast(Execution, ExecutionFactory(**fields))
+
+
 def _old_terminal(**fields: Any) -> Execution:
     """An execution made by the factory, ended long ago, with a run and an event."""
     fields.setdefault("status", ExecutionStatus.SUCCEEDED)
-    execution = ExecutionFactory(**fields)
+    execution = _made(**fields)
     run = RunFactory(execution=execution, status="succeeded")
     Execution.objects.filter(pk=execution.pk).update(current_run=run, last_sequence=1)
     OutboxEvent.objects.create(
@@ -160,7 +164,7 @@ def test_recent_active_and_pruned_executions_are_not_touched():
     # given: one ended yesterday, one still queued from long ago, one pruned already
     recent = _ran("test-counter", {"label": f"recent-{uuid.uuid4().hex[:6]}"})
     _aged(recent, days=1)
-    active = ExecutionFactory(status=ExecutionStatus.QUEUED)
+    active = _made(status=ExecutionStatus.QUEUED)
     RunFactory(execution=active)
     Execution.objects.filter(pk=active.pk).update(created_at=F("created_at") - timedelta(days=200))
     done = _ran("test-counter", {"label": f"done-{uuid.uuid4().hex[:6]}"})
@@ -201,11 +205,11 @@ def test_a_lane_owner_and_a_queued_execution_are_left_alone():
 def test_children_go_with_their_root_and_only_with_it():
     # given: an old root whose child is still running, and one whose child ended
     busy_root = _old_terminal()
-    busy_child = ExecutionFactory(parent=busy_root, status=ExecutionStatus.RUNNING)
+    busy_child = _made(parent=busy_root, status=ExecutionStatus.RUNNING)
     done_root = _old_terminal()
     done_child = _old_terminal(parent=done_root)
     # and: an old ended child of a root that is still active
-    active_root = ExecutionFactory(status=ExecutionStatus.WAITING)
+    active_root = _made(status=ExecutionStatus.WAITING)
     orphan = _old_terminal(parent=active_root)
 
     # when

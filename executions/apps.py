@@ -16,7 +16,7 @@ class ExecutionsConfig(AppConfig):
         from alfred.metrics_state import SqlGauges
         from alfred.problems import problems_register
         from executions.api.problems import PROBLEMS
-        from executions.engine.registry import Definition, claim_guard_register, register
+        from executions.engine.registry import claim_guard_register, register
         from executions.engine.terminal import execution_finished
         from executions.lane_effects import ExecutionLaneEffects
         from executions.lane_holding import execution_lane_refusal
@@ -33,12 +33,4 @@ class ExecutionsConfig(AppConfig):
         for module in settings.ALFRED_EXTRA_WORKFLOWS:
             register_extra(module)
         for workflow in all_workflows():
-            register(
-                Definition(
-                    name=workflow.name,
-                    stages=workflow.stages,
-                    run_stage=workflow.run_stage,
-                    canonicalize=workflow.canonicalize,
-                    deadline_seconds=workflow.deadline_seconds,
-                )
-            )
+            register(workflow.definition(), *(old.definition() for old in workflow.previous))

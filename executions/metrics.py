@@ -34,6 +34,15 @@ EXECUTION_GAUGES: tuple[SqlGauge, ...] = (
         f"SELECT workflow, status, count(*) FROM {_E} WHERE status IN ({_ACTIVE}) GROUP BY 1, 2",  # noqa: S608
     ),
     SqlGauge(
+        "alfred_active_runs",
+        "Runs of executions not yet terminal, by workflow and the definition version they "
+        "started under: an earlier version may leave a deploy once its count is 0.",
+        ("workflow", "version"),
+        f"""SELECT e.workflow, coalesce(r.definition ->> 'version', 'none'), count(*)
+              FROM {_E} e JOIN {_R} r ON r.id = e.current_run_id
+             WHERE e.status IN ({_ACTIVE}) GROUP BY 1, 2""",  # noqa: S608
+    ),
+    SqlGauge(
         "alfred_lane_queue",
         "Executions queued behind each lane's owner.",
         ("lane",),

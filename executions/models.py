@@ -181,6 +181,9 @@ class Run(models.Model):
     execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="runs")
     number = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.INITIAL)
+    # The workflow's definition it started under: {"version", "stages"} (none for a rollback,
+    # or a run older than this record). Only that definition runs it (engine.registry).
+    definition = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
     fence = models.PositiveBigIntegerField(default=0)
     lease_owner = models.CharField(max_length=200, blank=True, default="")

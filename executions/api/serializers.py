@@ -250,6 +250,9 @@ class WorkflowSerializer(serializers.Serializer):
     title = serializers.CharField()
     description = serializers.CharField()
     stages = serializers.ListField(child=serializers.CharField())
+    version = serializers.IntegerField(
+        help_text="The definition's version: a run records it, and only it runs the run."
+    )
     lane = serializers.CharField()
     input_schema = serializers.DictField()
     links = serializers.DictField(child=serializers.CharField())

@@ -10,6 +10,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from alfred.db import insert_statement, statements_run
+from executions.engine.registry import definition_get
 from executions.engine.tracing import trace_context_now
 from executions.events.outbox import Event, event_key, events_emit_statement
 from executions.models import (
@@ -86,8 +87,15 @@ def execution_insert(
 
 def run_new(execution: Execution, *, number: int, kind: str) -> Run:
     """The run's deadline starts at its first claim (``runner``): time spent queued behind a
-    lane does not count against it."""
-    return Run(execution=execution, number=number, kind=kind)
+    lane does not count against it. It records the workflow's definition it starts under (a
+    rollback runs the engine's own stages: none)."""
+    definition = None if kind == RunKind.ROLLBACK else definition_get(execution.workflow)
+    return Run(
+        execution=execution,
+        number=number,
+        kind=kind,
+        definition=definition.recorded() if definition is not None else None,
+    )
 
 
 def stages_insert(

@@ -20,9 +20,19 @@ class Definition:
     run_stage: Callable[[str, Any], Any]  # (stage, the stage's Context) -> its output
     canonicalize: Callable[[Mapping[str, Any]], dict[str, Any]]
     deadline_seconds: float | None = None
+    # The workflow's own count of its changes: a run records it with its stage list, and
+    # is run later only by a definition of the same version and stages.
+    version: int = 1
+
+    def recorded(self) -> dict[str, Any]:
+        """What a run records of the definition it starts under (``Run.definition``)."""
+        return {"version": self.version, "stages": list(self.stages)}
 
 
 _DEFINITIONS: dict[str, Definition] = {}
+# Earlier versions a deploy still serves, by (name, version): a run started under one wakes
+# under it (the workflow keeps it in ``previous`` until no such run is active).
+_EARLIER: dict[tuple[str, int], Definition] = {}
 
 # Checks a claim must pass besides the engine's own (the lanes app registers one: a run may
 # start only under its lane's ownership). Each gets the execution (its row locked by the
@@ -44,8 +54,13 @@ def claim_refusal(execution: Any) -> str | None:
     return None
 
 
-def register(definition: Definition) -> None:
+def register(definition: Definition, *earlier: Definition) -> None:
+    """The current definition of a workflow, and the earlier ones it still serves."""
     _DEFINITIONS[definition.name] = definition
+    for known in [key for key in _EARLIER if key[0] == definition.name]:
+        del _EARLIER[known]
+    for old in earlier:
+        _EARLIER[(old.name, old.version)] = old
 
 
 def definition_get(name: str) -> Definition:
@@ -55,6 +70,30 @@ def definition_get(name: str) -> Definition:
         raise FatalError(
             f"no workflow named {name!r} is registered", code="unknown_workflow"
         ) from None
+
+
+def definition_of_run(name: str, recorded: Mapping[str, Any] | None) -> Definition:
+    """The definition a run started under (``recorded``: its ``Run.definition``; None for a
+    run older than the record, taken as the current): the current one if its version and
+    stages are the run's, else an earlier one the workflow still serves. Otherwise
+    FatalError ``definition_changed``: the code the run was written for is gone, and running
+    the new code on the old run's receipts could do anything."""
+    current = definition_get(name)
+    if recorded is None:
+        return current
+    version, stages = recorded.get("version"), tuple(recorded.get("stages") or ())
+    for candidate in (current, _EARLIER.get((name, version))) if isinstance(version, int) else ():
+        if candidate is not None and candidate.version == version and candidate.stages == stages:
+            return candidate
+    raise FatalError(
+        f"{name} changed since this run started (version {version}: {' → '.join(stages)}; now "
+        f"version {current.version}: {' → '.join(current.stages)}). Retry the execution to "
+        "run it under the current definition, or roll it back (docs/runbook.md, "
+        '"A deploy changed a workflow").',
+        code="definition_changed",
+        started_under=dict(recorded),
+        current=current.recorded(),
+    )
 
 
 # A compensation: (the stage's Context, the mutation receipt) -> what it restored. It undoes

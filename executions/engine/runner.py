@@ -61,7 +61,7 @@ from executions.engine.errors import (
     unclassified,
 )
 from executions.engine.projections import start_state_event
-from executions.engine.registry import claim_refusal, definition_get
+from executions.engine.registry import claim_refusal, definition_get, definition_of_run
 from executions.engine.rollback import STAGES as ROLLBACK_STAGES
 from executions.engine.rollback import rollback_stage
 from executions.engine.signals import stage_claiming, stage_completed
@@ -161,7 +161,7 @@ def _stage_run_logged(claimed: _Claim, worker: str, *, onward: bool) -> _Claim |
         STAGES.labels(claimed.workflow, stage, outcome).observe(time.monotonic() - started)
 
     try:
-        definition = definition_get(claimed.workflow)
+        definition = definition_of_run(claimed.workflow, claimed.run.definition)
         ctx = Context(
             run=claimed.run,
             stage=stage,

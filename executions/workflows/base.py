@@ -18,6 +18,8 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from alfred.problems import shown
+from executions.engine.errors import FatalError
+from executions.engine.registry import Definition
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,13 @@ class Workflow:
     continuation_skips: ClassVar[tuple[str, ...] | None] = None
     # A run still going after this long fails with code timed_out (None: no deadline).
     deadline_seconds: ClassVar[float | None] = 24 * 3600
+    # Raised by one with every change of ``stages`` or of what a stage does with what an
+    # earlier one recorded (a step's key, a receipt's shape). Each run records the version it
+    # started under and is run only by that definition: ``previous`` keeps earlier ones
+    # served (an instance each, with their own stage code) while their runs may still wake;
+    # a run whose definition is gone fails with code definition_changed (docs/runbook.md).
+    version: ClassVar[int] = 1
+    previous: ClassVar[tuple[Workflow, ...]] = ()
 
     _validator: ClassVar[Draft202012Validator | None] = None
 
@@ -232,12 +241,21 @@ class Workflow:
         side effect goes through ``ctx.step``."""
         function = getattr(self.stage_code, stage, None) or getattr(self, f"stage_{stage}", None)
         if function is None:
-            from executions.engine.errors import FatalError
-
             raise FatalError(
                 f"stage {stage!r} of {self.name} is not implemented yet", code="not_implemented"
             )
         return function(ctx)
+
+    def definition(self) -> Definition:
+        """What the engine runs of it (``executions.engine.registry``)."""
+        return Definition(
+            name=self.name,
+            stages=self.stages,
+            run_stage=self.run_stage,
+            canonicalize=self.canonicalize,
+            deadline_seconds=self.deadline_seconds,
+            version=self.version,
+        )
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -245,6 +263,7 @@ class Workflow:
             "title": self.title,
             "description": self.description,
             "stages": list(self.stages),
+            "version": self.version,
             "lane": self.lane_description,
             "input_schema": self.input_schema,
         }

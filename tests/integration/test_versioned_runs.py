@@ -1,0 +1,133 @@
+"""A deploy that changes a workflow while one of its executions waits: an add-subdomain
+paused on its plan's approval, a worker restarted with add-subdomain version 2 (a stage
+more), the plan approved. The run either wakes under the definition it started with (the
+deploy kept it) or fails with definition_changed, which a retry runs under the new one; no
+500, and the change batch is counted from the Route53 stand-in's journal."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import import_module
+from typing import Any
+
+import pytest
+
+from executions.engine.registry import definition_get, register
+from executions.models import Run
+from executions.workflows.registry import WORKFLOWS
+from providers.sandbox.aws import AwsStandIn
+from tests import aws_world
+from tests.changed_workflows import V1
+from tests.conftest import quiesce
+from tests.helpers import submit
+from tests.integration.test_add_subdomain import _batches, _create, _paused, _terminal
+
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+
+V1_STAGES = ["plan", "apply", "verify"]
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[AwsStandIn]:
+    with aws_world.standin_started() as aws:
+        yield aws
+
+
+@pytest.fixture
+def route53(standin: AwsStandIn) -> Any:
+    return aws_world.client(standin, "route53")
+
+
+def paused_under_v1(api: Any, standin: AwsStandIn, route53: Any) -> tuple[str, str]:
+    """An add-subdomain paused on its plan (a CNAME at the name), run by a v1 worker."""
+    zone_id = aws_world.zone_id_of(route53)
+    name = f"v-{uuid.uuid4().hex[:10]}.example.com"
+    _create(route53, zone_id, name, "CNAME", "legacy.example.net")
+    with aws_world.aws_worker(standin, "v1"):
+        body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
+        plan_hash = _paused(api, body["id"])["pending_approval"]["plan_hash"]
+        quiesce()
+    run = Run.objects.get(execution_id=body["id"], number=1)
+    assert run.definition == {"version": 1, "stages": V1_STAGES}
+    return body["id"], plan_hash
+
+
+@contextmanager
+def deployed(standin: AwsStandIn, module: str) -> Iterator[None]:
+    """The deploy: a worker, and this process (the web's part: a retry's run is made here),
+    both running add-subdomain as ``module`` defines it."""
+    (changed,) = import_module(module).WORKFLOWS
+    with (
+        aws_world.aws_worker(
+            standin, "v2", ALFRED_EXTRA_WORKFLOWS=f"tests.engine_workflows,{module}"
+        ),
+        pytest.MonkeyPatch.context() as patch,
+    ):
+        patch.setitem(WORKFLOWS, "add-subdomain", changed)
+        register(changed.definition(), *(old.definition() for old in changed.previous))
+        try:
+            yield
+        finally:
+            register(V1.definition())
+
+
+def test_the_stages_really_are_v1s_here():
+    assert list(definition_get("add-subdomain").stages) == V1_STAGES
+
+
+def test_a_run_whose_definition_is_gone_fails_definition_changed_and_a_retry_runs_v2(
+    api, operator_api, standin, route53
+):
+    # given an add-subdomain paused under version 1
+    execution_id, plan_hash = paused_under_v1(api, standin, route53)
+    # when a deploy replaces add-subdomain by version 2 (without version 1), and the plan is
+    # approved
+    with deployed(standin, "tests.changed_workflows"):
+        approved = operator_api.post(
+            f"/api/v1/executions/{execution_id}/approve", {"plan_hash": plan_hash}, format="json"
+        )
+        assert approved.status_code == 202, approved.content
+        # then the run ends, failed with definition_changed, having changed nothing
+        execution = _terminal(execution_id)
+        assert execution.status == "failed"
+        assert execution.error["code"] == "definition_changed"
+        assert execution.error["started_under"] == {"version": 1, "stages": V1_STAGES}
+        assert execution.error["current"]["version"] == 2
+        assert _batches(standin, execution_id) == []
+        read = api.get(f"/api/v1/executions/{execution_id}")
+        assert read.status_code == 200 and read.json()["error"]["code"] == "definition_changed"
+        # and a retry runs under version 2 (the plan approved, its DNS unchanged, applies)
+        retried = operator_api.post(f"/api/v1/executions/{execution_id}/retry")
+        assert retried.status_code == 202, retried.content
+        finished = _terminal(execution_id)
+        assert finished.status == "succeeded", finished.error
+        run = finished.current_run
+        assert run is not None and run.definition["version"] == 2
+        assert [s.name for s in run.stages.order_by("position")] == [
+            "plan",
+            "apply",
+            "announce",
+            "verify",
+        ]
+        assert len(_batches(standin, execution_id)) == 1
+        quiesce()
+
+
+def test_a_run_wakes_under_the_definition_it_started_with_when_the_deploy_keeps_it(
+    api, operator_api, standin, route53
+):
+    execution_id, plan_hash = paused_under_v1(api, standin, route53)
+    with deployed(standin, "tests.changed_workflows_keeping_v1"):
+        approved = operator_api.post(
+            f"/api/v1/executions/{execution_id}/approve", {"plan_hash": plan_hash}, format="json"
+        )
+        assert approved.status_code == 202, approved.content
+        execution = _terminal(execution_id)
+        assert execution.status == "succeeded", execution.error
+        run = execution.current_run
+        assert run is not None and run.definition == {"version": 1, "stages": V1_STAGES}
+        assert [s.name for s in run.stages.order_by("position")] == V1_STAGES
+        assert len(_batches(standin, execution_id)) == 1
+        quiesce()

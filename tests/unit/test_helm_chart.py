@@ -440,16 +440,18 @@ def test_compose_services_have_no_fixed_name_so_they_can_scale():
         assert "hostname" not in service, name
 
 
-def test_compose_workers_consume_every_queue_and_answer_their_probe_by_name():
+def test_compose_workers_consume_every_queue_and_answer_their_heartbeat_probe():
     worker = compose()["services"]["worker"]
     command = worker["command"]
     probe = " ".join(worker["healthcheck"]["test"])
 
     assert routed_queues() <= set(command[command.index("-Q") + 1].split(","))
-    # each replica has its container's hostname: worker@%h is unique, and the probe pings it
+    # each replica has its container's hostname: worker@%h is unique
     assert command[command.index("-n") + 1] == "worker@%h"
-    assert "inspect ping" in probe
-    assert "worker@$$HOSTNAME" in probe
+    # it serves its port, and the health check asks it whether it consumed lately
+    assert worker["environment"]["ALFRED_WORKER_HTTP_PORT"] == "8001"
+    assert worker["environment"]["DATABASE_URL"].startswith("postgresql://")  # the anchor's
+    assert "http://127.0.0.1:8001/readyz" in probe
 
 
 def test_compose_beats_use_the_settings_scheduler_and_write_only_tmp():

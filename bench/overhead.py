@@ -38,12 +38,25 @@ finally:
 """
 
 
-def _throughput(checkout: Path, metrics_dir: str | None) -> float:
+# The venv installs this checkout in editable mode, whose import finder would hand the
+# baseline this checkout's modules wherever the baseline has none (alfred.tasks, say): a
+# sitecustomize on the baseline's path takes that finder out of every process it starts.
+_NO_EDITABLE = """
+import sys
+def ours(found):
+    return "__editable__" not in getattr(found, "__module__", "")
+sys.meta_path[:] = [finder for finder in sys.meta_path if ours(finder)]
+sys.path_hooks[:] = [hook for hook in sys.path_hooks if ours(hook)]
+sys.path_importer_cache.clear()
+"""
+
+
+def _throughput(checkout: Path, metrics_dir: str | None, shim: Path | None = None) -> float:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "CELERY_BROKER_URL")}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     if metrics_dir is not None:
         env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-    env["PYTHONPATH"] = str(checkout)
+    env["PYTHONPATH"] = f"{shim}{os.pathsep}{checkout}" if shim else str(checkout)
     done = subprocess.run(
         [sys.executable, "-c", _MEASURE],
         cwd=checkout,
@@ -58,6 +71,9 @@ def _throughput(checkout: Path, metrics_dir: str | None) -> float:
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="alfred-baseline-") as base:
         baseline = Path(base) / "checkout"
+        shim = Path(base) / "shim"
+        shim.mkdir()
+        (shim / "sitecustomize.py").write_text(_NO_EDITABLE)
         subprocess.run(
             ["git", "worktree", "add", "--detach", str(baseline), BASELINE],
             cwd=ROOT,
@@ -68,7 +84,7 @@ def main() -> None:
             before: list[float] = []
             after: list[float] = []
             for _ in range(ROUNDS):
-                before.append(_throughput(baseline, None))
+                before.append(_throughput(baseline, None, shim))
                 with tempfile.TemporaryDirectory(prefix="alfred-metrics-") as metrics:
                     after.append(_throughput(ROOT, metrics))
         finally:

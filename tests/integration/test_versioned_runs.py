@@ -73,6 +73,13 @@ def deployed(standin: AwsStandIn, module: str) -> Iterator[None]:
             register(V1.definition())
 
 
+def approve(operator_api: Any, execution_id: str, plan_hash: str) -> None:
+    approved = operator_api.post(
+        f"/api/v1/executions/{execution_id}/approve", {"plan_hash": plan_hash}, format="json"
+    )
+    assert approved.status_code == 202, approved.content
+
+
 def test_the_stages_really_are_v1s_here():
     assert list(definition_get("add-subdomain").stages) == V1_STAGES
 
@@ -85,10 +92,7 @@ def test_a_run_whose_definition_is_gone_fails_definition_changed_and_a_retry_run
     # when a deploy replaces add-subdomain by version 2 (without version 1), and the plan is
     # approved
     with deployed(standin, "tests.changed_workflows"):
-        approved = operator_api.post(
-            f"/api/v1/executions/{execution_id}/approve", {"plan_hash": plan_hash}, format="json"
-        )
-        assert approved.status_code == 202, approved.content
+        approve(operator_api, execution_id, plan_hash)
         # then the run ends, failed with definition_changed, having changed nothing
         execution = _terminal(execution_id)
         assert execution.status == "failed"
@@ -120,10 +124,7 @@ def test_a_run_wakes_under_the_definition_it_started_with_when_the_deploy_keeps_
 ):
     execution_id, plan_hash = paused_under_v1(api, standin, route53)
     with deployed(standin, "tests.changed_workflows_keeping_v1"):
-        approved = operator_api.post(
-            f"/api/v1/executions/{execution_id}/approve", {"plan_hash": plan_hash}, format="json"
-        )
-        assert approved.status_code == 202, approved.content
+        approve(operator_api, execution_id, plan_hash)
         execution = _terminal(execution_id)
         assert execution.status == "succeeded", execution.error
         run = execution.current_run

@@ -48,8 +48,29 @@ FAST = {
 }
 
 
+class Served:
+    """A receiver's server on a local port, on a thread of its own."""
+
+    server: socketserver.TCPServer
+    port: int
+
+    def serve(self, server: socketserver.TCPServer) -> None:
+        self.server = server
+        server.daemon_threads = True  # type: ignore[attr-defined]
+        self.port = server.server_address[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks"
+
+
 @dataclass
-class Receiver:
+class Receiver(Served):
     """A webhook receiver on a local port. ``answer`` decides each response: (status,
     headers); ``hang`` seconds are slept before answering the first request."""
 
@@ -105,26 +126,15 @@ class Receiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.serve(ThreadingHTTPServer(("127.0.0.1", 0), Handler))
         return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks"
 
     def delivered_ids(self) -> list[str]:
         return [r["id"] for r in self.received if "refused" not in r]
 
 
 @dataclass
-class DripReceiver:
+class DripReceiver(Served):
     """A receiver that does not play fair: it answers each POST with ``head`` at once, then
     sends ``chunk`` every ``interval`` seconds until ``limit`` bytes or ``drip_for`` seconds
     have gone, or the sender hangs up. It records when each request came, when the sender went
@@ -170,19 +180,8 @@ class DripReceiver:
                     with lock:
                         receiver.open_now -= 1
 
-        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.serve(socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler))
         return self
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hooks"
 
 
 def answer_head(status: int = 200, length: int = 1 << 30) -> bytes:

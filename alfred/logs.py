@@ -64,8 +64,11 @@ class LogContext(logging.Filter):
         span = trace.get_current_span().get_span_context()
         record.trace_id = format(span.trace_id, "032x") if span.is_valid else ""
         record.span_id = format(span.span_id, "016x") if span.is_valid else ""
+        # Only what the line does not say already ("exe_… succeeded (add-subdomain)").
+        said = record.getMessage()
         named = [str(getattr(record, f)) for f in ("execution", "run", "stage")]
-        record.context = f" [{' '.join(n for n in named if n)}]" if any(named) else ""
+        named = [name for name in named if name and name not in said]
+        record.context = f" [{' '.join(named)}]" if named else ""
         return True
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,7 @@ EVENTS = int(os.environ.get("BENCH_PRUNE_EVENTS", str(10**6)))
 EXECUTIONS = int(os.environ.get("BENCH_PRUNE_EXECUTIONS", str(10**4)))
 SAMPLES = int(os.environ.get("BENCH_PRUNE_SAMPLES", "300"))
 STEPS = 3
+WINDOW = 1.0
 
 _SEED = """
 INSERT INTO executions_execution (
@@ -196,10 +198,22 @@ def _round(env: dict[str, str], prefix: str, duty: float) -> dict[str, Any]:
         _stage_ms()  # warm-up: the connection, its prepared statements, the caches
     before = [_stage_ms() for _ in range(SAMPLES)]
     process, started = _prune(env, duty)
-    during = []
+    # While it runs, the prune is stopped and let go in turns (SIGSTOP, SIGCONT) every
+    # WINDOW seconds, and each stage is counted with the prune running or stopped: both sets
+    # see the same machine, whatever else runs on it meanwhile. (A switch falls between two
+    # stages, so each stage lies in one window.)
+    during: list[float] = []
+    paused: list[float] = []
+    running, switched, ran = True, time.monotonic(), 0.0
     while process.poll() is None:
-        during.append(_stage_ms())
-    prune_seconds = time.perf_counter() - started
+        (during if running else paused).append(_stage_ms())
+        if time.monotonic() - switched >= WINDOW:
+            if running:
+                ran += time.monotonic() - switched
+            os.kill(process.pid, signal.SIGSTOP if running else signal.SIGCONT)
+            running, switched = not running, time.monotonic()
+    prune_seconds = ran + time.monotonic() - switched
+    del started
     out, err = process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"alfred_prune failed: {err}")
@@ -207,8 +221,8 @@ def _round(env: dict[str, str], prefix: str, duty: float) -> dict[str, Any]:
     left = _counts(prefix)
     if any(left.values()):
         raise RuntimeError(f"left behind: {left}")
-    if len(during) < 20:
-        raise RuntimeError(f"only {len(during)} stages ran during the prune: too few to say")
+    if min(len(during), len(paused)) < 20:
+        raise RuntimeError(f"only {len(during)}/{len(paused)} stages beside the prune: too few")
     summary = out.strip().splitlines()[-1]
     batches = re.search(r"in (\d+) batches, the longest (\d+) ms", summary)
     if batches is None:
@@ -223,10 +237,16 @@ def _round(env: dict[str, str], prefix: str, duty: float) -> dict[str, Any]:
         "summary": summary,
         "latency": {
             "before": _quantiles(before),
-            "during": _quantiles(during),
+            "during, running": _quantiles(during),
+            "during, stopped": _quantiles(paused),
             "after": _quantiles(after),
         },
     }
+
+
+def _ratio(result: dict[str, Any], cut: str) -> str:
+    latency = result["latency"]
+    return f"{latency['during, running'][cut] / latency['during, stopped'][cut]:.2f}×"
 
 
 def main() -> None:
@@ -272,30 +292,37 @@ def main() -> None:
             for r in rounds
         ),
         "",
+        "`seconds` counts only the windows the prune ran in (see below); a batch a stop fell "
+        "into counts the stop in its length (the longest batch is such a one).",
+        "",
         "## The stage path's latency (ms)",
         "",
-        "| prune | | stages | p50 | p95 | p99 | max |",
+        f"While the prune ran it was stopped and let go in turns (SIGSTOP, SIGCONT) every "
+        f"{WINDOW:g} s; each stage is counted by the window it fell in. The running and the "
+        "stopped windows interleave, so they share whatever else the machine did meanwhile: "
+        "they are the comparison. Before and after: blocks of stages with no prune.",
+        "",
+        "| prune | stages | | p50 | p95 | p99 | max |",
         "|---|---|---:|---:|---:|---:|---:|",
         *(
-            f"| duty {r['duty']:g} | {when} the prune | {q['n']:.0f} | {q['p50']:.1f} "
+            f"| duty {r['duty']:g} | {when} | {q['n']:.0f} | {q['p50']:.1f} "
             f"| {q['p95']:.1f} | {q['p99']:.1f} | {q['max']:.1f} |"
             for r in rounds
             for when, q in r["latency"].items()
         ),
         "",
         *(
-            f"At duty {r['duty']:g} the median stage during the prune took "
-            f"{r['latency']['during']['p50'] / r['latency']['before']['p50']:.2f}× and the "
-            f"95th percentile {r['latency']['during']['p95'] / r['latency']['before']['p95']:.2f}× "
-            "what they took before it."
+            f"- duty {r['duty']:g}: while the prune ran, the median stage took "
+            f"{_ratio(r, 'p50')} and the 95th percentile {_ratio(r, 'p95')} what they took "
+            "in the windows it was stopped."
             for r in rounds
         ),
         "",
         "The stage path touches none of the rows a prune deletes and waits on none of its "
         "locks (a batch locks only ended executions, SKIP LOCKED both ways); what they share "
         "is the machine — here two cores for both Python processes and both PostgreSQL "
-        "backends — and the write-ahead log's flushes. The rests are what leaves the stage "
-        "path its latency; `--duty 1` is for a database with room to spare.",
+        "backends — and the write-ahead log's flushes. The rests between batches are what "
+        "leave the stage path its latency; `--duty 1` is for a database with room to spare.",
         "",
     ]
     REPORT.parent.mkdir(parents=True, exist_ok=True)

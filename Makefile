@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv browser promtool helm screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events bench-overhead clean migrations-check
+.PHONY: help install venv browser promtool helm screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-events bench-overhead bench-prune clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"

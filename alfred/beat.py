@@ -11,8 +11,6 @@ Two leaders can only overlap by the width of one tick, and that costs nothing: e
 task is a scan that is safe to run twice (SKIP LOCKED claims, compare-and-swap writes). The
 lease is what keeps the schedule's rate: N beats send each task once per interval, not N times.
 
-A beat that becomes the leader reads the schedule's state again from the database (what the
-last leader ran, and when) rather than trusting what it read when it started.
 """
 
 from __future__ import annotations
@@ -23,7 +21,6 @@ import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -99,8 +96,10 @@ class LeaderScheduler(DatabaseScheduler):
             self.epoch = None
             return self.check_every
         if epoch != self.epoch:
+            # What the last leader ran since this beat read the schedule comes in by
+            # django-celery-beat's own check (its saves mark the schedule changed): a scan
+            # due meanwhile goes out once now, which any scan may.
             log.info("beat %s: leads (lease epoch %d)", self.holder, epoch)
-            self._schedule_reread()
             self.epoch = epoch
         # Back before the lease runs out, however long the schedule would sleep.
         return min(super().tick(*args, **kwargs), self.check_every)
@@ -114,16 +113,6 @@ class LeaderScheduler(DatabaseScheduler):
             log.warning("beat %s: lease not renewed (%s); not sending", self.holder, exc)
             connection.close()
             return None
-
-    def _schedule_reread(self) -> None:
-        """What the last leader ran and when, from the database: the next read of
-        ``schedule`` loads every entry again (django-celery-beat's own full sync)."""
-        self._initial_read = False
-        # django-celery-beat's own clock for its full syncs: a naive local time
-        self._last_full_sync = datetime.now()  # noqa: DTZ005
-        self._schedule = self.all_as_schedule()
-        self._heap: list[Any] = []
-        self._heap_invalidated = True
 
     def close(self) -> None:
         """Save the schedule's state and give the lease up. celery beat calls this from its

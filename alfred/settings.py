@@ -456,6 +456,9 @@ LOGGING = {
         # Django's own console handler (DEBUG only) printed each of its lines a second time.
         "django": {**_console, "level": _LOG_LEVEL},
         "django.request": {**_console, "level": "ERROR"},
+        # httpx says every request it sends at INFO (a webhook attempt, an ArgoCD poll): the
+        # relay and the adapters say what matters of them.
+        "httpx": {**_console, "level": "WARNING"},
         **(
             {name: {**_console, "level": "INFO"} for name in ("uvicorn", "uvicorn.access")}
             if ALFRED_LOG_FORMAT == "json"

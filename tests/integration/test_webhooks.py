@@ -278,6 +278,8 @@ def test_every_event_of_a_real_execution_arrives_signed_and_verifies(api, receiv
         timeout=10,
     )
     assert WebhookAttempt.objects.filter(delivery__endpoint=endpoint).count() == len(keys)
+    # and no line a delivery in the relay's log (httpx's request lines are below INFO)
+    assert "HTTP Request:" not in relay_worker.output()
 
 
 def test_an_endpoint_gets_only_the_event_types_it_asked_for(api, receiver, relay_worker):

@@ -243,8 +243,15 @@ def supervise(children: list[Child], base_url: str, state: Path, providers: dict
         time.sleep(0.5 if not warned else 2.0)
 
 
+def worker_http_port(web_port: str) -> str:
+    """Where the worker serves /readyz and /metrics: ALFRED_WORKER_HTTP_PORT, or the web's + 1."""
+    return os.environ.get("ALFRED_WORKER_HTTP_PORT") or str(int(web_port) + 1)
+
+
 def banner(base_url: str, state: Path, providers: dict[str, str]) -> None:
     rule = "=" * 64
+    host, _, web_port = base_url.rpartition(":")
+    worker_metrics = f"{host}:{worker_http_port(web_port)}/metrics"
     if providers.get("ALFRED_PROVIDERS") == "sandbox":
         sandbox = [
             f"  AWS       {providers['AWS_ENDPOINT_URL']}  (sandbox: Route53, ACM, Lambda)",
@@ -258,6 +265,7 @@ def banner(base_url: str, state: Path, providers: dict[str, str]) -> None:
         READY,
         f"  admin     {base_url}/admin/",
         f"  API docs  {base_url}/api/docs/",
+        f"  metrics   {base_url}/metrics  and  {worker_metrics} (worker)",
         *sandbox,
         f"  state     {state}  (kept across runs)",
         "  Ctrl-C stops everything.",
@@ -334,7 +342,7 @@ def metrics_dir(state: Path, child: str) -> str:
 
 def children_for(host: str, port: str, state: Path) -> list[Child]:
     py = sys.executable
-    worker_port = os.environ.get("ALFRED_WORKER_HTTP_PORT") or str(int(port) + 1)
+    worker_port = worker_http_port(port)
     return [
         Child(
             "web",

@@ -98,7 +98,7 @@ ALFRED_METRICS_NETWORKS = env.list("ALFRED_METRICS_NETWORKS", default=["127.0.0.
 ALFRED_WORKER_HEARTBEAT_SECONDS = env.float("ALFRED_WORKER_HEARTBEAT_SECONDS", default=10.0)
 # Where a worker serves /healthz, /readyz and /metrics; unset: nowhere (the heartbeat runs).
 ALFRED_WORKER_HTTP_PORT = env.int("ALFRED_WORKER_HTTP_PORT", default=0)
-# Each worker also consumes a queue of its own (<name>.dq): the heartbeat's.
+# Each worker also consumes a queue of its own (<name>.dq2): the heartbeat's.
 CELERY_WORKER_DIRECT = True
 
 _public_host = ALFRED_PUBLIC_URL.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]

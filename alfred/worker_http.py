@@ -128,22 +128,22 @@ def _handler(worker: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-_running: list[Any] = []
+_heartbeat: _Heartbeat | None = None
+_server: ThreadingHTTPServer | None = None
 
 
 @worker_ready.connect
 def _worker_started(sender: Any, **_: Any) -> None:
     """In the worker's main process, once it consumes: the heartbeat, and the port."""
+    global _heartbeat, _server
     worker = str(sender.hostname)
-    heartbeat = _Heartbeat(sender.app, worker)
-    heartbeat.start()
-    _running.append(heartbeat)
+    _heartbeat = _Heartbeat(sender.app, worker)
+    _heartbeat.start()
     port = settings.ALFRED_WORKER_HTTP_PORT
     if port:
-        server = ThreadingHTTPServer(("0.0.0.0", port), _handler(worker))  # noqa: S104
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, name="alfred-http", daemon=True).start()
-        _running.append(server)
+        _server = ThreadingHTTPServer(("0.0.0.0", port), _handler(worker))  # noqa: S104
+        _server.daemon_threads = True
+        threading.Thread(target=_server.serve_forever, name="alfred-http", daemon=True).start()
         log.info("worker %s: /healthz, /readyz and /metrics on port %d", worker, port)
 
 
@@ -151,13 +151,13 @@ def _worker_started(sender: Any, **_: Any) -> None:
 def _worker_stopping(**_: Any) -> None:
     """A worker that stops on purpose takes its heartbeat row along: it is not a worker that
     stopped consuming (one killed outright leaves it, and its age grows)."""
-    for running in _running:
-        if isinstance(running, _Heartbeat):
-            running.stopped.set()
-            try:
-                WorkerHeartbeat.objects.filter(worker=running.worker).delete()
-            except DatabaseError:
-                log.warning("worker %s: heartbeat row left behind", running.worker)
-        else:
-            running.shutdown()
-    _running.clear()
+    global _heartbeat, _server
+    if _heartbeat is not None:
+        _heartbeat.stopped.set()
+        try:
+            WorkerHeartbeat.objects.filter(worker=_heartbeat.worker).delete()
+        except DatabaseError:
+            log.warning("worker %s: heartbeat row left behind", _heartbeat.worker)
+    if _server is not None:
+        _server.shutdown()
+    _heartbeat = _server = None

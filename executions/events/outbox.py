@@ -132,6 +132,10 @@ def events_emit_statement(execution_id: str, events: Sequence[Event]) -> Stateme
     )
 
 
+# An event of type "execution.<status>" is a transition of the execution to that status.
+STATUSES = frozenset(ExecutionStatus.values)
+
+
 def _emitted(rows: Sequence[Sequence[Any]]) -> list[int]:
     """The sequences the emission gave; the deliveries it owed are sent after commit, and
     the execution's transitions told once they are committed."""
@@ -144,9 +148,6 @@ def _emitted(rows: Sequence[Sequence[Any]]) -> list[int]:
         if status in STATUSES and status != type:
             transaction.on_commit(partial(_transitioned, execution_id, workflow, status))
     return [int(row[0]) for row in rows]
-
-
-STATUSES = frozenset(ExecutionStatus.values)
 
 
 def _transitioned(execution_id: str, workflow: str, status: str) -> None:

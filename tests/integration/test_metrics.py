@@ -144,6 +144,7 @@ def test_web_and_worker_metrics_follow_a_real_add_domain(api, platform, worker_p
     assert value(after, created[0], **created[1]) - value(before, created[0], **created[1]) == 1
     assert value(during, "alfred_executions", workflow="add-domain", status="waiting") >= 1
     assert value(during, "alfred_lanes", state="held") >= 1
+    assert value(during, "alfred_active_runs", workflow="add-domain", version="1") >= 1
     waiting = value(
         during, "alfred_oldest_run_age_seconds", lane="aws-infrastructure", state="waiting"
     )

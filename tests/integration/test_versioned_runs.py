@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (pytest fixtures imported from the add-subdomain tests, used as arguments)
 """A deploy that changes a workflow while one of its executions waits: an add-subdomain
 paused on its plan's approval, a worker restarted with add-subdomain version 2 (a stage
 more), the plan approved. The run either wakes under the definition it started with (the
@@ -22,22 +23,18 @@ from tests import aws_world
 from tests.changed_workflows import V1
 from tests.conftest import quiesce
 from tests.helpers import submit
-from tests.integration.test_add_subdomain import _batches, _create, _paused, _terminal
+from tests.integration.test_add_subdomain import (  # noqa: F401 (fixtures)
+    _batches,
+    _create,
+    _paused,
+    _terminal,
+    route53,
+    standin,
+)
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 V1_STAGES = ["plan", "apply", "verify"]
-
-
-@pytest.fixture(scope="module")
-def standin() -> Iterator[AwsStandIn]:
-    with aws_world.standin_started() as aws:
-        yield aws
-
-
-@pytest.fixture
-def route53(standin: AwsStandIn) -> Any:
-    return aws_world.client(standin, "route53")
 
 
 def paused_under_v1(api: Any, standin: AwsStandIn, route53: Any) -> tuple[str, str]:

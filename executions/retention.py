@@ -66,11 +66,13 @@ from executions.models import (
 from lanes.models import Lane, LaneWaiter
 
 # Root executions per batch. With their children and a hundred events each, a transaction
-# of tens of milliseconds (bench/reports/prune.md).
+# of tens of milliseconds (bench/reports/prune.md). Batches of 2 tried: the prune took five
+# times as long for a stage path's p95 barely better.
 BATCH = 10
-# The share of its time a prune spends in batches: after each it rests three times as long,
-# so the database's CPU and its log flushes go to the stage path first. 1: flat out.
-DUTY = 0.25
+# The share of its time a prune spends in batches: after each it rests nine times as long,
+# so the database's CPU and its log flushes go to the stage path first (at 0.25, an earlier
+# run: a stage took 1.07x at the median and 1.16x at p95 on two cores). 1: flat out.
+DUTY = 0.1
 
 _E = Execution._meta.db_table
 _R = Run._meta.db_table

@@ -19,9 +19,11 @@ RUN pip install --require-hashes --no-deps -r requirements/runtime.lock
 COPY manage.py ./
 COPY templates ./templates
 COPY alfred ./alfred
-COPY executions ./executions
+COPY engine ./engine
 COPY lanes ./lanes
 COPY providers ./providers
+COPY workflows ./workflows
+COPY delivery ./delivery
 
 # Static files for WhiteNoise, collected with the production storage (hashed names, manifest).
 # These values exist only so that the production settings load during the build.
@@ -36,4 +38,4 @@ RUN useradd --system --uid 10001 --no-create-home --home-dir /app --shell /usr/s
 USER alfred
 
 EXPOSE 8000
-CMD ["python", "-m", "uvicorn", "alfred.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "off", "--timeout-graceful-shutdown", "20"]
+CMD ["python", "-m", "uvicorn", "alfred.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "on", "--timeout-graceful-shutdown", "20"]

@@ -1,4 +1,4 @@
-"""What every Alfred admin page shares (DESIGN §8).
+"""What every Alfred admin page shares (docs/contract.md, "Authentication, roles and ownership").
 
 - Roles come from permissions, never from ``is_staff``: the ``alfred-viewers`` group has the
   ``view_*`` permissions, ``alfred-operators`` also ``executions.operate``, which every

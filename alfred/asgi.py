@@ -16,10 +16,10 @@ without a length as empty. Whether that length is over the limit is the API's ed
 (``ApiGuardMiddleware``: 413 ``payload_too_large``).
 """
 
+import asyncio
 import gc
 import logging
 import os
-import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,6 +50,7 @@ from django.conf import settings  # noqa: E402 - after django.setup()
 from django.db import connection  # noqa: E402
 
 from alfred.dbpool import pool_check_install  # noqa: E402
+from engine.lanes.reconciler import lanes_release_ready  # noqa: E402
 
 _pool = getattr(connection, "pool", None)  # the pool all threads share (ALFRED_DB_POOL_SIZE)
 if _pool is not None:
@@ -65,6 +66,9 @@ STREAM_SUFFIX = "/events/stream"
 
 
 async def application(scope: Scope, receive: Receive, send: Send) -> None:
+    if scope["type"] == "lifespan":
+        await _lifespan(receive, send)
+        return
     if scope["type"] != "http" or scope["path"].rstrip("/").endswith(STREAM_SUFFIX):
         await _streams(scope, receive, send)
         return
@@ -101,25 +105,34 @@ async def _with_length(scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
     return {**scope, "headers": headers}, replay
 
 
-def _release_ready_lanes() -> None:
-    """Before serving triggers: lanes left blocked whose owner holds valid readiness evidence
-    are released (DESIGN §5). Read-only instances change nothing. If the database does not
-    answer yet, serve anyway: /readyz says so, and the next start tries again."""
-    from lanes.reconciler import lanes_release_ready
+async def _lifespan(receive: Receive, send: Send) -> None:
+    """uvicorn's start and stop (``--lifespan on``): before the first request, lanes left
+    blocked whose owner holds valid readiness evidence are released (the reconciler's start
+    rule: a restart never leaves a safely releasable lane blocked). On a thread: Django
+    refuses a synchronous query on the event loop."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await asyncio.to_thread(_release_ready_lanes)
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
+
+def _release_ready_lanes() -> None:
+    """Read-only instances change nothing. If the database does not answer yet, serve
+    anyway: /readyz says so, and the next start tries again. Each of uvicorn's worker
+    processes does it; two at once release a lane once (compare-and-swap)."""
     if settings.ALFRED_READ_ONLY:
         return
     try:
         lanes_release_ready()
     except Exception:
         logging.getLogger(__name__).exception("releasing ready lanes at start failed")
+    finally:
+        connection.close()
 
-
-# On a thread of its own: uvicorn's worker processes (--workers) import the application inside
-# a running event loop, where Django refuses a synchronous query.
-_start = threading.Thread(target=_release_ready_lanes, name="alfred-release-ready-lanes")
-_start.start()
-_start.join()
 
 # Everything made so far (Django, the apps, the URL map, DRF's classes: 150,000 objects) lives
 # as long as the process. Out of the collector's sight, a full collection stops scanning it:

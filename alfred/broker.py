@@ -1,4 +1,5 @@
-"""Sending a task message, lean, when the broker is plain Redis: what every acceptance does.
+"""Sending a task message, lean, when the broker is plain Redis: what every acceptance does,
+with ``ALFRED_LEAN_PUBLISH`` on (off by default: Celery's own ``apply_async`` publishes).
 
 ``Signature.apply_async`` cost 0.8 ms of CPU in each acceptance, a quarter of all the web
 process spent on one (bench/reports/acceptance.md): Celery's router, its configuration read
@@ -25,7 +26,7 @@ transport's options say (``max_retries`` 2, at once and then 0.2 s later; where 
 set, as Celery's publish retry policy says), and then the error is raised as kombu raises it
 (``OperationalError``): ``run_dispatch`` records ``start_failed``. A try after an answer
 lost in transit can send a message twice; a message is only a hint
-(``executions.engine.dispatch``), so that is safe.
+(``engine.runtime.dispatch``), so that is safe.
 
 Sent from inside a task (a worker's wake of another run), the message carries that task's
 root and parent ids, as ``send_task`` gives them. Nothing here sends Celery's publish
@@ -46,6 +47,7 @@ from urllib.parse import parse_qsl
 import redis
 from celery import Celery
 from celery.signals import after_task_publish, before_task_publish
+from django.conf import settings
 from kombu.exceptions import OperationalError
 from kombu.utils.json import dumps
 from redis.backoff import NoBackoff
@@ -76,6 +78,11 @@ def task_send(
     """Send task ``name`` with ``args`` to ``queue`` (to run ``countdown`` seconds from now,
     if given), as ``apply_async`` would."""
     app = getattr(app, "_get_current_object", lambda: app)()  # (current_app is a proxy)
+    if not settings.ALFRED_LEAN_PUBLISH:
+        app.signature(name, args=args, queue=queue, immutable=True).apply_async(
+            countdown=countdown or 0
+        )
+        return
     sender = _sender(app)
     plain, ignore_result = _task_plain(app, name)
     if sender is None or not plain or _publish_watched():

@@ -356,7 +356,7 @@ def children_for(host: str, port: str, state: Path) -> list[Child]:
                 "--port",
                 port,
                 "--lifespan",
-                "off",
+                "on",
                 "--timeout-graceful-shutdown",
                 "5",
             ],

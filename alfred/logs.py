@@ -7,10 +7,10 @@
 - :class:`JsonLines` writes one JSON object per line (``ALFRED_LOG_FORMAT=json``); the
   readable text stays the default (``make run``).
 
-:class:`QuietScans` keeps the periodic scans (DESIGN §5: timers every second, the webhook relay
-every second, recovery and the lane reconciler every few seconds) out of the log when they
-find nothing to do. Celery writes three INFO lines per tick otherwise — beat's "Sending due
-task", the worker's "Received task" and "succeeded" — which on ``make run`` is thousands of
+:class:`QuietScans` keeps the periodic scans (timers every second,
+the webhook relay every second, recovery and the lane reconciler every few seconds) out of the log
+when they find nothing to do. Celery writes three INFO lines per tick otherwise — beat's "Sending
+due task", the worker's "Received task" and "succeeded" — which on ``make run`` is thousands of
 lines an hour and buries everything else. A tick that did something (a non-zero count) keeps
 its "succeeded" line; warnings and errors are never dropped.
 """

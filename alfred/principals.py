@@ -1,4 +1,5 @@
-"""Who is asking (DESIGN §8): a :class:`Caller` is a stable principal id and a role.
+"""Who is asking (docs/contract.md, "Authentication, roles and ownership"): a :class:`Caller` is a
+stable principal id and a role.
 
 - An API token's principal is ``ApiToken.principal_id`` (``prn_…``), minted when the token is
   created and carried over only by a rotation (``token_rotate``): a token created later
@@ -21,19 +22,19 @@ import getpass
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
-from django.db import models
+from django.db.models import CharField, OuterRef, Subquery, Value
+from django.db.models.functions import Cast, Coalesce, Concat
+
+from alfred.models import ApiToken, Role
+
+__all__ = ["Caller", "Role", "caller_of", "cli_actor", "cli_caller", "principal_name"]
 
 OPERATE_PERMISSION = "executions.operate"
 VIEW_PERMISSION = "executions.view_execution"
 OPERATORS_GROUP = "alfred-operators"
 VIEWERS_GROUP = "alfred-viewers"
-
-
-class Role(models.TextChoices):
-    INTEGRATION = "integration", "Integration"  # trigger; read, cancel, retry its own
-    VIEWER = "viewer", "Viewer"  # read everything, change nothing
-    OPERATOR = "operator", "Operator"  # everything: also approve, roll back, recover lanes
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,6 @@ class Caller:
 def caller_of(user: Any) -> Caller | None:
     """The caller behind ``request.user`` (an ApiToken or a Django user), or None: anonymous,
     inactive, or a user without any Alfred permission."""
-    from alfred.models import ApiToken
-
     if isinstance(user, ApiToken):
         return Caller(user.principal_id, user.role, user.name)
     if user is None or not getattr(user, "is_authenticated", False) or not user.is_active:
@@ -101,12 +100,6 @@ def principal_name(field: str) -> Any:
     of a changelist's rows, one query for the page): a user's username (``user:<pk>``), an
     API token's name (``prn_…``, its newest token's), else None. ``cli:<actor>`` and Alfred's
     own actors (``alfred:…``) are names already."""
-    from django.contrib.auth import get_user_model
-    from django.db.models import CharField, OuterRef, Subquery, Value
-    from django.db.models.functions import Cast, Coalesce, Concat
-
-    from alfred.models import ApiToken
-
     users = (
         get_user_model()
         .objects.annotate(principal=Concat(Value("user:"), Cast("pk", CharField())))

@@ -6,8 +6,8 @@ header or query). A service raises its own exception and knows nothing of HTTP: 
 registers, in its ``AppConfig.ready``, a :class:`ProblemMap` per exception type (its code,
 detail and extra members) with :func:`problems_register`, and :func:`exception_handler`
 answers from that one table, so every view gives a refusal the same answer and this module
-imports no app (DESIGN §1). DRF's own exceptions (auth, parse, throttling, 404, 405, 415) are
-mapped to the same shape here; Django-level errors outside DRF go through
+imports no app (docs/architecture.md, "The house"). DRF's own exceptions (auth, parse, throttling,
+404, 405, 415) are mapped to the same shape here; Django-level errors outside DRF go through
 :func:`problem_response`.
 
 Every body is bounded here, in :func:`problem_body`, whoever built it: ``detail`` and every

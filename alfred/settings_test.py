@@ -14,7 +14,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 os.environ.setdefault("ALFRED_ENV", "test")
 # The tests' own workflows, and short leases and scan intervals so crash tests run in seconds.
 # Set in the environment, so the worker processes the tests start get them too.
-os.environ.setdefault("ALFRED_EXTRA_WORKFLOWS", "tests.engine_workflows")
+os.environ.setdefault("ALFRED_EXTRA_WORKFLOWS", "tests.support.engine_workflows")
 os.environ.setdefault("ALFRED_LEASE_SECONDS", "4")
 os.environ.setdefault("ALFRED_RECOVERY_SCAN_SECONDS", "1")
 os.environ.setdefault("ALFRED_HANDOFF_GRACE_SECONDS", "5")

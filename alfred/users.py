@@ -1,4 +1,5 @@
-"""Admin logins for people: operators and viewers (DESIGN §8), never superusers.
+"""Admin logins for people: operators and viewers (docs/contract.md, "Authentication, roles and
+ownership"), never superusers.
 
 A login's role is its group: ``alfred-operators`` (every action) or ``alfred-viewers`` (read
 only). Both are staff, so they can sign in to the admin; neither may manage users, groups or

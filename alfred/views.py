@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from celery import current_app
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 
 from alfred.metrics import exposition, scrape_allowed, state_collectors
 from alfred.problems import problem_response
@@ -29,9 +31,7 @@ def readyz(request: HttpRequest) -> JsonResponse:
     except Exception as exc:
         checks["database"] = f"error: {type(exc).__name__}"
     try:
-        from alfred.celery import app
-
-        with app.connection_for_write() as conn:
+        with current_app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, timeout=2)
             conn.default_channel.client.ping()  # type: ignore[attr-defined]
         checks["broker"] = "ok"
@@ -69,9 +69,7 @@ def _is_api(request: HttpRequest) -> bool:
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _is_api(request):
         return problem_response("not_found", "No such resource.", instance=request.path)
-    from django.views.defaults import page_not_found
-
-    return page_not_found(request, exception or Exception())
+    return defaults.page_not_found(request, exception or Exception())
 
 
 def server_error(request: HttpRequest) -> HttpResponse:
@@ -79,9 +77,7 @@ def server_error(request: HttpRequest) -> HttpResponse:
         return problem_response(
             "internal_error", "An internal error occurred; it was logged.", instance=request.path
         )
-    from django.views.defaults import server_error as default
-
-    return default(request)
+    return defaults.server_error(request)
 
 
 def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
@@ -93,6 +89,4 @@ def bad_request(request: HttpRequest, exception: Exception | None = None) -> Htt
 def permission_denied(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if _is_api(request):
         return problem_response("permission_denied", "Permission denied.", instance=request.path)
-    from django.views.defaults import permission_denied as default
-
-    return default(request, exception or Exception())
+    return defaults.permission_denied(request, exception or Exception())

@@ -362,7 +362,7 @@ def main() -> None:
                 "--workers",
                 str(WEB_WORKERS),
                 "--lifespan",
-                "off",
+                "on",
                 "--log-level",
                 "warning",
                 "--no-access-log",

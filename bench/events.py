@@ -101,7 +101,7 @@ def _django(env: dict[str, str]) -> None:
 
 
 def _an_execution() -> Any:
-    from executions.models import Execution
+    from engine.models import Execution
 
     return Execution.objects.create(
         workflow="add-subdomain",
@@ -115,7 +115,7 @@ def _an_execution() -> Any:
 def _emit(execution_id: str, type: str = "bench.tick") -> tuple[str, float]:
     from django.db import connection, transaction
 
-    from executions.events.outbox import event_emit
+    from engine.outbox import event_emit
 
     with transaction.atomic():
         event_emit(
@@ -199,8 +199,8 @@ def _webhooks(env: dict[str, str]) -> dict[str, Any]:
     from django.db.models import Max, Min
 
     from alfred.principals import Caller
-    from executions.events.endpoints import webhook_endpoint_save
-    from executions.models import (
+    from delivery.endpoints import webhook_endpoint_save
+    from engine.models import (
         DeliveryStatus,
         WebhookAttempt,
         WebhookDelivery,
@@ -285,7 +285,7 @@ def main() -> None:
                 "--port",
                 str(port),
                 "--lifespan",
-                "off",
+                "on",
                 "--log-level",
                 "warning",
                 "--no-access-log",

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from executions.workflows.base import LaneClaim, Workflow
+from engine.runtime.stage import StageContext
+from workflows.base import LaneClaim, Workflow
 
 STAGES = 4
 
@@ -36,7 +37,7 @@ class Noop(_Bench):
     name = "bench-noop"
     stages = tuple(f"s{i}" for i in range(STAGES))
 
-    def run_stage(self, stage: str, ctx: Any) -> Any:
+    def run_stage(self, stage: str, ctx: StageContext) -> Any:
         return {}
 
 
@@ -46,7 +47,7 @@ class Steps(_Bench):
     name = "bench-steps"
     stages = ("s0",)
 
-    def run_stage(self, stage: str, ctx: Any) -> Any:
+    def run_stage(self, stage: str, ctx: StageContext) -> Any:
         for i in range(ctx.input["steps"]):
             ctx.step(f"step-{i}", _noop)
         return {}

@@ -8,14 +8,15 @@ to the executions side. So the lanes services return what changed (the frozen da
 below) and an outermost lanes service — the reconciler, ``lane_recover`` — hands that change
 to :class:`LaneEffects` before its transaction commits.
 
-The dependency points one way at import time, executions → lanes: ``ExecutionsConfig.ready``
+The dependency points one way at import time, executions → lanes: ``EngineConfig.ready``
 installs the executions side's implementation once (:func:`lane_effects_install`), and lanes
 reach it through :func:`lane_effects`, never by importing executions.
 
 What every implementation keeps:
 - it runs in the caller's transaction and never commits: an event travels in the transaction
-  that changed the lane (DESIGN §7); work for a worker is published on commit;
-- ``executions_lock`` is the first half of the lock order (DESIGN §2): execution rows, in id
+  that changed the lane (docs/architecture.md, "Events"); work for a worker is published on commit;
+- ``executions_lock`` is the first half of the lock order (docs/architecture.md, "Invariants"):
+execution rows, in id
   order, before the lane row that ``lanes.services.lane_lock`` takes next.
 """
 

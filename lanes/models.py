@@ -1,4 +1,5 @@
-"""Concurrency lanes (DESIGN §5): one root owner at a time per lane key, a durable FIFO queue.
+"""Concurrency lanes (docs/architecture.md, "Lanes"): one root owner at a time per lane key, a
+durable FIFO queue.
 
 Every write is a compare-and-swap on (key, owner, state, version): see ``lanes.services``.
 

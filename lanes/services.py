@@ -10,9 +10,9 @@ change means for the executions a lane names — events, the new owner's run, th
 ``lane_effects().lane_changed`` before its transaction commits (the reconciler, and
 ``lane_recover`` itself). Nothing here imports executions.
 
-Lock order (DESIGN §2): execution rows before the lane row. A claim (acceptance, retry,
-continuation) holds its execution and then takes the lane; whoever writes a lane and the
-executions it names (the reconciler, recovery) locks those executions first, through
+Lock order (docs/architecture.md, "Invariants"): execution rows before the lane row. A
+claim (acceptance, retry, continuation) holds its execution and then takes the lane; whoever writes
+a lane and the executions it names (the reconciler, recovery) locks those executions first, through
 ``lane_lock`` (which locks them through the port), never the other way round: the two would
 otherwise deadlock.
 """

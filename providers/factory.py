@@ -1,8 +1,8 @@
 """Adapters built from a :class:`~providers.config.ProviderConfig`.
 
-The one place that knows which constructor argument each setting feeds: the workflows' stages
-(not built yet) are to ask for ``Providers(settings.ALFRED_PROVIDERS).route53()``, and the
-sandbox and `make run` tests build the very same objects from an environment. Every call
+The one place that knows which constructor argument each setting feeds: the workflows' steps
+ask for ``Providers(settings.ALFRED_PROVIDERS).route53()``, and the sandbox and `make run`
+tests build the very same objects from an environment. Every call
 returns a fresh adapter: the GitHub backend holds one HTTP session and is not shared between
 threads.
 """

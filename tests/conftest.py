@@ -261,7 +261,7 @@ class BeatProcess(WorkerProcess):
 def _fresh_counters(request: pytest.FixtureRequest) -> None:
     """Side-effect counters live in Redis, which outlives a test (and a session)."""
     if request.node.get_closest_marker("worker"):
-        from tests.engine_workflows import counters
+        from tests.support.engine_workflows import counters
 
         counters().flushdb()
 
@@ -301,7 +301,7 @@ def shared_worker(module_worker: WorkerProcess) -> Iterator[WorkerProcess]:
 def quiesce(timeout: float = 30.0) -> None:
     """Wait until no execution is queued or running, and a moment for what follows a commit
     (a lane's hand-over, the chain's next message)."""
-    from executions.models import Execution
+    from engine.models import Execution
 
     wait_for(
         lambda: not Execution.objects.filter(status__in=("queued", "running")).exists(),

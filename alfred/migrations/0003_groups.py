@@ -1,4 +1,4 @@
-"""The two admin groups of DESIGN §8: ``alfred-viewers`` read everything; ``alfred-operators``
+"""The two admin groups (docs/contract.md, "Authentication, roles and ownership"): ``alfred-viewers`` read everything; ``alfred-operators``
 also operate (``executions.operate``: cancel, retry, approve, roll back, recover lanes, revoke
 tokens) and manage webhook endpoints. Neither may touch users, groups or the beat schedule:
 those stay with superusers, whom Alfred's own docs never create."""

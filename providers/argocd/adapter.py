@@ -1,7 +1,7 @@
 """The ArgoCD adapter (httpx): reads an application, watches it converge on a commit, starts
 and stops a sync, and maps ArgoCD's answers onto :mod:`providers.errors`.
 
-Platform routing (DESIGN.md §6) commits Helm values and then waits until the ArgoCD
+Platform routing (docs/workflows.md) commits Helm values and then waits until the ArgoCD
 applications that render them run that commit. This adapter reads an application into an
 :class:`~providers.argocd.model.ApplicationStatus` and judges it with
 :func:`~providers.argocd.assessment.assess`; :mod:`.assessment`'s docstring says what

@@ -74,6 +74,7 @@ from dulwich.objects import Blob, Commit, ObjectID, Tree
 from dulwich.refs import Ref
 from dulwich.repo import Repo
 
+from providers.sandbox import github_seed
 from providers.sandbox.server import LOST, Request, Response, StandIn, _Lost
 
 API = "/api/v3"
@@ -321,8 +322,6 @@ class GitHubStandIn(StandIn):
     def seed_demo(self) -> dict[str, Any]:
         """Create the demo repositories that do not exist yet (see
         :mod:`providers.sandbox.github_seed`); returns what is there."""
-        from providers.sandbox import github_seed
-
         summary: dict[str, Any] = {}
         for full_name, history in github_seed.demo_history().items():
             created = not self.exists(full_name)

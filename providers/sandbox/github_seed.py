@@ -9,12 +9,14 @@ realistic starting point.
 
 from __future__ import annotations
 
+from providers.gitops import concerns
 from providers.gitops.concerns import (
     CALIPSO_CORS_PATH,
     DEIMOS_SERVER_NAMES_PATH,
     MYSTIQUE_VALUES_PATH,
     NGINX_VALUES_PATH,
 )
+from providers.gitops.messages import add_message
 
 HELM_REPO = "platform/helm-values"
 BOOKING_REPO = "platform/nginx-booking"
@@ -163,9 +165,6 @@ def demo_history() -> dict[str, list[tuple[str, dict[str, str]]]]:
 
     The shop.acme.com entries arrive in Alfred commits after a hand-made initial layout, so the
     demo log shows what Alfred's commits look like (and their trailers parse)."""
-    from providers.gitops import concerns
-    from providers.gitops.messages import add_message
-
     history: dict[str, list[tuple[str, dict[str, str]]]] = {}
     for repo, files, concern in (
         (HELM_REPO, HELM_FILES, concerns.NGINX_HOSTS),

@@ -1,6 +1,6 @@
 """A Route53 that keeps AWS's rules, served by :class:`providers.sandbox.aws.AwsStandIn`.
 
-moto 5.2 is not faithful where Alfred's correctness depends on Route53 (DESIGN.md §9): it
+moto 5.2 is not faithful where Alfred's correctness depends on Route53: it
 accepts a CNAME beside other records at one name, applies a change batch change by change (a
 failing change leaves the earlier ones applied), checks a DELETE against its own change journal
 rather than the record set's current values, and reports every change INSYNC at once. This

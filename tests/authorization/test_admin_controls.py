@@ -1,8 +1,9 @@
-"""The execution's admin page and its controls (DESIGN §4, §6, §8): the page shows the pending
-approval as a table of record sets before → after with its hash and expiry, the runs with
-their stages and receipts, the events; each control (approve, rollback, cancel, retry) is a
-confirmation page that only an operator on a writable instance reaches (anyone else: 403),
-whose POST calls the service and records the reason; a refusal is a message, never a 500."""
+"""The execution's admin page and its controls (docs/architecture.md, "States"; docs/contract.md):
+the page shows the pending approval as a table of record sets before → after with its hash and
+expiry, the runs with their stages and receipts, the events; each control (approve, rollback,
+cancel, retry) is a confirmation page that only an operator on a writable instance reaches (anyone
+else: 403), whose POST calls the service and records the reason; a refusal is a message, never a
+500."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from alfred.users import user_set
-from executions.identity import logical_identity
-from executions.models import (
+from engine.catalog import workflow_get
+from engine.identity import logical_identity
+from engine.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,
@@ -32,8 +34,7 @@ from executions.models import (
     RunStatus,
     StepReceipt,
 )
-from executions.workflows.registry import get_workflow
-from tests.factories import StageFactory
+from tests.support.factories import StageFactory
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "Zq8!x7pLm2#v"
@@ -90,7 +91,7 @@ BATCH = {
 
 
 def _execution(status: str, subdomain: str = "api", **fields: Any) -> Execution:
-    canonical = get_workflow("add-subdomain").canonicalize(
+    canonical = workflow_get("add-subdomain").canonicalize(
         {"zone": "example.com", "subdomain": subdomain}
     )
     terminal = status in (
@@ -613,7 +614,7 @@ def test_a_service_refusal_is_a_message_not_a_500(failed_in_rollback):
 
 
 def test_a_record_set_whose_values_change_is_one_replaced_row():
-    from executions.admin.pages import plan_rows
+    from engine.admin.pages import plan_rows
 
     plain = {**CNAME, "type": "A", "ttl": 60, "values": ["192.0.2.1", "192.0.2.2"]}
     weighted = {**plain, "set_identifier": "blue", "routing": {"Weight": 10}}

@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from executions.models import (
+from engine.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,
@@ -47,7 +47,7 @@ from tests.authorization.test_admin_controls import (  # noqa: F401 (fixtures)
     paused,
     users,
 )
-from tests.factories import StageFactory
+from tests.support.factories import StageFactory
 
 pytestmark = pytest.mark.django_db
 OTHER_HASH = "4a" * 32

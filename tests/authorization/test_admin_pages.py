@@ -18,8 +18,9 @@ from django.utils import timezone
 
 from alfred.tokens import token_create
 from alfred.users import user_set
-from executions.identity import logical_identity
-from executions.models import (
+from engine.catalog import workflow_get
+from engine.identity import logical_identity
+from engine.models import (
     AuditEntry,
     DeliveryKey,
     Execution,
@@ -38,10 +39,9 @@ from executions.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from executions.workflows.registry import get_workflow
 from lanes.models import Lane, LaneState, LaneWaiter
 from tests.authorization.test_admin_controls import PLAN_HASH, approval_payload
-from tests.factories import StageFactory
+from tests.support.factories import StageFactory
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "Zq8!x7pLm2#v"
@@ -66,7 +66,7 @@ def records() -> None:
     executions = []
     for number, status in enumerate(ExecutionStatus):
         subdomain = {"zone": "example.com", "subdomain": f"page{number}"}
-        canonical = get_workflow("add-subdomain").canonicalize(subdomain)
+        canonical = workflow_get("add-subdomain").canonicalize(subdomain)
         terminal = status not in (
             ExecutionStatus.QUEUED,
             ExecutionStatus.RUNNING,

@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from alfred.tokens import token_create
 from alfred.users import user_set
-from executions.identity import logical_identity
-from executions.models import (
+from engine.catalog import workflow_get
+from engine.identity import logical_identity
+from engine.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,
@@ -30,9 +31,8 @@ from executions.models import (
     RunKind,
     RunStatus,
 )
-from executions.workflows.registry import get_workflow
 from tests.authorization.test_admin_controls import PLAN_HASH, approval_payload
-from tests.factories import StageFactory
+from tests.support.factories import StageFactory
 
 pytestmark = pytest.mark.django_db
 PASSWORD = "Zq8!x7pLm2#v"
@@ -53,7 +53,7 @@ def _login(username: str) -> Client:
 
 
 def _execution(workflow: str, raw: dict[str, Any], principal: str, **fields: Any) -> Execution:
-    canonical = get_workflow(workflow).canonicalize(raw)
+    canonical = workflow_get(workflow).canonicalize(raw)
     return Execution.objects.create(
         workflow=workflow,
         principal=principal,

@@ -22,10 +22,10 @@ from rest_framework.test import APIClient
 from alfred.models import ApiToken
 from alfred.tokens import token_create, token_revoke
 from alfred.users import user_set
-from executions.models import Execution, ExecutionStatus, Hook, RunStatus, WebhookEndpoint
+from engine.models import Execution, ExecutionStatus, Hook, RunStatus, WebhookEndpoint
 from lanes.models import Lane, LaneState
 from tests.authorization import matrix
-from tests.helpers import CERTIFICATE, submit
+from tests.support.helpers import CERTIFICATE, submit
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from alfred.tokens import token_create
 from alfred.users import user_set
-from executions.models import (
+from engine.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,
@@ -32,11 +32,11 @@ from executions.models import (
 )
 from lanes.models import Lane, LaneState
 from providers.sandbox.aws import AwsStandIn
-from tests import aws_world
 from tests.authorization.test_admin_pages import PASSWORD, records  # noqa: F401 (a fixture)
 from tests.conftest import WorkerProcess, quiesce, wait_for
-from tests.helpers import submit
-from tests.live import WebServer
+from tests.support import aws_world
+from tests.support.helpers import submit
+from tests.support.live import WebServer
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

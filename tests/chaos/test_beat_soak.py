@@ -21,10 +21,10 @@ from django.db import connection
 from alfred.beat import LEASE
 from alfred.broker import redis_url_of
 from alfred.models import BeatLease
-from executions.models import Execution
+from engine.models import Execution
 from tests.conftest import BeatProcess, WorkerProcess, wait_for
-from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless, event_types
+from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

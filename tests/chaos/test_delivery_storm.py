@@ -31,8 +31,8 @@ import httpx
 import pytest
 
 from alfred.tokens import token_create
-from executions.models import Execution, OutboxEvent
-from tests.live import WebServer
+from engine.models import Execution, OutboxEvent
+from tests.support.live import WebServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,13 +8,13 @@ import signal
 import pytest
 from celery import current_app
 
-from executions.engine.dispatch import RUN_STAGE_TASK
-from executions.engine.hooks import hook_signal
-from executions.models import Execution, OutboxEvent, Run
+from engine.models import Execution, OutboxEvent, Run
+from engine.runtime.dispatch import RUN_STAGE_TASK
+from engine.runtime.hooks import hook_signal
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import KILL_POINTS, counters, effects
-from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless, event_types, finished
+from tests.support.engine_workflows import KILL_POINTS, counters, effects
+from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -200,7 +200,7 @@ def test_two_hundred_waiting_runs_hold_no_worker_on_two_processes(api, integrati
         # are answered, each twice
         from django.utils import timezone
 
-        from executions.models import StepReceipt, Timer
+        from engine.models import StepReceipt, Timer
 
         now = timezone.now()
         Timer.objects.filter(run__execution_id__in=sleepers).update(due_at=now)
@@ -224,7 +224,7 @@ def test_two_hundred_waiting_runs_hold_no_worker_on_two_processes(api, integrati
 
 
 def test_a_wake_whose_message_was_lost_is_recovered(api):
-    from executions.models import Run
+    from engine.models import Run
 
     worker = WorkerProcess("wake").start()
     try:
@@ -257,7 +257,7 @@ def test_work_longer_than_the_lease_is_not_taken_over(where):
     from rest_framework.test import APIClient
 
     from alfred.tokens import token_create
-    from executions.models import Run
+    from engine.models import Run
 
     client = APIClient()
     client.credentials(

@@ -11,10 +11,10 @@ import pytest
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
-from executions.models import Execution, OutboxEvent
+from engine.models import Execution, OutboxEvent
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import EXCLUSIVE_ORDER, INFLIGHT_MAX, counters
-from tests.helpers import submit
+from tests.support.engine_workflows import EXCLUSIVE_ORDER, INFLIGHT_MAX, counters
+from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

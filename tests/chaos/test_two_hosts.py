@@ -1,4 +1,4 @@
-"""Two worker hosts against one PostgreSQL and one Redis (tests/hosts.py: network namespaces
+"""Two worker hosts against one PostgreSQL and one Redis (tests/support/hosts.py: network namespaces
 joined by veth, each host's workers in a PID namespace of their own).
 
 - A host cut off from the database in the middle of a step loses its run: another host takes
@@ -17,13 +17,13 @@ from collections.abc import Iterator
 import pytest
 from celery import current_app
 
-from executions.engine.dispatch import RUN_STAGE_TASK
-from executions.models import Execution, OutboxEvent, Run, StepReceipt
+from engine.models import Execution, OutboxEvent, Run, StepReceipt
+from engine.runtime.dispatch import RUN_STAGE_TASK
 from tests.conftest import wait_for
-from tests.engine_workflows import effects
-from tests.helpers import submit
-from tests.hosts import Host, hosts_up, netns_available
 from tests.integration.test_engine import assert_gapless
+from tests.support.engine_workflows import effects
+from tests.support.helpers import submit
+from tests.support.hosts import Host, hosts_up, netns_available
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

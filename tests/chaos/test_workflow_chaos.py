@@ -1,5 +1,5 @@
-"""The long workflow-level chaos run (tests/workflow_chaos.py): fifty executions over the five
-workflows; pool processes SIGKILLed a dozen times and whole workers three times, at random
+"""The long workflow-level chaos run (tests/support/workflow_chaos.py): fifty executions over the
+five workflows; pool processes SIGKILLed a dozen times and whole workers three times, at random
 moments, PostgreSQL restarted once, the broker flushed once, beat and the web process
 SIGKILLed once each. `make chaos`; the quick run is in tests/integration/."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tests import workflow_chaos
+from tests.support import workflow_chaos
 
 pytestmark = [pytest.mark.worker, pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 

@@ -1,10 +1,11 @@
-"""Acceptance: every row of the DESIGN §3 idempotency table, against real PostgreSQL."""
+"""Acceptance: every row of the idempotency table (docs/contract.md, "Asking for an execution"),
+against real PostgreSQL."""
 
 from __future__ import annotations
 
 import pytest
 
-from executions.models import (
+from engine.models import (
     DeliveryKey,
     Execution,
     ExecutionStatus,
@@ -12,7 +13,7 @@ from executions.models import (
     Run,
     Stage,
 )
-from tests.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, submit
+from tests.support.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, submit
 
 pytestmark = pytest.mark.django_db
 

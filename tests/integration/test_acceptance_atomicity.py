@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from executions.models import DeliveryKey, Execution, OutboxEvent, Run, Stage
+from engine.models import DeliveryKey, Execution, OutboxEvent, Run, Stage
 from lanes.models import Lane, LaneWaiter
-from tests.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, libpq_trace, submit
+from tests.support.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, libpq_trace, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,9 +11,9 @@ import pytest
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
-from executions.models import DeliveryKey, Execution, OutboxEvent, Run
+from engine.models import DeliveryKey, Execution, OutboxEvent, Run
 from tests.conftest import subprocess_database_url
-from tests.helpers import CERTIFICATE, LAMBDA, SUBDOMAIN, submit
+from tests.support.helpers import CERTIFICATE, LAMBDA, SUBDOMAIN, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

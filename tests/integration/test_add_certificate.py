@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution, Stage, StepReceipt
+from engine.models import Execution, Stage, StepReceipt
 from providers.sandbox.aws import AwsStandIn
-from tests import aws_world
 from tests.conftest import WorkerProcess, quiesce, wait_for
-from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless
+from tests.support import aws_world
+from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 

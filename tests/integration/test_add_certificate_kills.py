@@ -5,7 +5,7 @@ completes with exactly one certificate and one validation batch per zone (and on
 per zone), and no event twice that happens once.
 
 The kill points sit at the ACM and Route53 adapters' network edge in the worker
-(:mod:`tests.kill_points_acm`). Certificates are counted on the stand-in's side (moto's
+(:mod:`tests.support.kill_points_acm`). Certificates are counted on the stand-in's side (moto's
 certificates tagged with the execution), batches by its journal of applied batches and by
 the ChangeResourceRecordSets requests it received. One worker for the module.
 """
@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution
+from engine.models import Execution
 from providers.sandbox.aws import AwsStandIn, seed_aws
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import KILL_POINTS, counters
-from tests.helpers import submit
 from tests.integration.test_add_certificate import batches_of, certificates_of, served
 from tests.integration.test_add_subdomain_kills import _assert_once, _finished, _killed
-from tests.kill_points import SETTLE
-from tests.kill_points_acm import ENABLE
+from tests.support.engine_workflows import KILL_POINTS, counters
+from tests.support.helpers import submit
+from tests.support.kill_points import SETTLE
+from tests.support.kill_points_acm import ENABLE
 
 pytestmark = [
     pytest.mark.worker,
@@ -163,7 +163,7 @@ def test_killed_between_stages_and_in_the_rollback_it_undoes_each_thing_once(
 
 
 def _validation_records(execution_id: str) -> list[dict[str, Any]]:
-    from executions.models import Stage
+    from engine.models import Stage
 
     stage = Stage.objects.get(run__execution_id=execution_id, run__number=1, name="validate_dns")
     return list(stage.output["records"])

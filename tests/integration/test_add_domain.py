@@ -1,5 +1,5 @@
 """add-domain end to end: a real Celery worker (one for the module), real PostgreSQL and
-Redis, and the whole sandbox (tests/platform_world.py). Everything is counted from the
+Redis, and the whole sandbox (tests/support/platform_world.py). Everything is counted from the
 stand-ins' own records: Route53's change batches, moto's certificates, the commits on each
 branch, ArgoCD's operations."""
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution, StepReceipt
+from engine.models import Execution, StepReceipt
 from providers.gitops.concerns import (
     CALIPSO_CORS_PATH,
     DEIMOS_SERVER_NAMES_PATH,
@@ -22,11 +22,11 @@ from providers.gitops.concerns import (
     NGINX_VALUES_PATH,
 )
 from providers.sandbox.stack import Sandbox
-from tests import platform_world as world
 from tests.conftest import WorkerProcess, quiesce, wait_for
-from tests.helpers import submit
 from tests.integration.test_add_certificate import certificates_of
 from tests.integration.test_engine import assert_gapless
+from tests.support import platform_world as world
+from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 

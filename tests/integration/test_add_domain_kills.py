@@ -5,9 +5,9 @@ ends as it would have, with no duplicate commit, batch, zone or certificate, and
 twice that happens once.
 
 The kill points sit at the adapters' network edge in the worker
-(:mod:`tests.kill_points_platform`); all of an execution's points are armed at once, and each
-fires once, so one execution passes every boundary killed. Everything is counted on the
-stand-ins' side (tests/platform_world.py)."""
+(:mod:`tests.support.kill_points_platform`); all of an execution's points are armed at once, and
+each fires once, so one execution passes every boundary killed. Everything is counted on the
+stand-ins' side (tests/support/platform_world.py)."""
 
 from __future__ import annotations
 
@@ -17,18 +17,18 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution
+from engine.models import Execution
 from providers.sandbox.stack import Sandbox
-from tests import platform_world as world
 from tests.conftest import WorkerProcess, quiesce, wait_for
-from tests.engine_workflows import KILL_POINTS, counters
-from tests.helpers import submit
 from tests.integration.test_add_certificate import certificates_of
 from tests.integration.test_add_domain import _served, _zones_named
 from tests.integration.test_add_subdomain_kills import _assert_once, _killed
 from tests.integration.test_add_subdomain_kills import _finished as _finished_within
-from tests.kill_points import SETTLE
-from tests.kill_points_platform import ENABLE
+from tests.support import platform_world as world
+from tests.support.engine_workflows import KILL_POINTS, counters
+from tests.support.helpers import submit
+from tests.support.kill_points import SETTLE
+from tests.support.kill_points_platform import ENABLE
 
 pytestmark = [pytest.mark.worker, pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 

@@ -13,12 +13,12 @@ import pytest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from executions.models import Execution, Hook
+from engine.models import Execution, Hook
 from providers.sandbox.aws import AwsStandIn
-from tests import aws_world
 from tests.conftest import WorkerProcess, quiesce, wait_for
-from tests.helpers import assert_problem, submit
 from tests.integration.test_engine import assert_gapless, event_types
+from tests.support import aws_world
+from tests.support.helpers import assert_problem, submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

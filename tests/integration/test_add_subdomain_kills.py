@@ -3,12 +3,12 @@ stages, the change batch, the INSYNC wait, verify's read — and at the boundari
 rollback, in turn (issue 11): each execution still completes, with exactly one change batch
 per applied plan (and exactly one batch back), and no event twice that happens once.
 
-The kill points sit at the Route53 adapter's network edge in the worker (:mod:`tests.kill_points`):
-after the real call returned, before Alfred recorded it. Batches are counted on the stand-in's
-side twice: its journal of applied batches (each batch's comment names the execution) and the
-ChangeResourceRecordSets requests it received, so a second copy refused by the adapter's
-compare-and-swap would show as well. Mostly the pool process is killed (the worker's main
-process forks another and requeues the message, which is claimed at once: the lease's holder
+The kill points sit at the Route53 adapter's network edge in the worker
+(:mod:`tests.support.kill_points`): after the real call returned, before Alfred recorded it. Batches
+are counted on the stand-in's side twice: its journal of applied batches (each batch's comment names
+the execution) and the ChangeResourceRecordSets requests it received, so a second copy refused by
+the adapter's compare-and-swap would show as well. Mostly the pool process is killed (the worker's
+main process forks another and requeues the message, which is claimed at once: the lease's holder
 is provably dead); one case kills the whole worker, whose run is found by the recovery scan
 once its lease has run out.
 """
@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution, OutboxEvent
+from engine.models import Execution, OutboxEvent
 from providers.sandbox.aws import AwsStandIn
-from tests import aws_world
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import KILL_POINTS, counters
-from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless
-from tests.kill_points import ENABLE, KILLED, SETTLE
+from tests.support import aws_world
+from tests.support.engine_workflows import KILL_POINTS, counters
+from tests.support.helpers import submit
+from tests.support.kill_points import ENABLE, KILLED, SETTLE
 
 pytestmark = [
     pytest.mark.worker,

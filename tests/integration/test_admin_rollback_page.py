@@ -1,6 +1,6 @@
 """The admin's rollback confirmation lists what the rollback run then does, in its order,
 children included: an add-domain with its child add-certificate, run end to end on a real
-worker and the sandbox (tests/platform_world.py), its page read as the operator sees it, and
+worker and the sandbox (tests/support/platform_world.py), its page read as the operator sees it, and
 the rollback confirmed from that page."""
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from django.test import Client
 from django.urls import reverse
 
 from alfred.users import user_set
-from executions.engine.rollback import CHILD
-from executions.models import Execution, RunKind, StepReceipt
+from engine.models import Execution, RunKind, StepReceipt
+from engine.runtime.rollback import CHILD
 from providers.sandbox.stack import Sandbox
-from tests import platform_world as world
 from tests.conftest import WorkerProcess, quiesce
-from tests.helpers import submit
 from tests.integration.test_add_domain import terminal
+from tests.support import platform_world as world
+from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 

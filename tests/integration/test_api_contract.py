@@ -11,8 +11,8 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from alfred.tokens import token_create, token_revoke
-from executions.models import AuditEntry, Execution, Stage
-from tests.helpers import LAMBDA, SUBDOMAIN, assert_problem, libpq_trace, submit
+from engine.models import AuditEntry, Execution, Stage
+from tests.support.helpers import LAMBDA, SUBDOMAIN, assert_problem, libpq_trace, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -238,8 +238,8 @@ def test_what_an_execution_shows_besides_its_row(api):
     from django.test.utils import CaptureQueriesContext
 
     from alfred.ids import new_id
-    from executions.models import Hook, HookStatus
-    from tests.factories import ExecutionFactory
+    from engine.models import Hook, HookStatus
+    from tests.support.factories import ExecutionFactory
 
     # given: a domain queued second behind another on the shared lane
     submit(api, "add-domain", {"domain": "one.example"})
@@ -301,9 +301,9 @@ def test_what_an_execution_shows_besides_its_row(api):
 
 
 def test_the_stages_shown_are_those_of_the_run_shown_when_a_new_run_lands_between(api):
-    from executions.engine.records import run_again
-    from executions.models import RunKind
-    from executions.selectors import execution_parts
+    from engine.models import RunKind
+    from engine.runtime.records import run_again
+    from engine.selectors import execution_parts
 
     # given: an execution as read, then a retry's run committed before its parts are read
     shown = Execution.objects.get(pk=submit(api, "add-subdomain", SUBDOMAIN).json()["id"])
@@ -329,13 +329,13 @@ def test_reading_one_execution_sees_what_the_list_sees(role):
     (executions_visible). For each caller, the same executions: owned, held by a delivery
     key, another's."""
     from alfred.principals import Caller
-    from executions.models import DeliveryKey
-    from executions.selectors import (
+    from engine.models import DeliveryKey
+    from engine.selectors import (
         execution_detail,
         execution_events_visible,
         executions_visible,
     )
-    from tests.factories import ExecutionFactory
+    from tests.support.factories import ExecutionFactory
 
     me = "token:me"
     owned, keyed, foreign = (
@@ -359,7 +359,7 @@ def test_reading_one_execution_sees_what_the_list_sees(role):
 
 
 def test_events_are_read_in_pages_after_a_sequence(api):
-    from executions.events.outbox import event_emit
+    from engine.outbox import event_emit
 
     execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
     for i in range(4):
@@ -383,7 +383,7 @@ def test_events_are_read_in_pages_after_a_sequence(api):
 
 
 def test_a_re_emitted_event_key_is_a_no_op(api):
-    from executions.events.outbox import event_emit
+    from engine.outbox import event_emit
 
     execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
 
@@ -399,8 +399,8 @@ def test_events_emitted_together_skip_known_keys_number_gaplessly_and_owe_delive
     import psycopg
     from django.db import transaction
 
-    from executions.events.outbox import CHANNEL, Event, event_emit, events_emit
-    from executions.models import Execution, OutboxEvent, WebhookDelivery, WebhookEndpoint
+    from engine.models import Execution, OutboxEvent, WebhookDelivery, WebhookEndpoint
+    from engine.outbox import CHANNEL, Event, event_emit, events_emit
     from tests.conftest import subprocess_database_url
 
     execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
@@ -563,8 +563,8 @@ def test_a_webhook_url_fits_the_documents_pattern_exactly_when_the_api_takes_it(
 
 
 def test_each_workflow_has_its_own_trigger_operation_with_its_input_schema(api):
-    from executions import selectors
-    from executions.workflows.registry import get_workflow
+    from engine import selectors
+    from engine.catalog import workflow_get
 
     schema = json.loads(api.get("/api/schema/?format=json").content)
 
@@ -573,7 +573,7 @@ def test_each_workflow_has_its_own_trigger_operation_with_its_input_schema(api):
         create = schema["paths"][f"/api/v1/workflows/{name}/executions"]["post"]
         body = create["requestBody"]["content"]["application/json"]
         declared = schema["components"]["schemas"][body["schema"]["$ref"].rsplit("/", 1)[1]]
-        served = get_workflow(name).input_schema
+        served = workflow_get(name).input_schema
         assert declared["required"] == served["required"], name
         assert set(declared["properties"]) == set(served["properties"]), name
         assert declared["additionalProperties"] is False, name

@@ -20,13 +20,18 @@ from celery.signals import before_task_publish
 from django.conf import settings
 from kombu.exceptions import OperationalError
 
-import executions.tasks  # noqa: F401 - run_stage registered, as in the web process
+import engine.tasks  # noqa: F401 - run_stage registered, as in the web process
 from alfred import broker as broker_module
 from alfred import celery_app
 from alfred.broker import redis_url_of, task_send
 
 QUEUE = "broker-contract"  # no worker consumes it
 TASK = "executions.tasks.run_stage"
+
+
+@pytest.fixture(autouse=True)
+def lean(settings: Any) -> None:
+    settings.ALFRED_LEAN_PUBLISH = True
 
 
 @pytest.fixture
@@ -91,6 +96,22 @@ def test_the_lean_message_is_the_one_kombu_writes(queue):
     # each message its own ids, the task's id its correlation id as Celery makes them
     assert lean_sent["headers"]["id"] == lean_sent["properties"]["correlation_id"]
     assert lean_sent["headers"]["id"] != kombu_sent["headers"]["id"]
+
+
+def test_off_by_default_celery_publishes(queue, settings, monkeypatch):
+    # given: the setting as it ships, and a lean path that would fail if it were taken
+    settings.ALFRED_LEAN_PUBLISH = False
+
+    def untouched(app: Any) -> None:
+        raise AssertionError("the lean path was taken")
+
+    monkeypatch.setattr(broker_module, "_sender", untouched)
+
+    # when
+    task_send(current_app, TASK, ["run_1", "plan"], queue=QUEUE)
+
+    # then: Celery's own message is on the queue
+    assert _taken(queue)["headers"]["task"] == TASK
 
 
 def test_a_countdown_is_the_messages_eta(queue):

@@ -15,7 +15,7 @@ from django.db import connection
 from alfred import dbpool
 from alfred.dbpool import connection_check
 from tests.conftest import subprocess_database_url
-from tests.helpers import libpq_trace
+from tests.support.helpers import libpq_trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,7 +22,7 @@ from django.conf import settings
 
 from alfred.models import WorkerHeartbeat
 from tests.conftest import ROOT, subprocess_database_url, wait_for
-from tests.live import free_port
+from tests.support.live import free_port
 from tests.unit.test_helm_chart import VALUES_FROM_VALUES, container, one, render
 
 

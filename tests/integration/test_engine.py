@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution, OutboxEvent, Stage, StepReceipt
+from engine.models import Execution, OutboxEvent, Stage, StepReceipt
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import counters, effects
-from tests.helpers import submit
+from tests.support.engine_workflows import counters, effects
+from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -156,7 +156,7 @@ def test_a_run_past_its_deadline_fails_timed_out(api, worker):
 
 
 def test_wait_until_polls_durably_until_the_condition_holds(api, worker):
-    from tests.engine_workflows import counters
+    from tests.support.engine_workflows import counters
 
     body = submit(api, "test-probe", {"label": "pr"}).json()
     wait_for(lambda: effects("pr", "polls") >= 3, timeout=30)

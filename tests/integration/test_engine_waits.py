@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 
-from executions.engine.hooks import hook_signal
-from executions.models import Execution, Hook, HookSignal
+from engine.models import Execution, Hook, HookSignal
+from engine.runtime.hooks import hook_signal
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import effects
-from tests.helpers import assert_problem, submit
 from tests.integration.test_engine import event_types, finished
+from tests.support.engine_workflows import effects
+from tests.support.helpers import assert_problem, submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -93,7 +93,7 @@ def test_cancel_of_a_running_run_stops_at_the_next_step_boundary(api, worker):
 
 
 def succeeded_receipts(execution_id: str) -> int:
-    from executions.models import StepReceipt
+    from engine.models import StepReceipt
 
     return StepReceipt.objects.filter(run__execution_id=execution_id, status="succeeded").count()
 
@@ -148,7 +148,7 @@ def test_retry_of_a_failed_run_is_a_new_run_and_a_rolled_back_one_is_refused(api
 
 
 def test_a_child_ended_mid_stage_by_its_parent_keeps_the_receipt_of_its_step(api, worker):
-    from executions.models import OutboxEvent
+    from engine.models import OutboxEvent
 
     parent = submit(api, "test-parent", {"label": "pk", "slow_child": True}).json()
     wait_for(lambda: effects("pk-child", "slow-1") == 1, timeout=30)
@@ -192,7 +192,7 @@ def test_a_canceled_operator_hook_waits_again_after_a_retry(api, worker):
 
 
 def test_retries_wait_out_their_backoff(api, worker):
-    from tests.engine_workflows import counters
+    from tests.support.engine_workflows import counters
 
     body = submit(api, "test-flaky", {"label": "gaps", "failures": 3}).json()
     assert finished(body["id"], worker).status == "succeeded"

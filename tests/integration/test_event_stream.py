@@ -19,11 +19,11 @@ from django.db import connection, transaction
 from httpx_sse import aconnect_sse, connect_sse
 
 from alfred.tokens import token_create
-from executions.events.outbox import event_emit
-from executions.models import Execution, ExecutionStatus, OutboxEvent
+from engine.models import Execution, ExecutionStatus, OutboxEvent
+from engine.outbox import event_emit
 from tests.conftest import wait_for
-from tests.factories import ExecutionFactory
-from tests.live import WebServer
+from tests.support.factories import ExecutionFactory
+from tests.support.live import WebServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,10 +43,10 @@ def bearer(role: str = "integration") -> tuple[str, dict[str, str]]:
 
 
 def running(principal: str) -> Execution:
-    from executions.identity import logical_identity
-    from executions.workflows.registry import get_workflow
+    from engine.catalog import workflow_get
+    from engine.identity import logical_identity
 
-    canonical = get_workflow("add-subdomain").canonicalize(
+    canonical = workflow_get("add-subdomain").canonicalize(
         {"zone": "example.com", "subdomain": f"s{uuid.uuid4().hex[:10]}"}
     )
     return ExecutionFactory.create(

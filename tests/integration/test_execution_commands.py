@@ -14,15 +14,15 @@ from collections.abc import Iterator
 import pytest
 from django.core.management import CommandError, call_command
 
-from executions.models import Execution, Hook, Run
+from engine.lanes.reconciler import Action, lane_reconcile
+from engine.models import Execution, Hook, Run
 from lanes.models import Lane
-from lanes.reconciler import Action, lane_reconcile
 from providers.sandbox.aws import AwsStandIn
-from tests import aws_world
 from tests.conftest import WorkerProcess, quiesce
-from tests.helpers import LAMBDA, submit
 from tests.integration.test_add_subdomain import _batches, _create, _paused, _terminal
 from tests.integration.test_lane_reconciler import _finish
+from tests.support import aws_world
+from tests.support.helpers import LAMBDA, submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

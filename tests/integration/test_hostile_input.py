@@ -16,10 +16,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from alfred.parsers import MAX_DEPTH
-from executions.models import AuditEntry, Execution
+from engine.models import AuditEntry, Execution
 from lanes.api import MAX_LANE_KEY_LENGTH
 from lanes.models import Lane
-from tests.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, submit
+from tests.support.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, submit
 
 pytestmark = pytest.mark.django_db
 

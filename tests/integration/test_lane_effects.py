@@ -1,7 +1,7 @@
 """A lane change and what it means for the executions it names travel in one transaction
-(DESIGN §7): the lanes services write the lane and return the change, the executions side
-(the lanes' port, installed by the executions app) writes its events and the audit entry
-before the lane's transaction commits — so when those cannot be written, the lane has not
+(docs/architecture.md, "Events"): the lanes services write the lane and return the change, the
+executions side (the lanes' port, installed by the executions app) writes its events and the audit
+entry before the lane's transaction commits — so when those cannot be written, the lane has not
 changed either."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from executions.models import AuditEntry, Execution, OutboxEvent, Run, Stage
+from engine.lanes.reconciler import lane_reconcile
+from engine.models import AuditEntry, Execution, OutboxEvent, Run, Stage
 from lanes.models import Lane, LaneState, LaneWaiter
-from lanes.reconciler import lane_reconcile
 from lanes.services import lane_recover
-from tests.helpers import submit
+from tests.support.helpers import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,7 +38,7 @@ def _outbox_down(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(**_: Any) -> int:
         raise RuntimeError("the outbox is unavailable")
 
-    monkeypatch.setattr("executions.lane_effects.event_emit", refuse)
+    monkeypatch.setattr("engine.lanes.effects.event_emit", refuse)
 
 
 def _lane_events() -> list[tuple[str, str]]:

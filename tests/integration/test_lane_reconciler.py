@@ -1,5 +1,5 @@
-"""The lane reconciler's decisions (DESIGN §5), against real PostgreSQL; a real worker where
-the terminal transition itself must hand the lane over."""
+"""The lane reconciler's decisions (docs/architecture.md, "Lanes"), against real PostgreSQL; a real
+worker where the terminal transition itself must hand the lane over."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import pytest
 from django.db import connections, transaction
 
 from alfred.principals import cli_caller
-from executions.models import Execution, OutboxEvent, Run, Stage
+from engine.lanes.reconciler import Action, lane_reconcile, lanes_release_ready
+from engine.models import Execution, OutboxEvent, Run, Stage
 from lanes.effects import LaneHandedOver
 from lanes.models import Lane, LaneWaiter
-from lanes.reconciler import Action, lane_reconcile, lanes_release_ready
 from lanes.services import lane_claim, lane_hand_over, lane_lock, lane_recover, try_lane_remove
 from tests.conftest import wait_for
-from tests.factories import ExecutionFactory
-from tests.helpers import LAMBDA, submit
+from tests.support.factories import ExecutionFactory
+from tests.support.helpers import LAMBDA, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,7 +92,7 @@ def test_a_readiness_failure_after_an_earlier_run_went_past_planning_blocks(api)
     # given: the owner's first run failed in its dns stage; its retry was not ready
     from django.utils import timezone
 
-    from executions.controls import execution_retry
+    from engine.controls import execution_retry
 
     owner, _ = _owner_and_next(api)
     _finish(owner, "failed", "failed", dns={"status": "failed", "started_at": timezone.now()})
@@ -441,8 +441,8 @@ def test_the_terminal_transition_hands_the_lane_over_at_once(api):
 
 
 def test_an_operator_recovers_a_blocked_lane_with_an_audit_entry(api, operator_api):
-    from executions.models import AuditEntry
-    from tests.helpers import assert_problem
+    from engine.models import AuditEntry
+    from tests.support.helpers import assert_problem
 
     owner, queued = _owner_and_next(api)
     _finish(owner, "canceled", "canceled")
@@ -546,7 +546,8 @@ def test_a_reconciler_killed_mid_transaction_changes_nothing(api):
                 sys.executable,
                 "-c",
                 "import django; django.setup(); "
-                "from lanes.reconciler import lane_reconcile; lane_reconcile('aws-infrastructure')",
+                "from engine.lanes.reconciler import lane_reconcile; "
+                "lane_reconcile('aws-infrastructure')",
             ],
             cwd=ROOT,
             env={
@@ -645,18 +646,18 @@ def test_two_api_processes_starting_together_release_a_ready_lane_once(api):
         "DJANGO_SETTINGS_MODULE": "alfred.settings",
     }
 
-    # when: uvicorn starts two worker processes (each imports the ASGI application, inside
-    # its event loop)
+    # when: uvicorn starts two worker processes (each runs the application's start, its
+    # lifespan, before it serves)
     import signal
     import tempfile
 
-    from tests.live import free_port
+    from tests.support.live import free_port
 
     log = tempfile.NamedTemporaryFile(prefix="alfred-web-", suffix=".log")  # noqa: SIM115
     web = subprocess.Popen(
         [
             *(sys.executable, "-m", "uvicorn", "alfred.asgi:application", "--workers", "2"),
-            *("--port", str(free_port()), "--lifespan", "off"),
+            *("--port", str(free_port()), "--lifespan", "on"),
         ],
         cwd=ROOT,
         env=env,
@@ -665,9 +666,9 @@ def test_two_api_processes_starting_together_release_a_ready_lane_once(api):
         start_new_session=True,
     )
     try:
-        # both processes have started serving: each has imported the application
+        # both processes have started serving: each has run the application's start
         wait_for(
-            lambda: Path(log.name).read_text().count("Started server process") == 2,
+            lambda: Path(log.name).read_text().count("Application startup complete") == 2,
             timeout=60,
             interval=0.2,
         )
@@ -695,7 +696,7 @@ def test_an_execution_canceled_while_queued_is_skipped(api):
 
 
 def test_a_read_only_instance_does_not_reconcile(api, settings):
-    from lanes.tasks import reconcile
+    from engine.tasks import lanes_reconcile_tick as reconcile
 
     owner, queued = _owner_and_next(api)
     _finish(owner, "succeeded", "succeeded")

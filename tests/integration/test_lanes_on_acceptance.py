@@ -1,12 +1,12 @@
-"""Lane take-or-queue at acceptance (DESIGN §5)."""
+"""Lane take-or-queue at acceptance (docs/architecture.md, "Lanes")."""
 
 from __future__ import annotations
 
 import pytest
 
-from executions.models import DeliveryKey, Execution, OutboxEvent
+from engine.models import DeliveryKey, Execution, OutboxEvent
 from lanes.models import Lane, LaneWaiter
-from tests.helpers import LAMBDA, SUBDOMAIN, assert_problem, submit
+from tests.support.helpers import LAMBDA, SUBDOMAIN, assert_problem, submit
 
 pytestmark = pytest.mark.django_db
 

@@ -14,9 +14,9 @@ import pytest
 from django.conf import settings
 
 from alfred.tokens import token_create
-from executions.models import Execution
+from engine.models import Execution
 from tests.conftest import ROOT, subprocess_database_url, wait_for
-from tests.helpers import SUBDOMAIN
+from tests.support.helpers import SUBDOMAIN
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -44,7 +44,7 @@ def live() -> Iterator[httpx.Client]:
             "--port",
             str(port),
             "--lifespan",
-            "off",
+            "on",
             "--log-level",
             "warning",
         ],

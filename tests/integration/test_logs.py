@@ -14,10 +14,10 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from alfred.logs import JsonLines, LogContext, log_context
-from executions.models import Execution
+from engine.models import Execution
 from tests.conftest import WorkerProcess, wait_for
-from tests.helpers import submit
-from tests.live import WebServer
+from tests.support.helpers import submit
+from tests.support.live import WebServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -97,7 +97,7 @@ def test_web_and_worker_write_json_lines_one_per_refusal_and_per_transition(api)
     transitions = [
         line["message"]
         for line in lines
-        if line["logger"] == "executions.events.outbox" and line.get("execution") == body["id"]
+        if line["logger"] == "engine.outbox" and line.get("execution") == body["id"]
     ]
     assert transitions == [
         f"{body['id']} running (test-counter)",

@@ -20,16 +20,16 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from alfred.principals import Caller
-from executions.engine.registry import definition_get
-from executions.events.endpoints import webhook_endpoint_save
-from executions.models import DeliveryStatus, Execution, WebhookDelivery, WebhookEndpoint
+from delivery.endpoints import webhook_endpoint_save
+from engine.models import DeliveryStatus, Execution, WebhookDelivery, WebhookEndpoint
+from engine.runtime.registry import definition_get
 from providers.sandbox.stack import Sandbox
-from tests import platform_world as world
 from tests.conftest import WorkerProcess, quiesce, wait_for
-from tests.helpers import submit
 from tests.integration.test_add_domain import terminal
 from tests.integration.test_webhooks import Receiver
-from tests.live import free_port
+from tests.support import platform_world as world
+from tests.support.helpers import submit
+from tests.support.live import free_port
 
 PROMTOOL = shutil.which("promtool")
 

@@ -13,15 +13,15 @@ from rest_framework import serializers
 
 from alfred.fields import PlannedSerializer
 from alfred.principals import Caller, Role
-from executions.acceptance import execution_accept
-from executions.api.serializers import (
+from engine.acceptance import execution_accept
+from engine.api.serializers import (
     AuditEntrySerializer,
     EventSerializer,
     ExecutionSerializer,
     ExecutionSummarySerializer,
     StageSerializer,
 )
-from executions.models import (
+from engine.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,
@@ -30,8 +30,8 @@ from executions.models import (
     Run,
     Stage,
 )
-from tests.factories import ExecutionFactory, RunFactory, StageFactory
-from tests.helpers import SUBDOMAIN
+from tests.support.factories import ExecutionFactory, RunFactory, StageFactory
+from tests.support.helpers import SUBDOMAIN
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""Retention (executions.retention, ``manage.py alfred_prune``): what an ended execution keeps
+"""Retention (engine.retention, ``manage.py alfred_prune``): what an ended execution keeps
 and loses, what is never touched, the races with a retry and a redelivery (real concurrent
 transactions), rollback refused after a prune, and the command end to end with --archive.
 
@@ -25,13 +25,12 @@ from django.db import connections
 from django.db.models import F
 
 from alfred.principals import cli_caller
-from executions import controls, retention
-from executions.acceptance import execution_accept
-from executions.admin.pages import history_json
-from executions.controls import HistoryPruned, execution_cancel, execution_retry
-from executions.engine.runner import stage_execute
-from executions.events.relay import deliveries_redeliver
-from executions.models import (
+from delivery.relay import deliveries_redeliver
+from engine import controls, retention
+from engine.acceptance import execution_accept
+from engine.controls import HistoryPruned, execution_cancel, execution_retry
+from engine.history import history_json
+from engine.models import (
     AuditEntry,
     DeliveryKey,
     DeliveryStatus,
@@ -46,11 +45,12 @@ from executions.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from executions.retention import HistoryArchive, executions_prune, prunable_roots
+from engine.retention import HistoryArchive, executions_prune, prunable_roots
+from engine.runtime.runner import stage_execute
 from lanes.models import Lane, LaneState, LaneWaiter
 from tests.conftest import ROOT, subprocess_database_url
-from tests.factories import ExecutionFactory, RunFactory
-from tests.helpers import assert_problem, submit
+from tests.support.factories import ExecutionFactory, RunFactory
+from tests.support.helpers import assert_problem, submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -154,7 +154,8 @@ def test_an_old_execution_loses_its_history_and_keeps_its_identity(api):
     assert resource["status"] == "succeeded" and resource["pruned_at"] is not None
     assert resource["stages"][2]["output"] == {"verified": True}
     assert api.get(f"/api/v1/executions/{execution.id}/events").json()["events"] == []
-    # and: the same key and body still get the same execution (DESIGN §3)
+    # and: the same key and body still get the same execution (docs/contract.md, "Asking for an
+    # execution")
     replayed = submit(api, "test-counter", body, key="prune-me")
     assert replayed.json()["id"] == execution.id
     assert replayed["Idempotent-Replayed"] == "true"
@@ -424,7 +425,7 @@ def test_beat_prunes_only_when_asked_and_hands_on_what_is_left(monkeypatch):
     from django_celery_beat.schedulers import DatabaseScheduler
 
     from alfred.celery import app
-    from executions import tasks
+    from engine import tasks
 
     # given: the schedule as settings make it by default
     entry = settings.CELERY_BEAT_SCHEDULE["executions-prune"]

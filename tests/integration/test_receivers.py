@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from executions.models import Execution, InboundNotification, StepReceipt, Timer
+from engine.models import Execution, InboundNotification, StepReceipt, Timer
 from providers.sandbox.github_seed import HELM_REPO
 from providers.sandbox.stack import Sandbox
-from tests import platform_world as world
 from tests.conftest import wait_for
-from tests.helpers import submit
+from tests.support import platform_world as world
+from tests.support.helpers import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

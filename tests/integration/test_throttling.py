@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from rest_framework.test import APIClient
 
 from alfred.tokens import token_create, token_rotate
-from tests.helpers import SUBDOMAIN, assert_problem, submit
+from tests.support.helpers import SUBDOMAIN, assert_problem, submit
 
 pytestmark = pytest.mark.django_db
 

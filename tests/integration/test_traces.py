@@ -19,12 +19,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from executions.engine.registry import definition_get
-from executions.models import Execution, StepReceipt
+from engine.models import Execution, StepReceipt
+from engine.runtime.registry import definition_get
 from providers.sandbox.aws import AwsStandIn
-from tests import aws_world
 from tests.conftest import WorkerProcess, wait_for
-from tests.live import WebServer
+from tests.support import aws_world
+from tests.support.live import WebServer
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 

@@ -16,15 +16,15 @@ from typing import Any, cast
 import boto3
 import pytest
 
-from executions.models import Execution
+from engine.models import Execution
 from lanes.models import Lane
 from providers.sandbox.aws import AwsStandIn, _await_update, _code
-from tests import aws_world
-from tests.aws_world import JournalledAws
 from tests.conftest import WorkerProcess, quiesce, wait_for
-from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless, event_types
-from tests.kill_points_lambda import ENABLE, foreign_change_arm
+from tests.support import aws_world
+from tests.support.aws_world import JournalledAws
+from tests.support.helpers import submit
+from tests.support.kill_points_lambda import ENABLE, foreign_change_arm
 
 pytestmark = [
     pytest.mark.worker,
@@ -49,7 +49,7 @@ def worker_env(standin: AwsStandIn) -> dict[str, str]:
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ACCESS_KEY_ID": "test",
         "AWS_SECRET_ACCESS_KEY": "test",
-        ENABLE: "1",  # the foreign writer of tests.kill_points_lambda (and its kill points)
+        ENABLE: "1",  # the foreign writer of tests.support.kill_points_lambda (and its kill points)
     }
 
 

@@ -5,7 +5,7 @@ each way (counted in the stand-in's journal, :class:`JournalledAws`) and no even
 happens once.
 
 The kill points sit at the Lambda adapter's network edge in the worker
-(:mod:`tests.kill_points_lambda`): after the real call returned, before Alfred recorded it.
+(:mod:`tests.support.kill_points_lambda`): after the real call returned, before Alfred recorded it.
 The pool process is killed; the worker's main process forks another and the message is
 delivered again. One worker serves the module.
 """
@@ -18,11 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from executions.models import Execution, OutboxEvent
-from tests.aws_world import ready
+from engine.models import Execution, OutboxEvent
 from tests.conftest import WorkerProcess, wait_for
-from tests.engine_workflows import KILL_POINTS, counters
-from tests.helpers import submit
 from tests.integration.test_engine import assert_gapless
 from tests.integration.test_update_lambda_version import (
     WORKFLOW,
@@ -35,7 +32,10 @@ from tests.integration.test_update_lambda_version import (
     terminal,
     worker_env,
 )
-from tests.kill_points_lambda import KILLED
+from tests.support.aws_world import ready
+from tests.support.engine_workflows import KILL_POINTS, counters
+from tests.support.helpers import submit
+from tests.support.kill_points_lambda import KILLED
 
 pytestmark = [
     pytest.mark.worker,

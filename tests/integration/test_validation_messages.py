@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution
-from executions.workflows.base import EXPECTED
-from executions.workflows.registry import get_workflow
-from tests.factories import ExecutionFactory
-from tests.helpers import assert_problem, submit
+from engine.catalog import workflow_get
+from engine.models import Execution
+from tests.support.factories import ExecutionFactory
+from tests.support.helpers import assert_problem, submit
+from workflows.base import EXPECTED
 
 pytestmark = pytest.mark.django_db
 
@@ -48,7 +48,7 @@ def _example(expected: str) -> str:
 CASES = [
     (workflow, name, on_items, described)
     for workflow in WORKFLOWS
-    for name, on_items, described in _patterned(get_workflow(workflow).input_schema)
+    for name, on_items, described in _patterned(workflow_get(workflow).input_schema)
 ]
 
 
@@ -73,7 +73,7 @@ def test_a_value_off_its_pattern_is_told_what_is_expected_with_an_example(
     api, workflow, name, on_items, described
 ):
     # given: the workflow's first example, with one patterned field broken
-    schema = get_workflow(workflow).input_schema
+    schema = workflow_get(workflow).input_schema
     body = {**schema["examples"][0], name: [BROKEN] if on_items else BROKEN}
     pointer = f"/{name}/0" if on_items else f"/{name}"
 
@@ -112,7 +112,7 @@ def _assert_expected(message: str, pattern: str) -> None:
 
 
 def test_a_plan_hash_off_its_pattern_is_told_what_is_expected():
-    from executions.api.serializers import ApproveRequestSerializer
+    from engine.api.serializers import ApproveRequestSerializer
 
     execution: Execution = ExecutionFactory.create(status="paused")
     response = _token("operator").post(
@@ -137,7 +137,7 @@ def test_an_execution_id_off_its_pattern_is_told_what_is_expected(field):
 
 
 def test_an_event_type_off_its_pattern_is_told_what_is_expected():
-    from executions.events.endpoints import EVENT_TYPE_RE
+    from delivery.endpoints import EVENT_TYPE_RE
 
     body = {"url": "https://hooks.example.com/alfred", "event_types": ["Execution Failed"]}
     response = _token("operator").post("/api/v1/webhooks/endpoints", body, format="json")

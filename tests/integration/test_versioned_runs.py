@@ -15,14 +15,11 @@ from typing import Any
 
 import pytest
 
-from executions.engine.registry import definition_get, register
-from executions.models import Run
-from executions.workflows.registry import WORKFLOWS
+from engine.catalog import workflow_register
+from engine.models import Run
+from engine.runtime.registry import definition_get
 from providers.sandbox.aws import AwsStandIn
-from tests import aws_world
-from tests.changed_workflows import V1
 from tests.conftest import quiesce
-from tests.helpers import submit
 from tests.integration.test_add_subdomain import (  # noqa: F401 (fixtures)
     _batches,
     _create,
@@ -31,6 +28,9 @@ from tests.integration.test_add_subdomain import (  # noqa: F401 (fixtures)
     route53,
     standin,
 )
+from tests.support import aws_world
+from tests.support.changed_workflows import V1
+from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -56,18 +56,14 @@ def deployed(standin: AwsStandIn, module: str) -> Iterator[None]:
     """The deploy: a worker, and this process (the web's part: a retry's run is made here),
     both running add-subdomain as ``module`` defines it."""
     (changed,) = import_module(module).WORKFLOWS
-    with (
-        aws_world.aws_worker(
-            standin, "v2", ALFRED_EXTRA_WORKFLOWS=f"tests.engine_workflows,{module}"
-        ),
-        pytest.MonkeyPatch.context() as patch,
+    with aws_world.aws_worker(
+        standin, "v2", ALFRED_EXTRA_WORKFLOWS=f"tests.support.engine_workflows,{module}"
     ):
-        patch.setitem(WORKFLOWS, "add-subdomain", changed)
-        register(changed.definition(), *(old.definition() for old in changed.previous))
+        workflow_register(changed)
         try:
             yield
         finally:
-            register(V1.definition())
+            workflow_register(V1)
 
 
 def approve(operator_api: Any, execution_id: str, plan_hash: str) -> None:
@@ -88,7 +84,7 @@ def test_a_run_whose_definition_is_gone_fails_definition_changed_and_a_retry_run
     execution_id, plan_hash = paused_under_v1(api, standin, route53)
     # when a deploy replaces add-subdomain by version 2 (without version 1), and the plan is
     # approved
-    with deployed(standin, "tests.changed_workflows"):
+    with deployed(standin, "tests.support.changed_workflows"):
         approve(operator_api, execution_id, plan_hash)
         # then the run ends, failed with definition_changed, having changed nothing
         execution = _terminal(execution_id)
@@ -120,7 +116,7 @@ def test_a_run_wakes_under_the_definition_it_started_with_when_the_deploy_keeps_
     api, operator_api, standin, route53
 ):
     execution_id, plan_hash = paused_under_v1(api, standin, route53)
-    with deployed(standin, "tests.changed_workflows_keeping_v1"):
+    with deployed(standin, "tests.support.changed_workflows_keeping_v1"):
         approve(operator_api, execution_id, plan_hash)
         execution = _terminal(execution_id)
         assert execution.status == "succeeded", execution.error

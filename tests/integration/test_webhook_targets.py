@@ -15,16 +15,16 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 
-from executions.events import relay
-from executions.events.endpoints import endpoint_url_check
-from executions.events.outbox import event_emit
-from executions.models import (
+from delivery import relay
+from delivery.endpoints import endpoint_url_check
+from engine.models import (
     DeliveryStatus,
     Execution,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
 )
+from engine.outbox import event_emit
 from tests.conftest import wait_for
 from tests.integration.test_webhooks import DripReceiver, Receiver, answer_head
 

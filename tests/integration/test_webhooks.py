@@ -24,9 +24,8 @@ from standardwebhooks.webhooks import Webhook
 
 from alfred.principals import Caller
 from alfred.tokens import token_create
-from executions.events.endpoints import webhook_endpoint_save
-from executions.events.outbox import event_emit
-from executions.models import (
+from delivery.endpoints import webhook_endpoint_save
+from engine.models import (
     AuditEntry,
     DeliveryStatus,
     Execution,
@@ -35,8 +34,9 @@ from executions.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
+from engine.outbox import event_emit
 from tests.conftest import WorkerProcess, wait_for
-from tests.helpers import submit
+from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 

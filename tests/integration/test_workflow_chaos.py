@@ -1,5 +1,5 @@
-"""The quick workflow-level chaos run (tests/workflow_chaos.py): ten executions over the five
-workflows, each fault once: a pool process and a whole worker SIGKILLed, PostgreSQL restarted,
+"""The quick workflow-level chaos run (tests/support/workflow_chaos.py): ten executions over the
+five workflows, each fault once: a pool process and a whole worker SIGKILLed, PostgreSQL restarted,
 the broker flushed, beat and the web process SIGKILLed. The long run, fifty executions under
 many more kills, is tests/chaos/test_workflow_chaos.py (`make chaos`)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import workflow_chaos
+from tests.support import workflow_chaos
 
 pytestmark = [pytest.mark.worker, pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from executions.engine.errors import FatalError
-from executions.engine.registry import compensation_get
-from executions.workflows.steps import acm as steps
+from engine.runtime.errors import FatalError
+from engine.runtime.registry import compensation_get
+from workflows.steps import acm as steps
 
 EXAMPLE = {"id": "Z1", "name": "example.com", "record_set_count": 4}
 SUB = {"id": "Z2", "name": "eu.example.com", "record_set_count": 4}

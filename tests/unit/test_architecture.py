@@ -1,116 +1,65 @@
-"""The dependency rules of DESIGN §1, read from the source (every import, a function's own
-included): the engine imports no workflow and no provider, providers import no Django
-model and nothing of Alfred's apps, lanes import no workflow and no provider — and of
-executions only what two modules read at module level, never inside a function — and the
-engine's modules import one another without a circle."""
+"""The dependency rule of docs/architecture.md holds (``tests.architecture`` reads it from the
+source), and the check would see a breach: each kind is planted and found."""
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests import architecture
+from tests.architecture import Import, breaches, circles
 
 
-def _modules(package: str) -> dict[str, Path]:
-    base = ROOT / package.replace(".", "/")
-    return {
-        ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): path
-        for path in base.rglob("*.py")
-    }
+def test_the_house_has_no_upward_import_no_circle_and_no_import_in_a_function():
+    known = architecture.modules()
+    found = list(architecture.imports(known))
+    assert {architecture.room(module) for module in known} == set(architecture.LEVELS)
+    assert breaches(found) == []
+    assert circles(found) == []
+    assert architecture.django_in_providers(known) == []
 
 
-def _imports(path: Path, *, in_functions: bool = False) -> Iterator[str]:
-    """Every module ``path`` imports, or (``in_functions``) those imported in a function."""
-    tree = ast.parse(path.read_text())
-    roots: list[ast.AST] = [tree]
-    if in_functions:
-        functions = (ast.FunctionDef, ast.AsyncFunctionDef)
-        roots = [node for node in ast.walk(tree) if isinstance(node, functions)]
-    for node in (found for root in roots for found in ast.walk(root)):
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module
-            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+def test_main_prints_the_graph_and_passes(capsys):
+    assert architecture.main() == 0
+    printed = capsys.readouterr().out
+    assert "engine     → alfred" in printed
+    assert "providers  → nothing of Alfred" in printed
 
 
-def _offenders(
-    package: str, forbidden: tuple[str, ...], *, in_functions: bool = False
-) -> list[str]:
-    return sorted(
-        f"{module} imports {imported}"
-        for module, path in _modules(package).items()
-        for imported in set(_imports(path, in_functions=in_functions))
-        if imported.startswith(forbidden)
-    )
+def _one(source: str, target: str, function: str | None = None) -> list[str]:
+    return breaches([Import(source, target, 1, function)])
 
 
-def test_the_engine_knows_no_workflow_and_no_provider():
-    assert _offenders("executions.engine", ("executions.workflows", "providers", "lanes")) == []
+def test_an_upward_or_sideways_import_is_a_breach():
+    assert _one("lanes.services", "engine.models")  # a lane knows no execution
+    assert _one("engine.acceptance", "workflows.registry")  # the engine knows no workflow
+    assert _one("delivery.relay", "workflows.base")  # side by side
+    assert _one("alfred.problems", "engine.models")  # the kernel knows no app
+    assert _one("providers.aws.route53", "alfred.db")
+    assert _one("engine.api.urls", "alfred.urls")  # nothing imports the root
+    assert not _one("alfred.urls", "delivery.urls")
+    assert not _one("delivery.relay", "engine.models")
 
 
-def test_providers_know_no_django_model_and_none_of_alfreds_apps():
-    forbidden = ("django.db", "executions", "lanes", "alfred")
-    assert _offenders("providers", forbidden) == []
+def test_the_runtime_builds_on_the_records_only():
+    assert _one("engine.runtime.runner", "engine.lanes.reconciler")
+    assert _one("engine.runtime.runner", "engine.acceptance")
+    assert not _one("engine.runtime.runner", "engine.outbox")
+    assert not _one("engine.runtime.runner", "alfred.db")
 
 
-def test_workflows_reach_providers_only_through_the_steps_layer():
-    # the input rules share the pure hostname rules (providers.hostnames); nothing else of
-    # providers is imported outside executions.workflows.steps
-    offenders = [
-        o
-        for o in _offenders("executions.workflows", ("providers",))
-        if not o.startswith("executions.workflows.steps")
-        and not o.endswith(("imports providers", "imports providers.hostnames"))
+def test_a_workflow_reaches_providers_through_the_steps_only():
+    assert _one("workflows.add_domain.stages", "providers.aws.route53")
+    assert not _one("workflows.steps.route53", "providers.aws.route53")
+    assert not _one("workflows.fields", "providers.hostnames")
+
+
+def test_an_import_inside_a_function_is_a_breach_but_in_an_apps_ready():
+    assert _one("engine.runtime.runner", "engine.runtime.dispatch", function="_suspend")
+    assert not _one("engine.apps", "engine.runtime.registry", function="ready")
+
+
+def test_a_circle_is_found():
+    found = [
+        Import("workflows.steps.gitops", "workflows.steps.argocd", 1, None),
+        Import("workflows.steps.argocd", "workflows.steps.gitops", 1, None),
+        Import("workflows.steps.argocd", "workflows.steps.errors", 1, None),
     ]
-    assert offenders == []
-
-
-def test_lanes_know_no_workflow_and_no_provider():
-    assert _offenders("lanes", ("executions.workflows", "providers")) == []
-
-
-# What of executions a lanes module may import, at module level: the reconciler observes an
-# owner's execution, run and stages to decide; the API shares the executions' free-text field.
-LANES_SEE_OF_EXECUTIONS = {
-    "lanes.reconciler": ("executions.models", "executions.engine.errors"),
-}
-
-
-def test_lanes_reach_executions_through_their_port_not_by_importing_them():
-    # Everything else — locking the executions a lane names, the events and runs a lane
-    # change means — goes through lanes.effects, which the executions app installs: the
-    # dependency points executions → lanes, and no import hides in a function.
-    assert _offenders("lanes", ("executions",), in_functions=True) == []
-    assert (
-        sorted(
-            f"{module} imports {imported}"
-            for module, path in _modules("lanes").items()
-            for imported in set(_imports(path))
-            if imported.startswith("executions")
-            and not imported.startswith(LANES_SEE_OF_EXECUTIONS.get(module, ()))
-        )
-        == []
-    )
-
-
-def test_the_engine_has_no_import_circle():
-    modules = _modules("executions.engine")
-    graph = {
-        module: {i for i in _imports(path) if i in modules and i != module}
-        for module, path in modules.items()
-    }
-    circles = []
-
-    def visit(module: str, trail: list[str]) -> None:
-        for target in sorted(graph[module]):
-            if target in trail:
-                circles.append(" → ".join([*trail[trail.index(target) :], target]))
-            elif len(trail) < len(graph):
-                visit(target, [*trail, target])
-
-    for module in graph:
-        visit(module, [module])
-    assert circles == []
+    assert circles(found) == [["workflows.steps.argocd", "workflows.steps.gitops"]]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from executions.workflows.steps.blast_radius import BlastRadius, blast_radius_check
+from workflows.steps.blast_radius import BlastRadius, blast_radius_check
 
 ZONE = "example.com"
 

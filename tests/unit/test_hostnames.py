@@ -1,4 +1,4 @@
-"""The workflows' side of the hostname rules: executions.workflows.fields applies the one copy
+"""The workflows' side of the hostname rules: workflows.fields applies the one copy
 in providers/hostnames.py (whose rules tests/unit/test_provider_hostnames.py covers) with
 Alfred's own messages. Pure Python: no database."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from alfred.problems import shown
-from executions.workflows.fields import (
+from workflows.fields import (
     hostname_errors,
     hostname_problem,
     normalize_hostname,

@@ -6,15 +6,17 @@ the compensation's checks (drifted, already back, unproven ownership)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from datetime import datetime
 from typing import Any
 
 import pytest
 
-from executions.engine.errors import FatalError, ReadinessFailure
-from executions.engine.registry import compensation_get
-from executions.workflows.steps import lambda_ as steps
-from executions.workflows.steps.compensations import Drifted
-from executions.workflows.update_lambda_version import stages
+from engine.runtime.errors import FatalError, ReadinessFailure
+from engine.runtime.registry import compensation_get
+from workflows.steps import lambda_ as steps
+from workflows.steps.compensations import Drifted
+from workflows.update_lambda_version import stages
 
 
 class Ctx:
@@ -26,6 +28,7 @@ class Ctx:
         self.input = {"dry_run": dry_run, **input}
         self.dry_run = dry_run
         self.execution_id = "exec-1"
+        self.run_id, self.workflow, self.stage = "run-1", "update-lambda-version", ""
         self.outputs = dict(outputs or {})
         self.steps: list[tuple[str, Any, dict[str, Any]]] = []
         self.hooks: list[dict[str, Any]] = []
@@ -44,6 +47,22 @@ class Ctx:
     def wait_for_hook(self, name: str, **kwargs: Any) -> dict[str, Any]:
         self.hooks.append({"name": name, **kwargs})
         return {}
+
+    # The rest of a StageContext, which these stages do not use.
+    def now(self) -> datetime:
+        raise NotImplementedError
+
+    def sleep(self, key: str, seconds: float) -> None:
+        raise NotImplementedError
+
+    def child(self, key: str, workflow: str, input: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def rollback_child(self, key: str, child_id: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def heartbeat(self) -> AbstractContextManager[None]:
+        raise NotImplementedError
 
 
 def alias(function: str, version: str, revision: str = "r0") -> dict[str, Any]:

@@ -19,11 +19,11 @@ from alfred.problems import (
     problems_register,
     type_uri,
 )
-from executions.acceptance import IdempotencyConflict, IdentityHeld, UnknownWorkflow
-from executions.controls import InvalidState, NotPermitted, NotRetryable
-from executions.models import Execution, ExecutionStatus
-from executions.selectors import workflow_names
-from executions.workflows.base import FieldError, InvalidInput
+from engine.acceptance import IdempotencyConflict, IdentityHeld, UnknownWorkflow
+from engine.catalog import FieldError, InvalidInput
+from engine.controls import InvalidState, NotPermitted, NotRetryable
+from engine.models import Execution, ExecutionStatus
+from engine.selectors import workflow_names
 from lanes.models import Lane
 from lanes.services import LaneConflict, LaneNotQueued, LaneOwnerActive, LaneOwnerMismatch
 
@@ -214,7 +214,8 @@ def test_a_type_is_mapped_once_and_only_to_a_known_code():
 
 
 def test_alfred_imports_no_app_at_module_level():
-    """DESIGN §1: the handler knows nothing of the apps; they register in ready()."""
+    """docs/architecture.md, "The house": the handler knows nothing of the apps; they register in
+    ready()."""
     for path in (ROOT / "alfred").glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in tree.body:  # module level only: an import inside a function is lazy

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from executions.engine.registry import compensation_get
-from executions.workflows.steps import route53 as steps
-from executions.workflows.steps.blast_radius import BlastRadius
+from engine.runtime.registry import compensation_get
+from workflows.steps import route53 as steps
+from workflows.steps.blast_radius import BlastRadius
 
 ZONE = {"id": "Z1", "name": "example.com", "record_set_count": 4}
 ALIAS = {"hosted_zone_id": "Z2", "dns_name": "lb.example.net", "evaluate_target_health": False}

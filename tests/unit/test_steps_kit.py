@@ -4,15 +4,18 @@ a mutation with its compensation in the engine's registry."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
+from typing import Any, cast
 
 import pytest
 
-from executions.engine.errors import FatalError, ReadinessFailure, RetryableError
-from executions.engine.registry import compensation_get
-from executions.workflows.steps.compensations import Drifted, mutation
-from executions.workflows.steps.errors import engine_error, provider_errors
-from executions.workflows.steps.planning import approval_token, plan_hash, with_hash
+from engine.runtime.errors import FatalError, ReadinessFailure, RetryableError
+from engine.runtime.registry import compensation_get
+from engine.runtime.stage import StageContext
 from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient, Unknown
+from workflows.steps.compensations import Drifted, mutation
+from workflows.steps.errors import engine_error, provider_errors
+from workflows.steps.planning import approval_token, plan_hash, with_hash
 
 
 def _error(cls: type, **details: object) -> object:
@@ -98,14 +101,14 @@ def test_a_mutation_declares_its_compensation_with_the_engines_registry():
         return kind.receipt(undo={"value": value}, before=0, after=value)
 
     @kind.undo
-    def undo(ctx: object, receipt: dict[str, object]) -> None:
+    def undo(ctx: StageContext, receipt: Mapping[str, Any]) -> None:
         raise Drifted(kind.resource, [{"field": "value", "expected": 1, "found": 2}])
 
     receipt = apply(1)
     assert receipt["resource"] == kind.resource and receipt["undo"] == {"value": 1}
     assert compensation_get(kind.resource, "change") is undo
     with pytest.raises(Drifted) as drifted:
-        compensation_get(kind.resource, "change")(None, receipt)
+        compensation_get(kind.resource, "change")(cast(StageContext, None), receipt)
     assert drifted.value.code == "drifted" and drifted.value.details["differences"]
 
 

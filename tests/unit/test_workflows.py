@@ -12,16 +12,16 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from executions.identity import logical_identity
-from executions.workflows.base import InvalidInput, LaneClaim, Workflow
-from executions.workflows.fields import normalize_hostname
-from executions.workflows.registry import WORKFLOWS, get_workflow
+from engine.catalog import InvalidInput, LaneClaim, Workflow, workflow_get
+from engine.identity import logical_identity
+from workflows.fields import normalize_hostname
+from workflows.registry import WORKFLOWS
 
 ARN = "arn:aws:acm:eu-west-1:123456789012:certificate/0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f"
 
-add_certificate = get_workflow("add-certificate")
-update_lambda_version = get_workflow("update-lambda-version")
-add_subdomain = get_workflow("add-subdomain")
+add_certificate = workflow_get("add-certificate")
+update_lambda_version = workflow_get("update-lambda-version")
+add_subdomain = workflow_get("add-subdomain")
 
 by_name = pytest.mark.parametrize("wf", list(WORKFLOWS.values()), ids=lambda wf: wf.name)
 
@@ -53,12 +53,12 @@ def test_registry_lists_the_five_in_order() -> None:
         "add-subdomain",
     ]
     assert list(WORKFLOWS) == names
-    assert all(get_workflow(name).name == name for name in names)
+    assert all(workflow_get(name).name == name for name in names)
 
 
-def test_get_workflow_raises_key_error_for_an_unknown_name() -> None:
+def test_workflow_get_raises_key_error_for_an_unknown_name() -> None:
     with pytest.raises(KeyError):
-        get_workflow("delete-everything")
+        workflow_get("delete-everything")
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_get_workflow_raises_key_error_for_an_unknown_name() -> None:
     ],
 )
 def test_stage_names_are_stable(name: str, stages: tuple[str, ...]) -> None:
-    assert get_workflow(name).stages == stages
+    assert workflow_get(name).stages == stages
 
 
 @by_name
@@ -132,7 +132,8 @@ def test_every_example_validates_and_canonicalizes_completely(wf: Workflow) -> N
         assert wf.canonicalize(canonical) == canonical
 
 
-# --- add-certificate identity (DESIGN §3) ---------------------------------------------------
+# --- add-certificate identity (docs/contract.md, "Asking for an execution")
+# ---------------------------------------------------
 
 
 def test_domain_case_whitespace_and_trailing_dot_keep_identity() -> None:
@@ -217,8 +218,8 @@ def test_workflow_name_is_part_of_identity() -> None:
     data = {"domain": "example.com"}
 
     # when / then
-    assert identity(get_workflow("add-domain"), data) != identity(
-        get_workflow("onboard-domain"), data
+    assert identity(workflow_get("add-domain"), data) != identity(
+        workflow_get("onboard-domain"), data
     )
 
 
@@ -236,7 +237,7 @@ def test_non_ascii_labels_are_idna_encoded() -> None:
 @pytest.mark.parametrize("name", ["add-domain", "onboard-domain", "add-subdomain"])
 def test_ticket_ids_and_dry_run_are_part_of_every_identity(name: str) -> None:
     # given
-    wf = get_workflow(name)
+    wf = workflow_get(name)
     data = wf.input_schema["examples"][0]
     base = identity(wf, data)
 
@@ -297,7 +298,7 @@ def test_non_object_input_is_rejected() -> None:
 
 @pytest.mark.parametrize("name", ["add-domain", "onboard-domain"])
 def test_wildcards_are_rejected_outside_add_certificate(name: str) -> None:
-    assert field_errors(get_workflow(name), {"domain": "*.example.com"}) == ["/domain"]
+    assert field_errors(workflow_get(name), {"domain": "*.example.com"}) == ["/domain"]
 
 
 def test_wildcards_are_accepted_by_add_certificate() -> None:
@@ -369,7 +370,7 @@ def test_update_lambda_version_lane_is_per_fleet_and_environment_with_the_versio
 
 @pytest.mark.parametrize("name", ["onboard-domain", "add-domain", "add-certificate"])
 def test_aws_workflows_share_the_aws_infrastructure_lane_without_token(name: str) -> None:
-    wf = get_workflow(name)
+    wf = workflow_get(name)
     canonical = wf.canonicalize(wf.input_schema["examples"][0])
     assert wf.lane(canonical) == LaneClaim("aws-infrastructure")
 
@@ -452,7 +453,7 @@ def test_a_dry_run_certificate_never_continues_after_success(
     "name", ["onboard-domain", "add-domain", "update-lambda-version", "add-subdomain"]
 )
 def test_other_workflows_never_continue_after_success(name: str) -> None:
-    workflow = get_workflow(name)
+    workflow = workflow_get(name)
     canonical = workflow.canonicalize(workflow.input_schema["examples"][0])
     assert workflow.continue_after_success(canonical, {}) is False
 

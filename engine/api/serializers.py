@@ -1,0 +1,274 @@
+"""Representations of the HTTP contract (docs/contract.md, "Authentication, roles and ownership").
+Read-only, but for the small bodies of the controls: a workflow's input is parsed by its JSON
+Schema, not by serializers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from alfred.fields import PlannedSerializer, StrictBooleanField
+from alfred.principals import Caller
+from alfred.text import FreeTextField
+from engine import selectors
+from engine.controls import CONTROLS, execution_controls
+from engine.models import AuditEntry, Execution, OutboxEvent, Stage
+
+
+def _url(name: str, **kwargs: Any) -> str:
+    return reverse(name, kwargs=kwargs)
+
+
+class CancelRequestSerializer(serializers.Serializer):
+    """The optional body of a cancel: ``{"reason": "..."}``, kept in the audit log."""
+
+    reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
+
+
+class ApproveRequestSerializer(serializers.Serializer):
+    """``{"plan_hash": "...", "force": false, "reason": "..."}``: consent to exactly the plan
+    of that hash."""
+
+    plan_hash = serializers.RegexField(
+        r"^[0-9a-f]{64}\Z",
+        help_text="The hash of the pending plan (pending_approval.plan_hash).",
+        error_messages={
+            "invalid": "Expected the pending plan's hash as the execution shows it "
+            "(pending_approval.plan_hash): 64 lower-case hex digits, e.g. "
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08."
+        },
+    )
+    force = StrictBooleanField(
+        default=False,
+        help_text="Lift the blast-radius guard for this batch: required (and only honoured) "
+        "when pending_approval.force_required.",
+    )
+    reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
+
+
+class RollbackRequestSerializer(serializers.Serializer):
+    """``{"reason": "..."}``: required, kept in the audit log."""
+
+    reason = FreeTextField(help_text="Why (audit log).")
+
+
+class StageSerializer(PlannedSerializer):
+    class Meta:
+        model = Stage
+        fields = ["name", "status", "output", "error", "started_at", "finished_at"]
+
+
+class LaneViewSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    role = serializers.ChoiceField(choices=["owner", "queued"], allow_null=True)
+    state = serializers.CharField(allow_null=True)
+    position = serializers.IntegerField(allow_null=True, help_text="1-based, when queued.")
+
+
+class RunSummarySerializer(serializers.Serializer):
+    id = serializers.CharField()
+    number = serializers.IntegerField()
+    kind = serializers.CharField()
+    status = serializers.CharField()
+
+
+class AcceptanceSerializer(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=["created", "reused", "continued"])
+    replayed = serializers.BooleanField()
+    idempotency_key = serializers.CharField()
+
+
+class ExecutionSummarySerializer(PlannedSerializer):
+    terminal = serializers.BooleanField(read_only=True)
+    links = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Execution
+        fields = [
+            "id",
+            "workflow",
+            "status",
+            "terminal",
+            "start_state",
+            "lane_key",
+            "dry_run",
+            "created_at",
+            "updated_at",
+            "finished_at",
+            "links",
+        ]
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField()))
+    def get_links(self, obj: Execution) -> dict[str, str]:
+        return execution_links(obj, self.context.get("caller"))
+
+
+def execution_links(execution: Execution, caller: Caller | None = None) -> dict[str, str]:
+    """Links to what the execution supports now: self, events, and each control that
+    :func:`engine.controls.execution_controls` says ``caller`` may use in its current
+    state (none without a caller)."""
+    links = {
+        "self": _url("execution-detail", execution_id=execution.id),
+        "events": _url("execution-events", execution_id=execution.id),
+        "stream": _url("execution-events-stream", execution_id=execution.id),
+    }
+    allowed = frozenset() if caller is None else execution_controls(execution, caller)
+    for control in CONTROLS:  # in the controls' order
+        if control.name in allowed:
+            links[control.name] = _url(f"execution-{control.name}", execution_id=execution.id)
+    return links
+
+
+class ExecutionSerializer(ExecutionSummarySerializer):
+    """The execution resource."""
+
+    input = serializers.JSONField()
+    stages = serializers.SerializerMethodField()
+    lane = serializers.SerializerMethodField()
+    current_run = serializers.SerializerMethodField()
+    pending_approval = serializers.SerializerMethodField()
+    children = serializers.SerializerMethodField()
+    acceptance = serializers.SerializerMethodField()
+
+    class Meta(ExecutionSummarySerializer.Meta):
+        fields = [
+            "id",
+            "workflow",
+            "status",
+            "terminal",
+            "start_state",
+            "start_error",
+            "input",
+            "dry_run",
+            "stages",
+            "lane",
+            "current_run",
+            "pending_approval",
+            "assistance",
+            "predecessor",
+            "parent",
+            "children",
+            "error",
+            "result",
+            "acceptance",
+            "created_at",
+            "updated_at",
+            "finished_at",
+            "pruned_at",
+            "links",
+        ]
+
+    @extend_schema_field(StageSerializer(many=True))
+    def get_stages(self, obj: Execution) -> Any:
+        return StageSerializer(self._parts(obj).stages, many=True).data
+
+    def _parts(self, obj: Execution) -> selectors.ExecutionParts:
+        """What the answer shows besides the execution's row: given (``context["parts"]``,
+        read with the row), else read once per execution. An acceptance that created the
+        execution in this request knows it already: what it inserted is what there is (no
+        checkpoint, no child yet, the lane it just joined)."""
+        given = self.context.get("parts")
+        if given is not None and given.execution_id == obj.pk:
+            return given
+        acceptance = self.context.get("acceptance")
+        claimed = None
+        if acceptance is not None and acceptance.lane is not None:
+            # as the acceptance's transaction left it (the queue may have moved since)
+            lane = acceptance.lane
+            claimed = selectors.LaneView(lane.key, lane.role, lane.state, lane.position)
+        if acceptance is not None and acceptance.stages is not None:
+            return selectors.ExecutionParts(
+                obj.pk, stages=acceptance.stages, pending_approval=None, children=[], lane=claimed
+            )
+        read: dict[str, selectors.ExecutionParts] = self.__dict__.setdefault("_parts_read", {})
+        if obj.pk not in read:
+            parts = selectors.execution_parts(obj)
+            read[obj.pk] = parts if claimed is None else replace(parts, lane=claimed)
+        return read[obj.pk]
+
+    @extend_schema_field(LaneViewSerializer(allow_null=True))
+    def get_lane(self, obj: Execution) -> dict[str, Any] | None:
+        view = self._parts(obj).lane
+        return None if view is None else LaneViewSerializer(view).data
+
+    @extend_schema_field(RunSummarySerializer(allow_null=True))
+    def get_current_run(self, obj: Execution) -> dict[str, Any] | None:
+        run = obj.current_run
+        if run is None:
+            return None
+        return {"id": run.id, "number": run.number, "kind": run.kind, "status": run.status}
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_pending_approval(self, obj: Execution) -> dict[str, Any] | None:
+        hook = self._parts(obj).pending_approval
+        if hook is None:
+            return None
+        return {
+            "hook": hook.id,
+            "stage": hook.stage,
+            "plan": hook.payload.get("plan"),
+            "plan_hash": hook.payload.get("plan_hash"),
+            "requested_at": hook.created_at,
+            "expires_at": hook.expires_at,
+            "force_required": bool(hook.payload.get("force_required")),
+        }
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_children(self, obj: Execution) -> list[str]:
+        return self._parts(obj).children
+
+    @extend_schema_field(AcceptanceSerializer(allow_null=True))
+    def get_acceptance(self, obj: Execution) -> dict[str, Any] | None:
+        """Only in the answer to a POST: how that request was resolved."""
+        acceptance = self.context.get("acceptance")
+        if acceptance is None:
+            return None
+        return {
+            "outcome": acceptance.outcome,
+            "replayed": acceptance.replayed,
+            "idempotency_key": acceptance.idempotency_key,
+        }
+
+
+class EventSerializer(PlannedSerializer):
+    class Meta:
+        model = OutboxEvent
+        fields = ["execution", "sequence", "key", "type", "payload", "created_at"]
+
+
+class EventPageSerializer(serializers.Serializer):
+    events = EventSerializer(many=True)
+    next_after = serializers.IntegerField(help_text="Pass as ?after= to read on.")
+    has_more = serializers.BooleanField()
+
+
+class WorkflowSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    title = serializers.CharField()
+    description = serializers.CharField()
+    stages = serializers.ListField(child=serializers.CharField())
+    version = serializers.IntegerField(
+        help_text="The definition's version: a run records it, and only it runs the run."
+    )
+    lane = serializers.CharField()
+    input_schema = serializers.DictField()
+    links = serializers.DictField(child=serializers.CharField())
+
+
+class AuditEntrySerializer(PlannedSerializer):
+    class Meta:
+        model = AuditEntry
+        fields = [
+            "id",
+            "actor",
+            "action",
+            "target_type",
+            "target_id",
+            "reason",
+            "data",
+            "created_at",
+        ]

@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import generics
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from alfred.openapi import JSON, problems
+from alfred.permissions import ReadsAll
+from engine.api.params import AuditEntryCursorPagination
+from engine.api.serializers import AuditEntrySerializer
+from engine.models import AuditEntry
+
+
+class AuditEntryListApi(generics.ListAPIView):
+    """What operators did and why (operators and viewers)."""
+
+    serializer_class = AuditEntrySerializer
+    pagination_class = AuditEntryCursorPagination
+    permission_classes = [ReadsAll]
+    queryset = AuditEntry.objects.all()
+
+    @extend_schema(
+        operation_id="audit_list",
+        summary="The audit log, newest first (operator, viewer)",
+        responses={
+            (200, JSON): AuditEntrySerializer(many=True),
+            **problems(401, 403),
+        },
+    )
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)

@@ -1,0 +1,202 @@
+"""``manage.py alfred_executions show|approve|rollback|cancel|retry EXECUTION``: the controls
+from a shell, as the operator ``cli:<actor>`` (audited like any other caller's).
+
+Each says what happens next and, where the operator must act again, what to run:
+
+- ``approve`` follows the run for ``--wait`` seconds (default 30) until it has taken the
+  approval: the plan is being applied (or the execution ended), or — DNS changed since the
+  plan was made — the approved plan is superseded by a new one, whose hash it names with the
+  command that approves it (exit status 1: nothing was applied). A run no worker resumed in
+  time is said to be so.
+- ``rollback`` says whether its run starts now, waits in its lane's queue, or cannot start
+  until an operator recovers the lane (an owner whose lane is ``recovery_required``), and
+  then names the lane and the ``alfred_lanes recover`` command that starts it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from alfred.principals import cli_actor, cli_caller
+from engine import selectors
+from engine.api.serializers import ExecutionSerializer
+from engine.controls import (
+    REFUSALS,
+    StalePlan,
+    execution_approve,
+    execution_cancel,
+    execution_controls,
+    execution_retry,
+    execution_rollback,
+)
+from engine.models import Execution, ExecutionStatus, Hook
+from lanes.models import Lane, LaneState
+
+
+class Command(BaseCommand):
+    help = "Show an execution, or approve, roll back, cancel or retry it (audited)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        show = sub.add_parser("show", help="the execution resource, as JSON")
+        show.add_argument("execution")
+        for name, text in [
+            ("approve", "approve the pending plan, named by its hash"),
+            ("rollback", "undo what the execution changed, from its receipts"),
+            ("cancel", "cancel (a running step finishes first)"),
+            ("retry", "a new run on a failed or canceled execution"),
+        ]:
+            control = sub.add_parser(name, help=text)
+            control.add_argument("execution")
+            control.add_argument("--reason", required=name in ("approve", "rollback"), default="")
+            control.add_argument(
+                "--actor", type=cli_actor, help="your name in the audit log (default: the OS user)"
+            )
+            if name == "approve":
+                control.add_argument("--plan-hash", required=True)
+                control.add_argument(
+                    "--wait",
+                    type=float,
+                    default=30.0,
+                    metavar="SECONDS",
+                    help="follow the run this long until it has taken the approval (0: not at "
+                    "all; default 30)",
+                )
+                control.add_argument(
+                    "--force",
+                    action="store_true",
+                    help="lift the blast-radius guard (when the plan says force_required)",
+                )
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        execution_id = options["execution"]
+        if action == "show":
+            try:
+                execution = selectors.execution_get(execution_id)
+            except Execution.DoesNotExist:
+                raise CommandError(f"no execution {execution_id}") from None
+            caller = cli_caller(options.get("actor"))
+            data = ExecutionSerializer(execution, context={"caller": caller}).data
+            self.stdout.write(json.dumps(data, indent=2, default=str))
+            allowed = ", ".join(sorted(execution_controls(execution, caller))) or "none"
+            self.stderr.write(f"controls now: {allowed}")
+            return
+        caller = cli_caller(options["actor"])
+        reason = options["reason"]
+        try:
+            if action == "approve":
+                execution_approve(
+                    execution_id=execution_id,
+                    caller=caller,
+                    plan_hash=options["plan_hash"],
+                    force=options["force"],
+                    reason=reason,
+                )
+            elif action == "rollback":
+                execution_rollback(execution_id=execution_id, caller=caller, reason=reason)
+            elif action == "cancel":
+                execution_cancel(execution_id=execution_id, caller=caller, reason=reason)
+            else:
+                execution_retry(execution_id=execution_id, caller=caller, reason=reason)
+        except Execution.DoesNotExist:
+            raise CommandError(f"no execution {execution_id}") from None
+        except StalePlan as exc:
+            raise CommandError(
+                f"{exc}: the pending plan's hash is {exc.current}. Review it with "
+                f"`manage.py alfred_executions show {execution_id}`, then approve it with "
+                f"--plan-hash {exc.current}"
+            ) from None
+        except REFUSALS as exc:
+            raise CommandError(str(exc)) from None
+        if action == "approve":
+            self.stdout.write(
+                _after_approval(execution_id, options["plan_hash"], wait=options["wait"])
+            )
+        elif action == "rollback":
+            self.stdout.write(_after_rollback(execution_id))
+        else:
+            status = Execution.objects.values_list("status", flat=True).get(pk=execution_id)
+            self.stdout.write(f"{execution_id}: {action} recorded; now {status}")
+
+
+def _pending_plan(execution_id: str) -> Hook | None:
+    return Hook.objects.filter(execution_id=execution_id).awaiting_operator().first()
+
+
+def _after_approval(execution_id: str, plan_hash: str, *, wait: float) -> str:
+    """What became of the approval once the run took it, read until ``wait`` runs out: the
+    approval was recorded, but the run reads DNS again before it changes anything."""
+    deadline = time.monotonic() + wait
+    while True:
+        execution = Execution.objects.only("status", "error").get(pk=execution_id)
+        pending = _pending_plan(execution_id)
+        current = str(pending.payload.get("plan_hash", "")) if pending is not None else ""
+        if pending is not None and current != plan_hash:
+            until = f" (until {pending.expires_at.isoformat()})" if pending.expires_at else ""
+            raise CommandError(
+                f"{execution_id}: the plan {plan_hash} you approved was superseded before it "
+                "was applied (DNS changed since it was made); nothing was changed. A new plan "
+                f"waits for approval{until}: {current}. Review it with `manage.py "
+                f"alfred_executions show {execution_id}`, then approve it with `manage.py "
+                f"alfred_executions approve {execution_id} --plan-hash {current} --reason "
+                '"…"`'
+            )
+        if execution.status == ExecutionStatus.FAILED:
+            error = execution.error or {}
+            raise CommandError(
+                f"{execution_id}: plan {plan_hash} approved; the execution then failed: "
+                f"{error.get('code', 'error')}: {error.get('message', '')}"
+            )
+        if execution.status != ExecutionStatus.PAUSED:
+            return (
+                f"{execution_id}: plan {plan_hash} approved and being applied; "
+                f"now {execution.status}"
+            )
+        if time.monotonic() >= deadline:
+            return (
+                f"{execution_id}: approval of plan {plan_hash} recorded; no worker has resumed "
+                f"the run yet (waited {wait:g} s). Before it changes anything it reads DNS "
+                "again, and asks for a new approval if DNS changed: follow it with "
+                f"`manage.py alfred_executions show {execution_id}`"
+            )
+        time.sleep(0.25)
+
+
+def _after_rollback(execution_id: str) -> str:
+    """Whether the rollback's run starts now; if it cannot, why and what starts it."""
+    execution = selectors.execution_get(execution_id)
+    lane_view = selectors.execution_lane(execution)
+    recorded = f"{execution_id}: rollback recorded"
+    if (
+        lane_view is None
+        or lane_view.role is None
+        or (lane_view.role == "owner" and lane_view.state == LaneState.HELD)
+    ):
+        return f"{recorded}; its run starts now (now {execution.status})"
+    lane = Lane.objects.get(key=lane_view.key)
+    blocked = (
+        f"lane {lane.key} is blocked for an operator (recovery_required: {lane.reason})"
+        if lane.state == LaneState.RECOVERY_REQUIRED
+        else None
+    )
+    recover = (
+        f"`manage.py alfred_lanes recover {shlex.quote(lane.key)} --owner {lane.owner_id} "
+        '--reason "…"`'
+    )
+    if lane_view.role == "owner" and blocked:
+        return (
+            f"{recorded}, but its run cannot start: its {blocked}. Once you have checked "
+            f"what the execution left behind, recover the lane to start the rollback: {recover}"
+        )
+    text = (
+        f"{recorded}; its run waits on lane {lane.key} (position {lane_view.position}, "
+        f"behind {lane.owner_id}) and starts when the lane is handed to it"
+    )
+    if blocked:
+        text += f". The {blocked}; recovering it hands it to the rollback first: {recover}"
+    return text

@@ -1,0 +1,154 @@
+"""The guarantees behind the hints: the timer scanner and the recovery scan. Both are safe to
+run on several hosts at once (SKIP LOCKED, idempotent dispatch) and work in bounded batches,
+so each tick costs what is due, not what is remembered."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import F, Q
+
+from alfred.metrics import RECOVERY_DISPATCHES
+from engine.models import (
+    ACTIVE_STATUSES,
+    Execution,
+    Run,
+    RunStatus,
+    StartState,
+    Timer,
+    TimerPurpose,
+    TimerStatus,
+)
+from engine.runtime.clock import db_now
+from engine.runtime.dispatch import run_dispatch
+
+BATCH = 200
+# How long a start message may take to arrive before the recovery scan sends another.
+START_GRACE_SECONDS = 10
+
+
+def timers_fire(batch: int = BATCH) -> int:
+    """Fire due timers: mark them fired, wake their runs. Returns how many fired. Due by the
+    database's clock, the one every due time was set on (``engine.clock``)."""
+    with transaction.atomic(durable=True):
+        now = db_now()
+        due = list(
+            Timer.objects.select_for_update(skip_locked=True)
+            .filter(status=TimerStatus.PENDING, due_at__lte=now)
+            .order_by("due_at")
+            .values_list("pk", "run_id")[:batch]
+        )
+        if not due:
+            return 0
+        Timer.objects.filter(pk__in=[pk for pk, _ in due]).update(
+            status=TimerStatus.FIRED, fired_at=now
+        )
+        run_ids = sorted({run_id for _, run_id in due})
+        Run.objects.filter(pk__in=run_ids).update(wakeups=F("wakeups") + 1, woken_at=now)
+    for run_id in run_ids:
+        run_dispatch(run_id)
+    return len(due)
+
+
+def runs_recover(batch: int = BATCH) -> int:
+    """Dispatch again what lost its message: runs never started (start_pending past a grace,
+    start_failed) that may start, runs whose worker's lease ran out, waiting runs woken but
+    not claimed since, runs past their deadline. Returns how many were dispatched. Only an
+    execution its lane admits is started (the claim guard refuses the others anyway)."""
+    now = db_now()
+    unstarted = (
+        Execution.objects.filter(
+            Q(
+                start_state=StartState.START_PENDING,
+                current_run__created_at__lt=now - timedelta(seconds=START_GRACE_SECONDS),
+            )
+            | Q(start_state=StartState.START_FAILED),
+            status__in=sorted(ACTIVE_STATUSES),
+            current_run__isnull=False,
+        )
+        # Queued behind a lane, or not holding the lane it names (dropped by an operator's
+        # recovery, or owning a lane that must be recovered first): not ours to start.
+        .exclude(lane_wait__isnull=False)
+        .filter(Q(lane_key__isnull=True) | Q(owned_lanes__state="held"))
+        .values_list("current_run_id", flat=True)[:batch]
+    )
+    grace = now - timedelta(seconds=START_GRACE_SECONDS)
+    stalled = Run.objects.filter(
+        Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+        # woken (a timer fired, a hook answered, a child ended) but never claimed since:
+        # the wake's message was lost
+        | Q(status=RunStatus.WAITING, wakeups__gt=F("wakeups_seen"), woken_at__lt=grace)
+        | Q(status__in=[RunStatus.WAITING, RunStatus.RUNNING], deadline_at__lt=now),
+        execution__current_run_id=F("id"),
+        execution__status__in=sorted(ACTIVE_STATUSES),
+    ).values_list("id", flat=True)[:batch]
+    run_ids = _recovery_due(sorted({*unstarted, *stalled}), now)
+    for run_id in run_ids:
+        run_dispatch(run_id)
+    RECOVERY_DISPATCHES.inc(len(run_ids))
+    return len(run_ids)
+
+
+# A run re-dispatched by the scan is not re-dispatched again until its message has had time
+# to arrive: START_GRACE_SECONDS, doubling with every re-dispatch since the run was last
+# claimed, at most RECOVERY_BACKOFF_CAP_SECONDS. Without it, a backlog longer than the grace
+# (a burst of work, a slow worker) is re-published every tick, and the duplicates deepen the
+# very backlog that delayed the first message.
+RECOVERY_BACKOFF_CAP_SECONDS = 300
+_RECOVERY_DUE_SQL = f"""
+    UPDATE {Run._meta.db_table}
+    SET recoveries = recoveries + 1, recovered_at = %(now)s
+    WHERE id = ANY(%(ids)s) AND (
+        recovered_at IS NULL OR recovered_at + make_interval(
+            secs => LEAST(%(cap)s, %(base)s * power(2, LEAST(GREATEST(recoveries - 1, 0), 20)))
+        ) <= %(now)s
+    )
+    RETURNING id
+"""  # noqa: S608 - the table name comes from model metadata; values are bound
+
+
+def _recovery_due(run_ids: list[str], now: datetime) -> list[str]:
+    """Which of ``run_ids`` the scan re-dispatches now, counted as such in one statement (two
+    scanners on two hosts re-dispatch a run once)."""
+    if not run_ids:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _RECOVERY_DUE_SQL,
+            {
+                "ids": run_ids,
+                "now": now,
+                "cap": RECOVERY_BACKOFF_CAP_SECONDS,
+                "base": START_GRACE_SECONDS,
+            },
+        )
+        return sorted(row[0] for row in cursor.fetchall())
+
+
+def polls_hasten(topics: list[str]) -> int:
+    """News about ``topics`` (a push to a repository, an application synced): every pending
+    poll that watches one is due now, and its run is woken at once. Returns how many polls.
+    Harmless when repeated or wrong: a poll only reads, and an early one that finds nothing
+    waits its interval again."""
+    if not topics:
+        return 0
+    watching = Q()
+    for topic in topics:
+        watching |= Q(topics__contains=[topic])
+    with transaction.atomic():
+        now = db_now()
+        due = list(
+            Timer.objects.select_for_update(skip_locked=True)
+            .filter(watching, status=TimerStatus.PENDING, purpose=TimerPurpose.POLL)
+            .values_list("pk", "run_id")
+        )
+        if not due:
+            return 0
+        Timer.objects.filter(pk__in=[pk for pk, _ in due]).update(
+            status=TimerStatus.FIRED, due_at=now, fired_at=now
+        )
+        run_ids = sorted({run_id for _, run_id in due})
+        Run.objects.filter(pk__in=run_ids).update(wakeups=F("wakeups") + 1, woken_at=now)
+        transaction.on_commit(lambda: [run_dispatch(run_id) for run_id in run_ids])
+    return len(due)

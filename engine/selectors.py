@@ -1,0 +1,226 @@
+"""Reads of the execution resource (services own writes, selectors own reads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from alfred.db import Rows, Statement, columns, instance, instances, statements_run
+from alfred.principals import Caller
+from engine.catalog import workflows_all
+from engine.models import (
+    DeliveryKey,
+    Execution,
+    Hook,
+    HookStatus,
+    OutboxEvent,
+    Run,
+    Stage,
+)
+from lanes.models import Lane
+from lanes.selectors import POSITION_SQL
+
+
+def executions_visible(caller: Caller) -> QuerySet[Execution]:
+    """What ``caller`` may read: operators and viewers everything; an integration what it
+    owns and what it holds a delivery key for (an operator may have continued an
+    integration's execution under the operator's key; the integration still reads it).
+
+    Trade-off, written down in docs/contract.md: an integration cannot list the work of
+    another integration even on a lane they share; it sees the lane's queue by execution id
+    only (``GET /lanes/{key}``) and reads none of those executions."""
+    if caller.reads_all:
+        return Execution.objects.all()
+    keyed = DeliveryKey.objects.filter(execution=OuterRef("pk"), principal=caller.principal)
+    return Execution.objects.filter(Q(principal=caller.principal) | Exists(keyed))
+
+
+def execution_list(
+    caller: Caller, *, workflow: str | None = None, status: str | None = None
+) -> QuerySet[Execution]:
+    qs = executions_visible(caller)
+    if workflow:
+        qs = qs.filter(workflow=workflow)
+    if status:
+        qs = qs.filter(status=status)
+    return qs
+
+
+def execution_get(execution_id: str) -> Execution:
+    """The execution with its current run, whoever asks (a caller's read goes through
+    :func:`execution_detail`)."""
+    return Execution.objects.select_related("current_run").get(pk=execution_id)
+
+
+@dataclass(frozen=True)
+class LaneView:
+    key: str
+    role: str | None  # owner | queued | None (not holding nor waiting)
+    state: str | None
+    position: int | None
+
+
+def execution_lane(execution: Execution) -> LaneView | None:
+    """Its lane's state, and whether it holds the lane or its place in the queue."""
+    (view,) = statements_run([_lane_statement(execution.id)])
+    return view
+
+
+@dataclass(frozen=True)
+class ExecutionParts:
+    """What an execution's answer shows besides its own row."""
+
+    execution_id: str
+    stages: list[Stage]  # of its current run
+    pending_approval: Hook | None  # the operator checkpoint it waits on, if any
+    children: list[str]
+    lane: LaneView | None
+
+
+_EXECUTION = Execution._meta.db_table
+# What executions_visible lets a caller read, for one execution ``e``, in SQL (the list's
+# filters and pages build on the queryset; the reads of one execution on this).
+_VISIBLE_TO_CALLER = f"""
+    (%(reads_all)s OR e.principal = %(principal)s OR EXISTS (
+        SELECT 1 FROM {DeliveryKey._meta.db_table} AS k
+        WHERE k.execution_id = e.id AND k.principal = %(principal)s
+    ))
+"""  # noqa: S608 - names from model metadata; the values are bound
+# The execution with its current run (select_related), if the caller may read it.
+_VISIBLE_SQL = f"""
+    SELECT {columns(Execution, "e")}, {columns(Run, "r")}
+    FROM {_EXECUTION} AS e LEFT JOIN {Run._meta.db_table} AS r ON r.id = e.current_run_id
+    WHERE e.id = %(execution)s AND {_VISIBLE_TO_CALLER}
+"""  # noqa: S608 - names from model metadata; the values are bound
+_EVENTS_SQL = f"""
+    SELECT {columns(OutboxEvent, "o")} FROM {OutboxEvent._meta.db_table} AS o
+    WHERE o.execution_id = %s AND o.sequence > %s ORDER BY o.sequence LIMIT %s
+"""  # noqa: S608 - names from model metadata; the values are bound
+_IS_VISIBLE_SQL = f"""
+    SELECT EXISTS (
+        SELECT 1 FROM {_EXECUTION} AS e WHERE e.id = %(execution)s AND {_VISIBLE_TO_CALLER}
+    )
+"""  # noqa: S608 - names from model metadata; the values are bound
+
+
+def _visible_params(execution_id: str, caller: Caller) -> dict[str, Any]:
+    return {"execution": execution_id, "reads_all": caller.reads_all, "principal": caller.principal}
+
+
+_STAGES_SQL = f"""
+    SELECT {columns(Stage, "s")} FROM {Stage._meta.db_table} AS s
+    WHERE s.run_id = (SELECT e.current_run_id FROM {_EXECUTION} AS e WHERE e.id = %s)
+    ORDER BY s.position
+"""  # noqa: S608 - names from model metadata; the value is bound
+# Hook.objects.awaiting_operator().first(), for one execution
+_PENDING_APPROVAL_SQL = f"""
+    SELECT {columns(Hook, "h")} FROM {Hook._meta.db_table} AS h
+    WHERE h.execution_id = %s AND h.status = '{HookStatus.PENDING.value}' AND h.operator
+    ORDER BY h.created_at DESC LIMIT 1
+"""  # noqa: S608 - names and a status from the model; the value is bound
+_CHILDREN_SQL = f"""
+    SELECT c.id FROM {_EXECUTION} AS c WHERE c.parent_id = %s ORDER BY c.id
+"""  # noqa: S608 - names from model metadata; the value is bound
+# The execution's lane key, the lane's state and holder (NULL when the lane has no row), and
+# the execution's place in its queue; no row for an execution on no lane.
+_LANE_SQL = f"""
+    SELECT e.lane_key, l.state, l.owner_id, ({POSITION_SQL})
+    FROM {_EXECUTION} AS e LEFT JOIN {Lane._meta.db_table} AS l ON l.key = e.lane_key
+    WHERE e.id = %s AND e.lane_key <> ''
+"""  # noqa: S608 - names from model metadata; the values are bound
+
+
+def _lane_statement(execution_id: str) -> Statement:
+    def view(rows: Rows) -> LaneView | None:
+        if not rows:
+            return None
+        key, state, owner, position = rows[0]
+        if owner == execution_id:
+            return LaneView(key, "owner", state, None)
+        return LaneView(key, "queued" if position is not None else None, state, position)
+
+    return Statement(_LANE_SQL, [execution_id, execution_id], view)  # in the order of the %s
+
+
+def _parts_statements(execution_id: str) -> list[Statement]:
+    return [
+        Statement(_STAGES_SQL, [execution_id], lambda rows: [instance(Stage, r) for r in rows]),
+        Statement(
+            _PENDING_APPROVAL_SQL,
+            [execution_id],
+            lambda rows: instance(Hook, rows[0]) if rows else None,
+        ),
+        Statement(_CHILDREN_SQL, [execution_id], lambda rows: [row[0] for row in rows]),
+        _lane_statement(execution_id),
+    ]
+
+
+def execution_parts(execution: Execution) -> ExecutionParts:
+    """The stages of the execution's current run, its pending approval, its children and
+    its place on its lane: one round trip, prepared statements sent together (each reads
+    as the ORM reads, in a snapshot of its own unless the caller is in a transaction)."""
+    return _parts_of(execution, statements_run(_parts_statements(execution.id)))
+
+
+def execution_detail(execution_id: str, caller: Caller) -> tuple[Execution, ExecutionParts]:
+    """The execution with its current run, and its parts (:func:`execution_parts`), if
+    ``caller`` may read it (else ``Execution.DoesNotExist``): all in one round trip. The
+    parts of an execution the caller may not read are read too, and dropped."""
+
+    def execution(rows: Rows) -> Execution:
+        if not rows:
+            raise Execution.DoesNotExist(f"no execution {execution_id} for {caller.principal}")
+        (found, run), _ = instances(rows[0], Execution, Run)
+        found.current_run = run
+        return found
+
+    visible = Statement(_VISIBLE_SQL, _visible_params(execution_id, caller), execution)
+    found, *parts = statements_run([visible, *_parts_statements(execution_id)])
+    return found, _parts_of(found, parts)
+
+
+def _parts_of(execution: Execution, found: list[Any]) -> ExecutionParts:
+    stages, pending_approval, children, lane = found
+    run_id = execution.current_run_id
+    if run_id is None:
+        stages = []
+    elif any(stage.run_id != run_id for stage in stages):
+        # The stages statement found the execution's current run by itself, in a snapshot
+        # of its own: a retry or a continuation committed after the execution was read gave
+        # it another run's. Those of the run the answer shows, then (rare: read again).
+        stages = list(Stage.objects.filter(run_id=run_id).order_by("position"))
+    return ExecutionParts(execution.id, stages, pending_approval, children, lane)
+
+
+def execution_events_visible(
+    execution_id: str, caller: Caller, *, after: int, limit: int
+) -> list[OutboxEvent]:
+    """The execution's events with ``sequence > after``, in order, at most ``limit``, if
+    ``caller`` may read it (else ``Execution.DoesNotExist``): one round trip (the events of
+    an execution the caller may not read are read too, and dropped)."""
+
+    def visible(rows: Rows) -> None:
+        if not rows[0][0]:
+            raise Execution.DoesNotExist(f"no execution {execution_id} for {caller.principal}")
+
+    _, events = statements_run(
+        [
+            Statement(_IS_VISIBLE_SQL, _visible_params(execution_id, caller), visible),
+            Statement(
+                _EVENTS_SQL,
+                [execution_id, after, limit],
+                lambda rows: [instance(OutboxEvent, row) for row in rows],
+            ),
+        ]
+    )
+    return events
+
+
+def workflow_names() -> list[str]:
+    return [workflow.name for workflow in workflows_all()]
+
+
+def workflow_list() -> list[dict[str, Any]]:
+    return [workflow.describe() for workflow in workflows_all()]

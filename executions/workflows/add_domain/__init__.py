@@ -1,9 +1,0 @@
-"""add-domain: certificate (child add-certificate), DNS alias records and platform routing.
-
-``input.py``: the input contract, its canonical form and the lane; ``stages.py``: the stages.
-"""
-
-from executions.workflows.add_domain import stages
-from executions.workflows.add_domain.input import AddDomain
-
-workflow = AddDomain(stages)

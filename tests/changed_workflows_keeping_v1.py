@@ -1,6 +1,0 @@
-"""add-subdomain version 2 (tests/changed_workflows.py) still serving version 1: a run started
-under version 1 wakes under it."""
-
-from tests.changed_workflows import V1, AddSubdomainV2KeepingV1
-
-WORKFLOWS = [AddSubdomainV2KeepingV1(V1.stage_code)]

@@ -1,0 +1,492 @@
+"""Workflows defined by the tests to prove the engine (it knows no provider). Registered
+through ALFRED_EXTRA_WORKFLOWS in the test process and in the workers it starts.
+
+Side effects are counted in Redis (the broker's server), outside PostgreSQL, as a provider's
+would be: a step that ran twice shows as a count of 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Mapping
+from typing import Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.dispatch import receiver
+
+from engine.runtime.errors import FatalError, ReadinessFailure, RetryableError
+from engine.runtime.signals import stage_claiming, stage_completed
+from engine.runtime.stage import StageContext
+from workflows.base import LaneClaim, Workflow
+
+
+def counters() -> redis.Redis:
+    """The broker's Redis server, another database: flushing the broker keeps the counts."""
+    url = settings.CELERY_BROKER_URL
+    if url.startswith("redis+socket://"):
+        return redis.Redis(unix_socket_path=url.removeprefix("redis+socket://"), db=1)
+    # (redis-py lets the URL's own database win over a db= argument: set it in the URL)
+    parts = urlsplit(url)
+    broker_db = int(parts.path.strip("/") or 0)
+    return redis.Redis.from_url(urlunsplit(parts._replace(path=f"/{(broker_db + 1) % 16}")))
+
+
+def effect(label: str, name: str) -> int:
+    return int(counters().incr(f"alfred-test:effect:{label}:{name}"))
+
+
+def effects(label: str, name: str) -> int:
+    return int(counters().get(f"alfred-test:effect:{label}:{name}") or 0)
+
+
+def _schema(**properties: Any) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["label"],
+        "properties": {"label": {"type": "string"}, **properties},
+        "examples": [{"label": "example"}],
+    }
+
+
+class TestWorkflow(Workflow):
+    title = description = "a workflow of the tests"
+    lane_description = "none"
+
+    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(data)
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        return None
+
+
+class Counter(TestWorkflow):
+    """Five counted side effects in one stage. Between steps, a kill point listed in Redis
+    (``alfred-test:kill:<label>``) SIGKILLs the worker process, once each."""
+
+    name = "test-counter"
+    stages = ("plan", "work", "verify")
+    input_schema: ClassVar[dict[str, Any]] = _schema(steps={"type": "integer"})
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        return {"planned": ctx.input.get("steps", 5)}
+
+    def stage_work(self, ctx: StageContext) -> Any:
+        label = ctx.input["label"]
+        done = []
+        for i in range(1, ctx.input.get("steps", 5) + 1):
+            done.append(ctx.step(f"effect-{i}", effect, label, f"effect-{i}"))
+            if counters().srem(f"alfred-test:kill:{label}", i):
+                os.kill(os.getpid(), signal.SIGKILL)
+        return {"counts": done}
+
+    def stage_verify(self, ctx: StageContext) -> Any:
+        return {"verified": True}
+
+
+class Waits(TestWorkflow):
+    """Waits without holding a worker: a sleep or a hook, per ``mode``."""
+
+    name = "test-waits"
+    stages = ("plan", "wait")
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        mode={"enum": ["sleep", "hook", "operator"]}, seconds={"type": "number"}
+    )
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        return {}
+
+    def stage_wait(self, ctx: StageContext) -> Any:
+        label = ctx.input["label"]
+        if ctx.input["mode"] == "sleep":
+            ctx.sleep("nap", ctx.input.get("seconds", 1))
+            return {"slept": True, "effect": ctx.step("after", effect, label, "after")}
+        signal_payload = ctx.wait_for_hook(
+            "go",
+            token=f"go-{label}",
+            payload={"label": label},
+            operator=ctx.input["mode"] == "operator",
+        )
+        return {"signal": signal_payload, "effect": ctx.step("after", effect, label, "after")}
+
+
+class Flaky(TestWorkflow):
+    """A step that fails with RetryableError ``failures`` times, then succeeds."""
+
+    name = "test-flaky"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        failures={"type": "integer"}, fatal={"type": "boolean"}, retry_after={"type": "number"}
+    )
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        from engine.runtime.stage import RetryPolicy
+
+        label = ctx.input["label"]
+
+        def attempt() -> int:
+            calls = effect(label, "attempts")
+            counters().rpush(f"alfred-test:times:{label}", repr(time.time()))
+            if ctx.input.get("fatal"):
+                raise FatalError("refused for good", code="refused")
+            if calls <= ctx.input.get("failures", 0):
+                raise RetryableError(f"not yet ({calls})", retry_after=ctx.input.get("retry_after"))
+            return calls
+
+        return {"attempts": ctx.step("flaky", attempt, retry=RetryPolicy(base=0.2, cap=0.5))}
+
+
+class Slow(TestWorkflow):
+    """Steps of ``step_seconds`` each: a run that is running when canceled. ``pause_seconds``:
+    stage code (outside any step) that takes that long between two steps."""
+
+    name = "test-slow"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        steps={"type": "integer"}, step_seconds={"type": "number"}, pause_seconds={"type": "number"}
+    )
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        label = ctx.input["label"]
+
+        def slow(i: int) -> int:
+            time.sleep(ctx.input.get("step_seconds", 0.5))
+            return effect(label, f"slow-{i}")
+
+        done = []
+        for i in range(ctx.input.get("steps", 10)):
+            if i:
+                time.sleep(ctx.input.get("pause_seconds", 0))
+            done.append(ctx.step(f"slow-{i}", slow, i))
+        return done
+
+
+class Reads(TestWorkflow):
+    """A stage that reads the database itself (an earlier stage's output) after
+    ``pause_seconds`` of its own code: the read a database restart may cut."""
+
+    name = "test-reads"
+    stages = ("plan", "use")
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        pause_seconds={"type": "number"}, cut_at_end={"type": "boolean"}
+    )
+    MARK = "SELECT 'alfred-test: a stage pauses before it reads'"
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        return {"value": 1}
+
+    def stage_use(self, ctx: StageContext) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(self.MARK)  # names this stage's backend for the test
+        time.sleep(ctx.input.get("pause_seconds", 0))
+        planned = ctx.output_of("plan")
+        after = ctx.step("after", effect, ctx.input["label"], "after")
+        if ctx.input.get("cut_at_end") and effect(ctx.input["label"], "cut") == 1:
+            # once: the stage's connection dies as it returns, before its end is written
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+        return {"value": planned["value"], "after": after}
+
+
+class Parent(TestWorkflow):
+    """Starts a child — test-waits on a hook, or test-slow with ``slow_child`` — and waits."""
+
+    name = "test-parent"
+    stages = ("plan", "children")
+    input_schema: ClassVar[dict[str, Any]] = _schema(slow_child={"type": "boolean"})
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        return {}
+
+    def stage_children(self, ctx: StageContext) -> Any:
+        label = ctx.input["label"]
+        if ctx.input.get("slow_child"):
+            child = {"label": f"{label}-child", "steps": 20, "step_seconds": 0.3}
+            return ctx.child("child", "test-slow", child)
+        return ctx.child("child", "test-waits", {"label": f"{label}-child", "mode": "hook"})
+
+
+class NotReady(TestWorkflow):
+    """The planning stage finds a precondition unmet."""
+
+    name = "test-not-ready"
+    stages = ("plan", "apply")
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        raise ReadinessFailure(
+            "the zone is not delegated",
+            code="zone_not_delegated",
+            checks=[{"name": "ns-delegation", "ok": False, "detail": "no NS at parent"}],
+        )
+
+
+class Crashing(TestWorkflow):
+    name = "test-crashing"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        secret = "s3cr3t-value"  # a local the failure projection must not show
+        raise KeyError(f"missing {len(secret)}")
+
+
+class Deadline(TestWorkflow):
+    name = "test-deadline"
+    stages = ("plan",)
+    deadline_seconds = 1.0
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        ctx.sleep("forever", 3600)
+        return {}
+
+
+class Probe(TestWorkflow):
+    """``ctx.wait_until`` on a Redis flag the test sets; ``ctx.now`` recorded around it."""
+
+    name = "test-probe"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema(timeout={"type": "number"})
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        label = ctx.input["label"]
+        before = ctx.now()
+        counters().rpush(f"alfred-test:now:{label}", before.isoformat())  # once per replay
+
+        def ready() -> Any:
+            effect(label, "polls")
+            value = counters().get(f"alfred-test:ready:{label}")
+            return value.decode() if value else None
+
+        value = ctx.wait_until("ready", ready, every=0.3, timeout=ctx.input.get("timeout", 30))
+        return {"value": value}
+
+
+class Shifty(TestWorkflow):
+    """A stage whose step keys change between replays: not deterministic."""
+
+    name = "test-shifty"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        label = ctx.input["label"]
+        replay = effect(label, "replays")
+        ctx.step(f"first-{replay}", effect, label, "first")
+        ctx.sleep("pause", 0.2)
+        return {}
+
+
+class Mutating(TestWorkflow):
+    """A mutation step: a valid receipt is stored; ``bad`` returns one without ``undo``."""
+
+    name = "test-mutating"
+    stages = ("plan",)
+    input_schema: ClassVar[dict[str, Any]] = _schema(bad={"type": "boolean"})
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        receipt: dict[str, Any] = {"resource": "dns:api.example.com", "action": "upsert"}
+        if not ctx.input.get("bad"):
+            receipt["undo"] = {"action": "delete", "values": ["1.2.3.4"]}
+        return ctx.step("change", lambda: receipt, mutation=True)
+
+
+class Infra(TestWorkflow):
+    """Work on the aws-infrastructure lane, standing in for onboard/add-domain/certificate."""
+
+    name = "test-infra"
+    stages = ("plan", "apply", "verify")
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        not_ready={"type": "boolean"}, seconds={"type": "number"}, with_child={"type": "boolean"}
+    )
+    lane_description = "aws-infrastructure"
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        return LaneClaim("aws-infrastructure")
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        if ctx.input.get("not_ready"):
+            raise ReadinessFailure(
+                "the zone is not delegated",
+                code="zone_not_delegated",
+                checks=[{"name": "ns-delegation", "ok": False}],
+            )
+        return {}
+
+    def stage_apply(self, ctx: StageContext) -> Any:
+        label = ctx.input["label"]
+        counters().rpush("alfred-test:infra-order", label)
+        time.sleep(ctx.input.get("seconds", 0))
+        return ctx.step("change", effect, label, "change")
+
+    def stage_verify(self, ctx: StageContext) -> Any:
+        if ctx.input.get("with_child"):
+            child = ctx.child("cert", "test-infra", {"label": f"{ctx.input['label']}-cert"})
+            return {"ok": True, "child": child["status"]}
+        return {"ok": True}
+
+
+# Raise the in-flight count and keep the highest seen, in one atomic step on the server.
+_ENTER = """
+local now = redis.call('INCR', KEYS[1])
+if now > tonumber(redis.call('GET', KEYS[2]) or '0') then redis.call('SET', KEYS[2], now) end
+return now
+"""
+INFLIGHT_MAX = "alfred-test:exclusive:inflight-max"
+EXCLUSIVE_ORDER = "alfred-test:exclusive:order"
+
+
+def exclusive_change(label: str, seconds: float) -> int:
+    """A side effect that must never overlap another: counted in flight around itself (INCR
+    before, DECR after, the highest count kept in ``INFLIGHT_MAX``), and appended, as it
+    happens, to ``EXCLUSIVE_ORDER``: the order the provider saw, outside PostgreSQL."""
+    r = counters()
+    r.eval(_ENTER, 2, "alfred-test:exclusive:inflight", INFLIGHT_MAX)
+    try:
+        r.rpush(EXCLUSIVE_ORDER, label)
+        time.sleep(seconds)
+        return effect(label, "change")
+    finally:
+        r.decr("alfred-test:exclusive:inflight")
+
+
+class InfraExclusive(Infra):
+    """test-infra whose apply is one exclusive side effect (:func:`exclusive_change`) that
+    takes ``seconds``."""
+
+    name = "test-infra-exclusive"
+
+    def stage_apply(self, ctx: StageContext) -> Any:
+        label = ctx.input["label"]
+        return ctx.step("change", exclusive_change, label, ctx.input.get("seconds", 0))
+
+
+# Kill points of test-kill-points, armed by the tests as "<label>:<point>" members of this
+# set. A point is ``step:<i>`` (after the i-th step of the work stage), ``before:<stage>``
+# (the stage about to be claimed, the one before it committed: between stages) or
+# ``after:<stage>`` (the stage committed, the next one not yet claimed, the run's message not
+# yet acknowledged); a ``worker:`` prefix kills the whole worker (its process group: the main
+# process, beat and the pool) instead of the pool process running the task.
+KILL_POINTS = "alfred-test:kill-points"
+
+
+def kill_point(label: str, point: str) -> None:
+    """SIGKILL here if the test armed ``point`` for ``label``, once."""
+    r = counters()
+    if r.srem(KILL_POINTS, f"{label}:{point}"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if r.srem(KILL_POINTS, f"{label}:worker:{point}"):
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+
+def _kill_point_of_stage(run_id: str, stage: str, point: str) -> None:
+    if not counters().scard(KILL_POINTS):
+        return  # nothing armed: no database read for every other test's stages
+    from engine.models import Run
+
+    row = Run.objects.filter(pk=run_id).values_list("execution__workflow", "execution__input")
+    workflow, data = row.first() or (None, None)
+    if workflow == KillPoints.name:
+        kill_point(data["label"], f"{point}:{stage}")
+
+
+@receiver(stage_claiming)
+def _kill_before_stage(sender: Any = None, run_id: str = "", stage: str = "", **_: Any) -> None:
+    _kill_point_of_stage(run_id, stage, "before")
+
+
+@receiver(stage_completed)
+def _kill_after_stage(sender: Any = None, run_id: str = "", stage: str = "", **_: Any) -> None:
+    _kill_point_of_stage(run_id, stage, "after")
+
+
+class KillPoints(TestWorkflow):
+    """Counter's five counted side effects in the work stage, with kill points
+    (:data:`KILL_POINTS`) inside the stage, between stages, and of the whole worker."""
+
+    name = "test-kill-points"
+    stages = ("plan", "work", "verify")
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        return {"planned": 5}
+
+    def stage_work(self, ctx: StageContext) -> Any:
+        label = ctx.input["label"]
+        done = []
+        for i in range(1, 6):
+            done.append(ctx.step(f"effect-{i}", effect, label, f"effect-{i}"))
+            kill_point(label, f"step:{i}")
+        return {"counts": done}
+
+    def stage_verify(self, ctx: StageContext) -> Any:
+        return {"verified": True}
+
+
+WORKFLOWS = [
+    Infra(),
+    InfraExclusive(),
+    Counter(),
+    Waits(),
+    Flaky(),
+    Slow(),
+    Reads(),
+    Parent(),
+    NotReady(),
+    Crashing(),
+    Deadline(),
+    Probe(),
+    Shifty(),
+    Mutating(),
+    KillPoints(),
+]
+
+
+class Laned(TestWorkflow):
+    """On the lane its input names (the property test's lanes). ``mode``: ``ok``;
+    ``not_ready`` (a readiness failure in planning); ``crash`` (fails in apply, after its
+    counted change). The change is counted per run, so a step run twice in one run shows."""
+
+    name = "test-laned"
+    stages = ("plan", "apply", "verify")
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        lane={"type": "string"}, mode={"enum": ["ok", "not_ready", "crash"]}
+    )
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        return LaneClaim(canonical["lane"])
+
+    def stage_plan(self, ctx: StageContext) -> Any:
+        if ctx.input.get("mode") == "not_ready":
+            raise ReadinessFailure(
+                "not ready", code="not_ready", checks=[{"name": "ready", "ok": False}]
+            )
+        return {}
+
+    def stage_apply(self, ctx: StageContext) -> Any:
+        ctx.step("change", effect, ctx.input["label"], f"change:{ctx.run_id}")
+        ctx.sleep("settle", 0)
+        if ctx.input.get("mode") == "crash":
+            raise FatalError("the change did not take", code="refused")
+        return {}
+
+    def stage_verify(self, ctx: StageContext) -> Any:
+        return {"ok": True}
+
+
+WORKFLOWS.append(Laned())
+
+# add-subdomain's kill points at the Route53 adapter's edge, installed only in the workers
+# started to ask for them (tests/support/kill_points.py); imported last, as it uses kill_point
+# above.
+import tests.support.kill_points  # noqa: E402
+import tests.support.kill_points_acm as _acm_kill_points  # noqa: E402, F401 - add-certificate's (same rule)
+import tests.support.kill_points_platform  # noqa: E402, F401 - add-domain's, onboard-domain's (same rule)
+from tests.support import kill_points_lambda  # noqa: E402, F401 - Lambda kill points (same rule)

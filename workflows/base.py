@@ -1,0 +1,247 @@
+"""What a workflow declares: its input contract, its canonical form, its lane and its stages.
+
+A workflow module defines one :class:`Workflow` subclass instance; ``registry.py`` lists the
+five, and the app registers them (``engine.catalog``) at start. Acceptance
+(``engine.acceptance``) is the only caller of ``validate``/``canonicalize``/``lane``:
+validation and canonicalization happen before the acceptance transaction opens.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any, ClassVar
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match
+
+from alfred.problems import shown
+from engine.catalog import FieldError, InvalidInput, LaneClaim
+from engine.runtime.errors import FatalError
+from engine.runtime.registry import Definition
+from engine.runtime.stage import StageContext
+
+
+def _pointer(path: Any) -> str:
+    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
+    return "/" + "/".join(parts) if parts else ""
+
+
+_REQUIRED_MESSAGE = re.compile(r"^'(.+)' is a required property$")
+
+
+_TYPE_NAMES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "an array",
+    "object": "an object",
+    "null": "null",
+}
+
+
+def _schema_message(error: ValidationError) -> str:
+    """Alfred's message for a JSON Schema error. jsonschema's own messages quote the instance
+    (``"[... 9000 items] is too long"``): they are neither bounded nor in the API's words.
+    Only the schema's values (bounds, enums, patterns) are shown."""
+    keyword = str(error.validator)
+    value: Any = error.validator_value
+    if keyword == "type":
+        types = [str(t) for t in (value if isinstance(value, list) else [value])]
+        return "must be " + " or ".join(_TYPE_NAMES.get(t, t) for t in types)
+    if keyword == "required":
+        return "is required"
+    if keyword == "enum":
+        return "must be one of " + ", ".join(json.dumps(choice) for choice in value)
+    if keyword == "const":
+        return f"must be {json.dumps(value)}"
+    if keyword == "pattern":
+        # A regular expression tells a person little: the schema says what it stands for.
+        return _expected(error.schema) or "is not in the expected form"
+    if keyword == "format":
+        return f"must be a valid {value}"
+    messages = {
+        "maxLength": f"must be at most {value} characters",
+        "minLength": f"must be at least {value} characters",
+        "maxItems": f"must have at most {value} items",
+        "minItems": f"must have at least {value} items",
+        "uniqueItems": "must not repeat an item",
+        "minimum": f"must be at least {value}",
+        "maximum": f"must be at most {value}",
+        "exclusiveMinimum": f"must be more than {value}",
+        "exclusiveMaximum": f"must be less than {value}",
+        "anyOf": "matches none of the allowed forms",
+        "oneOf": "must match exactly one of the allowed forms",
+    }
+    return messages.get(keyword, f"breaks the schema's {keyword} rule")
+
+
+# The annotation beside every ``pattern`` (and on an ``anyOf`` of forms): what the value must be,
+# in words with an example ("a ticket ID: ..., e.g. OPS-123"). An ``x-`` name, so the schema
+# stays a valid OpenAPI 3.0 schema object too (engine.api.schema); JSON Schema ignores it.
+EXPECTED = "x-expected"
+
+
+def expected(what: str, example: str) -> dict[str, str]:
+    """The ``x-expected`` annotation: ``what`` the value must be, and an example of it."""
+    return {EXPECTED: f"{what}, e.g. {example}"}
+
+
+def _expected(schema: Any) -> str | None:
+    text = schema.get(EXPECTED) if isinstance(schema, Mapping) else None
+    return f"must be {text}" if text else None
+
+
+def _located(error: ValidationError) -> list[FieldError]:
+    """The errors at their place: for a missing or an unexpected property, the property
+    itself (``/domain``), not the object that lacks or carries it."""
+    base = list(error.absolute_path)
+    instance = error.instance if isinstance(error.instance, dict) else {}
+    if error.validator == "required":
+        # jsonschema reports each missing property as its own error and names it only in
+        # the message: "'zone' is a required property".
+        match = _REQUIRED_MESSAGE.match(error.message)
+        pointer = _pointer([*base, match.group(1)]) if match else _pointer(base)
+        return [FieldError(pointer, "is required")]
+    if error.validator == "additionalProperties" and instance:
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        allowed = sorted(schema.get("properties", {}))
+        extra = sorted(k for k in instance if k not in allowed)
+        known = "the properties are " + ", ".join(allowed)
+        return [
+            FieldError(_pointer([*base, name]), f"unknown property {shown(name)}; {known}")
+            for name in extra
+        ] or [FieldError(_pointer(base), f"unknown property; {known}")]
+    return [FieldError(_pointer(base), _schema_message(error))]
+
+
+class Workflow:
+    name: ClassVar[str]
+    title: ClassVar[str]
+    description: ClassVar[str]
+    input_schema: ClassVar[dict[str, Any]]
+    stages: ClassVar[tuple[str, ...]]
+    # A failed or canceled execution asked for again (new key, same identity) is continued:
+    # a new run on the same execution that skips stages whose output is persisted and valid.
+    supports_continuation: ClassVar[bool] = True
+    # Whether every execution queues on a lane (``lane`` returns a claim for any input): its
+    # answer then names the lane, which the OpenAPI document links to the lane's operations.
+    queues_on_a_lane: ClassVar[bool] = True
+    # The stages a continuation may skip when an earlier run persisted their output (None:
+    # any but the last, verify). A workflow whose plan freezes compare-and-swap tokens
+    # (update-lambda-version's RevisionIds) plans again instead: stale tokens would only be
+    # refused.
+    continuation_skips: ClassVar[tuple[str, ...] | None] = None
+    # A run still going after this long fails with code timed_out (None: no deadline).
+    deadline_seconds: ClassVar[float | None] = 24 * 3600
+    # Raised by one with every change of ``stages`` or of what a stage does with what an
+    # earlier one recorded (a step's key, a receipt's shape). Each run records the version it
+    # started under and is run only by that definition: ``previous`` keeps earlier ones
+    # served (an instance each, with their own stage code) while their runs may still wake;
+    # a run whose definition is gone fails with code definition_changed (docs/runbook.md).
+    version: ClassVar[int] = 1
+    previous: ClassVar[tuple[Workflow, ...]] = ()
+
+    _validator: ClassVar[Draft202012Validator | None] = None
+
+    @classmethod
+    def validator(cls) -> Draft202012Validator:
+        validator = cls.__dict__.get("_validator")
+        if validator is None:
+            Draft202012Validator.check_schema(cls.input_schema)
+            validator = Draft202012Validator(
+                cls.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
+            )
+            cls._validator = validator
+        return validator
+
+    def validate(self, data: Any) -> None:
+        """Raise :class:`InvalidInput` with every field error (JSON Pointers), schema first,
+        then the workflow's own semantic checks in :meth:`check_semantics`."""
+        errors = sorted(
+            self.validator().iter_errors(data), key=lambda e: (list(e.absolute_path), e.message)
+        )
+        if errors:
+            seen: dict[str, FieldError] = {}
+            for err in errors:
+                # For a oneOf/anyOf mismatch, what the forms stand for when the schema says
+                # so; else the most relevant sub-error.
+                described = _expected(err.schema) if err.context else None
+                if described is not None:
+                    pointer = _pointer(err.absolute_path)
+                    seen.setdefault(pointer, FieldError(pointer, described))
+                    continue
+                chosen = best_match([err]) if err.context else err
+                for located in _located(chosen):
+                    seen.setdefault(located.field, located)
+            raise InvalidInput(list(seen.values()))
+        semantic = self.check_semantics(data)
+        if semantic:
+            raise InvalidInput(semantic)
+
+    def check_semantics(self, data: Mapping[str, Any]) -> list[FieldError]:
+        """Checks JSON Schema cannot express (override per workflow)."""
+        return []
+
+    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The canonical input for schema-valid ``data``: every default filled in, every
+        value in its one normal form. Two requests that mean the same operation have equal
+        canonical inputs; the logical identity is the hash of this form."""
+        raise NotImplementedError
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        raise NotImplementedError
+
+    def continue_after_success(
+        self, canonical: Mapping[str, Any], stage_outputs: Mapping[str, Any]
+    ) -> bool:
+        """For a succeeded execution asked for again: True when its completed stage state says
+        contract work remains, so a continuation run is queued instead of returning it.
+        ``stage_outputs`` maps each stage to its latest succeeded output across all runs."""
+        return False
+
+    def __init__(self, stage_code: ModuleType | None = None) -> None:
+        # The module holding the stages as plain functions of ``ctx`` (``stages.py``), each
+        # named as its stage; without one, the ``stage_<name>`` methods (the tests' workflows).
+        self.stage_code = stage_code
+
+    def run_stage(self, stage: str, ctx: StageContext) -> Any:
+        """Run one stage. Its return value (JSON) is the stage's output; everything with a
+        side effect goes through ``ctx.step``."""
+        function = getattr(self.stage_code, stage, None) or getattr(self, f"stage_{stage}", None)
+        if function is None:
+            raise FatalError(
+                f"stage {stage!r} of {self.name} is not implemented yet", code="not_implemented"
+            )
+        return function(ctx)
+
+    def definition(self) -> Definition:
+        """What the engine runs of it (``engine.runtime.registry``)."""
+        return Definition(
+            name=self.name,
+            stages=self.stages,
+            run_stage=self.run_stage,
+            canonicalize=self.canonicalize,
+            deadline_seconds=self.deadline_seconds,
+            version=self.version,
+        )
+
+    def definitions(self) -> tuple[Definition, ...]:
+        """The current definition, then the earlier ones it still serves."""
+        return (self.definition(), *(old.definition() for old in self.previous))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "stages": list(self.stages),
+            "version": self.version,
+            "lane": self.lane_description,
+            "input_schema": self.input_schema,
+        }
+
+    lane_description: ClassVar[str] = ""

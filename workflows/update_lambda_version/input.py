@@ -1,0 +1,121 @@
+"""update-lambda-version: move every function of a fleet to one published version."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from workflows import fields
+from workflows.base import LaneClaim, Workflow, expected
+
+# Case is not folded: the lane key is built from these, so two spellings of one fleet must not
+# yield two lanes. Uppercase is rejected rather than guessed at.
+_SLUG = r"^\s*[a-z0-9]+(?:-[a-z0-9]+)*\s*$"
+# At most 15 significant digits keeps every version a JSON-safe integer, and keeps the
+# canonical string valid against the string branch below.
+_MAX_VERSION = 10**15 - 1
+_VERSION_EXPECTED = expected(
+    "a published version number from 1 to 999999999999999 (not $LATEST), as an integer or a "
+    "string of digits",
+    "42",
+)
+
+
+class UpdateLambdaVersion(Workflow):
+    name = "update-lambda-version"
+    title = "Update Lambda version"
+    description = (
+        "Point the environment's alias of every function in a Lambda fleet at one published "
+        "version, wait until each update is successful and verify; rollback restores the "
+        "previous versions from the receipts."
+    )
+    stages: ClassVar[tuple[str, ...]] = ("plan", "update_aliases", "await_updates", "verify")
+    # A continuation plans again: the plan's RevisionIds are compare-and-swap tokens, and
+    # after a refusal (alias_changed) the old ones would be refused again.
+    continuation_skips: ClassVar[tuple[str, ...] | None] = ()
+    lane_description: ClassVar[str] = (
+        "lambda:<target>:<environment>, claimed with the version as token: a request for "
+        "another version while the lane holds or queues a different one fails closed "
+        "(409 lane_conflict)"
+    )
+    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
+        title="update-lambda-version input",
+        description="The fleet, the environment and the version to move it to.",
+        properties={
+            "target": {
+                "title": "Target fleet",
+                "description": "The Lambda fleet name: a lowercase slug.",
+                "type": "string",
+                "maxLength": 64,
+                "pattern": _SLUG,
+                **expected(
+                    "a fleet name in lower case: letters and digits, words joined by single "
+                    "hyphens",
+                    "checkout-api",
+                ),
+                "examples": ["checkout-api"],
+            },
+            "environment": {
+                "title": "Environment",
+                "description": "The environment (the alias to move): a lowercase slug.",
+                "type": "string",
+                "maxLength": 64,
+                "pattern": _SLUG,
+                **expected(
+                    "an environment name in lower case: letters and digits, words joined by "
+                    "single hyphens",
+                    "production",
+                ),
+                "examples": ["staging", "production"],
+            },
+            "version": {
+                "title": "Version",
+                "description": "A published Lambda version number (not $LATEST): an integer "
+                "from 1, or a string of digits. Canonical form: the decimal string without "
+                "leading zeros.",
+                "anyOf": [
+                    {"type": "integer", "minimum": 1, "maximum": _MAX_VERSION},
+                    {
+                        "type": "string",
+                        "maxLength": 64,
+                        "pattern": r"^\s*0*[1-9][0-9]{0,14}\s*$",
+                        **_VERSION_EXPECTED,
+                    },
+                ],
+                **_VERSION_EXPECTED,
+                "examples": [42, "42"],
+            },
+            "ticket_ids": fields.TICKET_IDS,
+            "dry_run": fields.DRY_RUN,
+        },
+        required=["target", "environment", "version"],
+        examples=[
+            {"target": "checkout-api", "environment": "staging", "version": 42},
+            {
+                "target": "checkout-api",
+                "environment": "production",
+                "version": "042",
+                "ticket_ids": ["REL-88"],
+                "dry_run": True,
+            },
+        ],
+    )
+
+    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        filled = fields.with_defaults(self.input_schema, data)
+        version = filled["version"]
+        return {
+            **filled,
+            "target": filled["target"].strip(),
+            "environment": filled["environment"].strip(),
+            # int() also takes an integral float such as 42.0, which JSON Schema counts as an
+            # integer, and a digit string with leading zeros or surrounding whitespace.
+            "version": str(int(version.strip() if isinstance(version, str) else version)),
+            "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
+        }
+
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
+        return LaneClaim(
+            f"lambda:{canonical['target']}:{canonical['environment']}",
+            token=canonical["version"],
+        )

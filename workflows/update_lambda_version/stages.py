@@ -1,0 +1,132 @@
+"""update-lambda-version's stages (docs/workflows.md): ``plan`` reads the fleet, ``update_aliases``
+moves each function's environment alias (one compare-and-swap step per function),
+``await_updates`` waits durably until every moved version is ``Successful``, ``verify`` reads
+the aliases back.
+
+- **The fleet** is the functions whose tag ``ALFRED_LAMBDA_FLEET_TAG`` (default
+  ``alfred:fleet``) equals ``target``; the environment is the alias of that name on each.
+  Readiness failures (they free the lane): no function so tagged (``fleet_not_found``), a
+  function without the alias (``alias_not_found``), the version not published for some
+  function (``version_not_published``, naming each).
+- **The plan freezes** each alias as read (version, RevisionId). Functions already at the
+  version are left alone (``unchanged``); the others are updated in the plan's order (by
+  function name), each update sending the planned RevisionId: an alias someone moved after
+  the plan is refused by Lambda and the stage fails ``alias_changed``, naming it; it is never
+  overwritten. The aliases updated before it keep their receipts, for a rollback.
+- **Rollback** moves each updated alias back to its previous version, newest first, only
+  where it is still as Alfred's update left it (version and RevisionId), else ``drifted``.
+
+A dry run plans from the real fleet, simulates every update and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.runtime.errors import FatalError, ReadinessFailure
+from engine.runtime.stage import StageContext
+from workflows.steps import lambda_
+
+SETTLE_POLL_SECONDS = 1.0
+SETTLE_TIMEOUT_SECONDS = 900.0
+
+
+def plan(ctx: StageContext) -> dict[str, Any]:
+    target, environment = ctx.input["target"], ctx.input["environment"]
+    version = ctx.input["version"]
+    fleet = ctx.step("read", lambda_.read_fleet, target, environment, version, dry_run=ctx.dry_run)
+    functions = fleet["functions"]
+    if not functions:
+        raise ReadinessFailure(
+            f"no Lambda function is tagged {fleet['tag_key']}={target}",
+            code="fleet_not_found",
+            checks=[{"name": f"functions tagged {fleet['tag_key']}={target}", "ok": False}],
+        )
+    unpublished = [f["function"] for f in functions if not f["published"]]
+    if unpublished:
+        raise ReadinessFailure(
+            f"version {version} is not published for {', '.join(unpublished)}",
+            code="version_not_published",
+            checks=[
+                {"name": f"version {version} of {f['function']}", "ok": f["published"]}
+                for f in functions
+            ],
+        )
+    return {
+        "target": target,
+        "environment": environment,
+        "version": version,
+        "tag_key": fleet["tag_key"],
+        "functions": [
+            {**f["alias"], "action": "none" if f["alias"]["version"] == version else "update"}
+            for f in functions
+        ],
+    }
+
+
+def update_aliases(ctx: StageContext) -> dict[str, Any]:
+    planned = ctx.output_of("plan")
+    update = lambda_.simulate_update if ctx.dry_run else lambda_.update_alias
+    updated = []
+    for alias in planned["functions"]:
+        if alias["action"] != "update":
+            continue
+        current = {k: alias[k] for k in ("function", "alias", "version", "revision_id", "arn")}
+        receipt = ctx.step(
+            f"alias:{alias['function']}",
+            update,
+            current=current,
+            version=planned["version"],
+            mutation=True,
+        )
+        updated.append(
+            {
+                "function": alias["function"],
+                "from_version": receipt["before"]["version"],
+                "to_version": receipt["after"]["version"],
+                "revision_id": receipt["after"]["revision_id"],
+                "handle": receipt["handle"],
+            }
+        )
+    return {
+        "updated": updated,
+        "unchanged": [f["function"] for f in planned["functions"] if f["action"] != "update"],
+        "simulated": ctx.dry_run,
+    }
+
+
+def await_updates(ctx: StageContext) -> dict[str, Any]:
+    handles = [u["handle"] for u in ctx.output_of("update_aliases")["updated"]]
+    if not handles:
+        return {"statuses": {}}
+    return dict(
+        ctx.wait_until(
+            "successful",
+            lambda: lambda_.updates_settled(handles),
+            every=SETTLE_POLL_SECONDS,
+            timeout=SETTLE_TIMEOUT_SECONDS,
+        )
+    )
+
+
+def verify(ctx: StageContext) -> dict[str, Any]:
+    planned = ctx.output_of("plan")
+    version = planned["version"]
+    names = [f["function"] for f in planned["functions"]]
+    if ctx.output_of("update_aliases")["simulated"]:
+        return {"verified": "simulated", "version": version, "functions": names}
+    found = ctx.step(
+        "read", lambda_.read_aliases, names, planned["environment"], dry_run=ctx.dry_run
+    )
+    differences = [
+        {"function": a["function"], "expected": version, "found": a["version"]}
+        for a in found
+        if a["version"] != version
+    ]
+    if differences:
+        raise FatalError(
+            f"{len(differences)} alias(es) of {planned['target']} are not at version {version}",
+            code="verify_failed",
+            differences=differences,
+        )
+    return {"verified": True, "version": version, "functions": names}

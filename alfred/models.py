@@ -3,16 +3,11 @@ from __future__ import annotations
 from django.db import models
 
 from alfred.ids import Prefixed
+from alfred.principals import Role
+
+__all__ = ["ApiToken", "Role"]
 
 TOKEN_NAME_MAX = 100
-
-
-class Role(models.TextChoices):
-    """What a caller may do (``alfred.principals``)."""
-
-    INTEGRATION = "integration", "Integration"  # trigger; read, cancel, retry its own
-    VIEWER = "viewer", "Viewer"  # read everything, change nothing
-    OPERATOR = "operator", "Operator"  # everything: also approve, roll back, recover lanes
 
 
 class ApiToken(models.Model):

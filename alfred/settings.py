@@ -223,9 +223,6 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=embedded.broker_url())
-# A run's start message written by alfred.broker's lean path instead of Celery's apply_async
-# (the same message, for less CPU per acceptance; plain Redis only). Off: Celery publishes.
-ALFRED_LEAN_PUBLISH = env.bool("ALFRED_LEAN_PUBLISH", default=False)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"

@@ -15,7 +15,6 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from alfred.broker import task_send
 from engine.models import Execution, Run, Stage, StageStatus, StartState
 from engine.runtime.projections import start_state_set
 
@@ -47,7 +46,9 @@ def run_publish(
     )
     if first is None:
         return
-    task_send(app, RUN_STAGE_TASK, [run_id, first], queue="stages", countdown=countdown)
+    app.signature(RUN_STAGE_TASK, args=[run_id, first], queue="stages", immutable=True).apply_async(
+        countdown=countdown or 0
+    )
 
 
 def run_dispatch(

@@ -33,41 +33,10 @@ moto's state is process-global; each stand-in therefore uses its own AWS account
 ``x-moto-account-id``), so two stand-ins in one process (the contract suite, the devstack) do
 not see each other's certificates or functions. Route53 state belongs to the instance.
 
-Faults (``self.faults.arm(operation, kind, ...)``; ``operation`` is the AWS operation name:
-``ChangeResourceRecordSets``, ``ListResourceRecordSets``, ``RequestCertificate``,
-``DescribeCertificate``, ``UpdateAlias``, ``GetAlias``, ``UpdateFunctionCode``, ... or ``*``):
-
-- ``lose_response``: perform the operation, then drop the connection without a byte.
-- ``drop_request``: drop the connection without performing it (the request was lost on the
-  way in).
-- ``throttle``: do not perform; answer as the service throttles — Route53 400 ``Throttling``,
-  Lambda 429 ``TooManyRequestsException``, JSON services 400 ``ThrottlingException``, query
-  services 400 ``Throttling`` — so botocore's standard mode retries it.
-- ``server_error``: answer as a gateway in front of the service does, ``status`` (default 502)
-  with an HTML body; with ``apply: true`` the operation is performed first (the backend
-  applied it, the gateway lost the answer), otherwise not.
-- ``hold_request`` (``ChangeResourceRecordSets``): drop the connection without applying the
-  batch yet; it lands later — just before the ``after``-th (default the next)
-  ChangeResourceRecordSets request on the same zone — as a request still in flight while the
-  caller read the records would (see :meth:`providers.sandbox.route53.Route53.hold`). A copy
-  whose preconditions no longer hold is refused then, as Route53 refuses it;
-  ``self.route53.late_batches`` says what became of it.
-- ``fail_update`` (``UpdateFunctionCode``, ``UpdateFunctionConfiguration``,
-  ``PublishVersion``, ``UpdateAlias``): the update ends ``Failed`` instead of ``Successful``.
-  On ``UpdateAlias``, the update is that of the version the alias moves to: it reports
-  ``InProgress`` for ``lambda_update_delay`` seconds, then ``Failed`` (Lambda reports no status
-  for an alias move; this is how a failed update-lambda-version is simulated).
-- ``hold_update`` (the same operations; standing, arm with ``times: null``): an update such an
-  operation starts while it is armed (on ``function`` only, if that param is given) stays
-  ``InProgress`` until it is cleared — a test observes the window without racing a delay.
-  Once cleared, the update ends as it would have. On ``UpdateAlias``, the version the alias
-  moves to stays ``InProgress`` (a slow update-lambda-version).
-
-For ``ChangeResourceRecordSets``, the param ``foreign_changes`` (boto3's ``Changes`` shape) of
-``drop_request``, ``throttle``, ``server_error`` and ``lose_response`` is applied as another
-writer's batch — in place of ours (``drop_request``, ``throttle``, ``server_error`` without
-``apply``) or right after it (``lose_response``, ``server_error`` with ``apply``): the races a
-recovery must not mistake for its own change.
+Faults: ``self.faults.arm(operation, kind, ...)``, ``operation`` an AWS operation name or
+``*``; the kinds (``lose_response``, ``drop_request``, ``throttle``, ``server_error``,
+``hold_request``, ``fail_update``, ``hold_update``) and the ``foreign_changes`` a Route53
+fault applies as another writer's batch: docs/providers.md, "The sandbox" (fault injection).
 
 Introspection for tests: :attr:`AwsStandIn.calls` counts the operations that reached a
 backend (performed, successful or not; not a held request, which ``route53.late_batches``

@@ -74,7 +74,7 @@ ALFRED_WEBHOOK_RETRY_SCHEDULE = [
 if not ALFRED_WEBHOOK_RETRY_SCHEDULE or min(ALFRED_WEBHOOK_RETRY_SCHEDULE) < 0:
     raise ImproperlyConfigured("ALFRED_WEBHOOK_RETRY_SCHEDULE: one or more seconds, none < 0")
 ALFRED_WEBHOOK_TIMEOUT_SECONDS = env.float("ALFRED_WEBHOOK_TIMEOUT_SECONDS", default=15.0)
-# Inbound notifications (alfred/receivers): GitHub's webhook secret (X-Hub-Signature-256) and
+# Inbound notifications (delivery/receivers.py): GitHub's webhook secret (X-Hub-Signature-256) and
 # the bearer secret ArgoCD's notifications service sends. Unset: that receiver answers 401.
 ALFRED_GITHUB_WEBHOOK_SECRET = env.str("ALFRED_GITHUB_WEBHOOK_SECRET", default="")
 ALFRED_ARGOCD_WEBHOOK_SECRET = env.str("ALFRED_ARGOCD_WEBHOOK_SECRET", default="")

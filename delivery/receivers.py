@@ -5,7 +5,7 @@ of the body under ``ALFRED_GITHUB_WEBHOOK_SECRET`` (``X-Hub-Signature-256``), Ar
 bearer secret ``ALFRED_ARGOCD_WEBHOOK_SECRET`` its notifications service sends — compared in
 constant time; an unset secret verifies nothing. A verified notification is recorded by its
 delivery id (a resent one is a no-op) and brings forward every poll that watches what it
-names (``engine.scans.polls_hasten``): ``github:<owner/name>`` for a push,
+names (``engine.runtime.scans.polls_hasten``): ``github:<owner/name>`` for a push,
 ``argocd:<application>`` for ArgoCD. The poll timers stay the guarantee: a lost, late or
 forged notification changes nothing but when a poll happens.
 """

@@ -4,7 +4,7 @@ from django.apps import AppConfig
 class EngineConfig(AppConfig):
     """Connects what the lower layers call without importing it: the port the lanes
     services reach executions through (``lanes.effects``), the claim guard and, after every
-    terminal transition, the lane reconciler at once (the engine knows no lanes); the
+    terminal transition, the lane reconciler at once (the runtime knows no lanes); the
     problems and gauges the kernel serves."""
 
     name = "engine"

@@ -79,12 +79,11 @@ class Execution(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # (its help text names the module as it was when the migration recorded it: engine.retention)
     pruned_at = models.DateTimeField(
         null=True,
         blank=True,
         help_text="When retention deleted its events, webhook deliveries, step receipts and "
-        "timers (executions.retention): from then on it can no longer be rolled back.",
+        "timers (engine.retention): from then on it can no longer be rolled back.",
     )
 
     class Meta:
@@ -184,7 +183,7 @@ class Run(models.Model):
     number = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.INITIAL)
     # The workflow's definition it started under: {"version", "stages"} (none for a rollback,
-    # or a run older than this record). Only that definition runs it (engine.registry).
+    # or a run older than this record). Only that definition runs it (engine.runtime.registry).
     definition = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
     fence = models.PositiveBigIntegerField(default=0)

@@ -20,7 +20,7 @@ locked by another transaction right now.
 
 Each batch is one short transaction: the roots under their row locks, FOR UPDATE SKIP LOCKED
 with their state checked again under the lock, then their children the same way (the lock
-order: execution rows first, a parent before its children as ``engine.terminal`` takes
+order: execution rows first, a parent before its children as ``engine.runtime.terminal`` takes
 them), the checks, the archive, and one statement that deletes the rows and marks the
 executions. Skipping what is locked means a retry, a rollback or a lane handover in progress
 is never waited on and never touched; one that committed since the candidates were chosen is

@@ -7,10 +7,12 @@ The rooms, bottom to top; a module imports only its own room and the rooms below
     providers   adapters of AWS, GitHub and ArgoCD: no Django model, nothing of Alfred's
     alfred      the kernel every app shares (database helpers, ids, problems, principals,
                 tokens, metrics, logs, the Celery app, the admin's base)
-    lanes       the concurrency lanes: knows no execution
+    lanes       the concurrency lanes: imports nothing of the engine, and no provider
     engine      executions and the durable runtime (engine.runtime: knows no lane, no
-                workflow, no provider; of the rest of engine only the records it writes)
-    workflows   the five, over workflows.steps: the only room that imports providers
+                workflow, no provider; of the rest of engine only the records it writes);
+                imports no provider
+    workflows   the five, over workflows.steps: of the workflows only the steps import
+                providers (and every workflow the pure providers.hostnames)
     delivery    event streams, webhooks, receivers (beside workflows: neither imports the
                 other)
     root        what puts the house together: settings, urls, the ASGI/WSGI applications,
@@ -121,6 +123,10 @@ def breaches(found: list[Import]) -> list[str]:
             and not i.target.startswith(RUNTIME_SEES)
         ):
             out.append(f"{where}: the runtime builds on the engine's records only")
+        if i.source.startswith("engine.runtime") and target == "lanes":
+            out.append(f"{where}: the runtime knows no lane")
+        if target == "providers" and source in ("lanes", "engine", "delivery"):
+            out.append(f"{where}: providers are called by the workflows' steps only")
         if (
             source == "workflows"
             and target == "providers"

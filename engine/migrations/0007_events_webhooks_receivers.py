@@ -85,7 +85,7 @@ class Migration(migrations.Migration):
             },
         ),
         # The transaction that wrote each event: the all-executions stream's cursor is
-        # (txid, id), read only below the oldest running transaction (executions/events/feed.py).
+        # (txid, id), read only below the oldest running transaction (delivery/feed.py).
         migrations.RunSQL(
             sql=[
                 "ALTER TABLE executions_outboxevent "

@@ -9,8 +9,9 @@ Writes are fenced: every boundary renews the lease with a compare-and-swap on th
 so a worker whose claim was taken over stops before writing anything. A wait writes its receipt
 and its Timer in one transaction: a worker killed in between leaves neither, never a receipt
 that suspends on every replay with nothing to wake it. Every time is the database's (see
-``engine.clock``). A write that loses its connection is retried on a fresh one for up to half
-a lease: the step before it has happened, and its receipt must not be lost with the socket.
+``engine.runtime.clock``). A write that loses its connection is retried on a fresh one for up
+to half a lease: the step before it has happened, and its receipt must not be lost with the
+socket.
 """
 
 from __future__ import annotations
@@ -265,7 +266,7 @@ class Context:
         ``timeout`` seconds. Between polls no worker is held.
 
         ``wake_on``: names (opaque to the engine) of what the probe reads; news of one
-        (``engine.scans.polls_hasten``) brings the next poll forward to now. The poll timer
+        (``engine.runtime.scans.polls_hasten``) brings the next poll forward to now. The poll timer
         stays the guarantee: news lost or never sent changes only when the poll happens."""
         receipt = self._replay(key, "poll")
         if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
@@ -316,7 +317,7 @@ class Context:
         expires_in: float | None = None,
         expired_code: str = "hook_expired",
     ) -> dict[str, Any]:
-        """Wait for a signal on ``token`` (see ``engine.hooks.hook_signal``) and return its
+        """Wait for a signal on ``token`` (see ``engine.runtime.hooks.hook_signal``) and return its
         payload. ``operator``: the execution shows as ``paused`` for a human meanwhile.
 
         Opening a hook supersedes the execution's other open hooks of that ``name`` (a new

@@ -95,7 +95,7 @@ def run_wake(run_id: str) -> None:
 
 def run_wake_at(run_id: str, due: datetime, now: datetime) -> None:
     """The hint for a near timer: a delayed dispatch. Best effort; the scanner guarantees.
-    ``now``: the database's time, as the caller knows it (``engine.clock``)."""
+    ``now``: the database's time, as the caller knows it (``engine.runtime.clock``)."""
     delay = (due - now).total_seconds()
     if delay > HINT_HORIZON_SECONDS:
         return

@@ -1,8 +1,10 @@
-"""What the engine runs, registered by name at start (``engine.apps``): the workflows'
-definitions, the compensations of their mutations, and the claim guards. The engine imports
-no workflow and no provider: a rollback finds the undo of a mutation receipt here, by the
-receipt's ``resource`` and ``action``. This module imports nothing else of the engine's but
-its errors and the stage's types, so nothing the engine builds on it can form a circle."""
+"""What the engine runs, registered by name at start: the workflows' definitions (by
+``workflows.apps`` through ``engine.catalog``), the compensations of their mutations (by
+``workflows.steps.compensations`` when it is imported) and the claim guards (by
+``engine.apps``). The engine imports no workflow and no provider: a rollback finds the undo of
+a mutation receipt here, by the receipt's ``resource`` and ``action``. This module imports
+nothing else of the engine's but its errors and the stage's types, so nothing the engine
+builds on it can form a circle."""
 
 from __future__ import annotations
 
@@ -35,9 +37,9 @@ _DEFINITIONS: dict[str, Definition] = {}
 # under it (the workflow keeps it in ``previous`` until no such run is active).
 _EARLIER: dict[tuple[str, int], Definition] = {}
 
-# Checks a claim must pass besides the engine's own (the lanes app registers one: a run may
-# start only under its lane's ownership). Each gets the execution (its row locked by the
-# claim) and returns why it may not run now, or None.
+# Checks a claim must pass besides the runtime's own (the engine app registers one from
+# engine.lanes: a run may start only under its lane's ownership). Each gets the execution
+# (its row locked by the claim) and returns why it may not run now, or None.
 ClaimGuard = Callable[[Any], "str | None"]
 _CLAIM_GUARDS: list[ClaimGuard] = []
 

@@ -23,7 +23,7 @@ gone from this host, else once its lease runs out). A caller that delivers each 
 (``onward=False``) leaves the run between stages, leased to no one for a short grace: if no
 one claims the next stage, the recovery scan takes the run on.
 
-Around each stage it sends ``engine.signals`` (instrumentation: tracing, the tests' kill
+Around each stage it sends ``engine.runtime.signals`` (instrumentation: tracing, the tests' kill
 points between and after stages).
 """
 

@@ -30,7 +30,7 @@ START_GRACE_SECONDS = 10
 
 def timers_fire(batch: int = BATCH) -> int:
     """Fire due timers: mark them fired, wake their runs. Returns how many fired. Due by the
-    database's clock, the one every due time was set on (``engine.clock``)."""
+    database's clock, the one every due time was set on (``engine.runtime.clock``)."""
     with transaction.atomic(durable=True):
         now = db_now()
         due = list(

@@ -46,14 +46,6 @@ names are the right-hand column above, ``*`` for all):
   ``land_on="get_ref"`` it lands earlier, just before the next read of that branch's ref (the
   caller's next read sees it, its last lookup did not); :meth:`GitHubStandIn.land_late` lands
   it at once.
-
-In-process helpers for the sandbox and the tests: :meth:`GitHubStandIn.create_repo`,
-:meth:`~GitHubStandIn.commit_files`, :meth:`~GitHubStandIn.create_branch`,
-:meth:`~GitHubStandIn.reset_branch`, :meth:`~GitHubStandIn.land_late`,
-:meth:`~GitHubStandIn.head` (the ArgoCD stand-in
-converges on it), :meth:`~GitHubStandIn.log`, :meth:`~GitHubStandIn.commit_count`,
-:meth:`~GitHubStandIn.read_file`, :meth:`~GitHubStandIn.ref_updates`,
-:meth:`~GitHubStandIn.created_commits` and :meth:`~GitHubStandIn.seed_demo`.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -40,6 +41,7 @@ from providers.aws.route53 import (
 from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient, Unknown
 from providers.handles import Handle, StopUnsupported
 from providers.sandbox.aws import AwsStandIn
+from providers.sandbox.route53 import LateBatch
 from tests.contract.fixtures.aws import REAL, Boto, DnsNames, eventually, unique
 
 CLOUDFRONT = {"hosted_zone_id": "Z2FDTNDATAQYW2", "dns_name": "d111111abcdef8.cloudfront.net"}
@@ -87,6 +89,39 @@ def batches(standin: AwsStandIn, operation: str) -> int:
 def replace(old: Record, new: Record) -> list[Change]:
     """An UPSERT of ``new`` over ``old`` as the adapter sends it: Route53's replace idiom."""
     return [Change(action="DELETE", record=old), Change(action="CREATE", record=new)]
+
+
+@dataclass(frozen=True)
+class HeldUpsert:
+    """Our UPSERT of 192.0.2.2 over 192.0.2.1 at ``name``, held in the network: NotApplied."""
+
+    name: str
+    other: str  # a second name, for an unrelated change in the zone
+    operation: str
+    batch: list[Change]
+    refused: Transient
+
+    def late(self, standin: AwsStandIn) -> LateBatch:
+        """What became of the held copy once it landed."""
+        [late] = [
+            b for b in standin.route53.late_batches if b.comment == f"alfred {self.operation}"
+        ]
+        return late
+
+
+def hold_an_upsert(
+    route53: Route53, zone: Zone, names: DnsNames, standin: AwsStandIn, *, lands_after: int = 1
+) -> HeldUpsert:
+    """Create 192.0.2.1 at a new name, then send the UPSERT to 192.0.2.2 with its connection
+    dropped; the copy lands just before the ``lands_after``-th change in the zone from now."""
+    name, other = names(), names()
+    route53.change(zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
+    operation = unique("op-")
+    batch = upsert(a(name, "192.0.2.2"))
+    standin.faults.arm("ChangeResourceRecordSets", "hold_request", after=lands_after)
+    with pytest.raises(Transient) as caught:
+        route53.change(zone["id"], batch, operation=operation)
+    return HeldUpsert(name, other, operation, batch, caught.value)
 
 
 # -- zones -------------------------------------------------------------------------------------
@@ -998,26 +1033,22 @@ def test_held_upsert_retried_at_once_applies_once(
     # applied yet) and lands later: just before the retry's batch, or after it (just before
     # the next change in the zone). The retry comes at once — sooner than NotApplied's
     # retry_after_seconds allows — to show what Route53 itself does inside that window.
-    name, other = aws_dns_names(), aws_dns_names()
-    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
-    operation = unique("op-")
-    batch = upsert(a(name, "192.0.2.2"))
-    sent = replace(a(name, "192.0.2.1"), a(name, "192.0.2.2"))
     after = 1 if lands == "before-the-retry" else 2
-    aws_standin.faults.arm("ChangeResourceRecordSets", "hold_request", after=after)
-    with pytest.raises(Transient) as caught:
-        aws_route53.change(aws_zone["id"], batch, operation=operation)
-    assert (caught.value.code, caught.value.details["sent"]) == ("NotApplied", sent)
+    held = hold_an_upsert(aws_route53, aws_zone, aws_dns_names, aws_standin, lands_after=after)
+    sent = replace(a(held.name, "192.0.2.1"), a(held.name, "192.0.2.2"))
+    assert (held.refused.code, held.refused.details["sent"]) == ("NotApplied", sent)
 
     # when: the engine retries at once (and, in the second case, someone changes the zone)
-    retried = aws_route53.change(aws_zone["id"], batch, operation=operation)
+    retried = aws_route53.change(aws_zone["id"], held.batch, operation=held.operation)
     if lands == "after-the-retry":
-        aws_route53.change(aws_zone["id"], create(a(other, "192.0.2.9")), operation=unique("x"))
+        aws_route53.change(
+            aws_zone["id"], create(a(held.other, "192.0.2.9")), operation=unique("x")
+        )
 
     # then: exactly one batch of ours applied; Route53 refused the other copy
-    assert batches(aws_standin, operation) == 1
-    assert aws_route53.records(aws_zone["id"], name) == [a(name, "192.0.2.2")]
-    [late] = [b for b in aws_standin.route53.late_batches if b.comment == f"alfred {operation}"]
+    assert batches(aws_standin, held.operation) == 1
+    assert aws_route53.records(aws_zone["id"], held.name) == [a(held.name, "192.0.2.2")]
+    late = held.late(aws_standin)
     assert retried["observations"]["sent"] == sent
     if lands == "before-the-retry":
         # the held copy applied; the retry's copy was refused and resolved by reading
@@ -1044,30 +1075,25 @@ def test_held_upsert_landing_after_a_foreign_write_is_refused(
 ) -> None:
     # given: our UPSERT over 192.0.2.1 is held in the network (NotApplied); the engine's retry
     # applies it, or not yet; then another writer sets 198.51.100.7
-    name, other = aws_dns_names(), aws_dns_names()
-    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
-    operation = unique("op-")
-    batch = upsert(a(name, "192.0.2.2"))
     # it lands just before the change in the zone that follows the other writer's
     after = 3 if retried else 2
-    aws_standin.faults.arm("ChangeResourceRecordSets", "hold_request", after=after)
-    with pytest.raises(Transient):
-        aws_route53.change(aws_zone["id"], batch, operation=operation)
+    held = hold_an_upsert(aws_route53, aws_zone, aws_dns_names, aws_standin, lands_after=after)
     if retried:
-        aws_route53.change(aws_zone["id"], batch, operation=operation)
+        aws_route53.change(aws_zone["id"], held.batch, operation=held.operation)
+    theirs = wire(upsert(a(held.name, "198.51.100.7")))
     aws_boto.route53.change_resource_record_sets(
-        HostedZoneId=aws_zone["id"], ChangeBatch={"Changes": wire(upsert(a(name, "198.51.100.7")))}
+        HostedZoneId=aws_zone["id"], ChangeBatch={"Changes": theirs}
     )
 
     # when: the held copy lands
-    aws_route53.change(aws_zone["id"], create(a(other, "192.0.2.9")), operation=unique("x"))
+    aws_route53.change(aws_zone["id"], create(a(held.other, "192.0.2.9")), operation=unique("x"))
 
     # then: refused (its DELETE names 192.0.2.1); the other writer's value survives
-    [late] = [b for b in aws_standin.route53.late_batches if b.comment == f"alfred {operation}"]
+    late = held.late(aws_standin)
     assert late.change_id is None
     assert late.error is not None and "do not match the current values" in late.error
-    assert aws_route53.records(aws_zone["id"], name) == [a(name, "198.51.100.7")]
-    assert batches(aws_standin, operation) == (1 if retried else 0)
+    assert aws_route53.records(aws_zone["id"], held.name) == [a(held.name, "198.51.100.7")]
+    assert batches(aws_standin, held.operation) == (1 if retried else 0)
 
 
 @pytest.mark.standin
@@ -1122,17 +1148,12 @@ def test_copy_landing_inside_the_retry_window(
     flight); it shows why the wait is needed: the one landing Route53 cannot refuse."""
     # given: our UPSERT over 192.0.2.1 is held in the network (NotApplied); the caller
     # retries at once, against retry_after_seconds, and the retry applies (proven)
-    name, other = aws_dns_names(), aws_dns_names()
-    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
-    operation = unique("op-")
-    batch = upsert(a(name, "192.0.2.2"))
     # it lands just before the compensation (2nd change from now) or after it (3rd)
     after = 2 if lands == "before-the-compensation" else 3
-    aws_standin.faults.arm("ChangeResourceRecordSets", "hold_request", after=after)
-    with pytest.raises(Transient) as caught:
-        aws_route53.change(aws_zone["id"], batch, operation=operation)
-    assert caught.value.details["retry_after_seconds"] > 0
-    retried = aws_route53.change(aws_zone["id"], batch, operation=operation)
+    held = hold_an_upsert(aws_route53, aws_zone, aws_dns_names, aws_standin, lands_after=after)
+    name, operation = held.name, held.operation
+    assert held.refused.details["retry_after_seconds"] > 0
+    retried = aws_route53.change(aws_zone["id"], held.batch, operation=operation)
     assert retried["observations"]["ownership"] == "proven"
 
     # when: the retry is compensated (its sent batch reversed), then the zone changes again
@@ -1141,10 +1162,10 @@ def test_copy_landing_inside_the_retry_window(
         for c in reversed(retried["observations"]["sent"])
     ]
     aws_route53.change(aws_zone["id"], reverse, operation=f"{operation}-undo")
-    aws_route53.change(aws_zone["id"], create(a(other, "192.0.2.9")), operation=unique("x"))
+    aws_route53.change(aws_zone["id"], create(a(held.other, "192.0.2.9")), operation=unique("x"))
 
     # then
-    [late] = [b for b in aws_standin.route53.late_batches if b.comment == f"alfred {operation}"]
+    late = held.late(aws_standin)
     if lands == "before-the-compensation":
         # the retry had changed the set: the copy's DELETE of 192.0.2.1 is stale, refused;
         # the compensation then restores 192.0.2.1, and it stays
@@ -1172,23 +1193,18 @@ def test_retry_after_the_wait_sees_what_became_of_the_copy(
 ) -> None:
     # given: our UPSERT over 192.0.2.1 is held in the network (NotApplied); during the wait
     # it lands (just before someone's unrelated change in the zone) or dies
-    name, other = aws_dns_names(), aws_dns_names()
-    aws_route53.change(aws_zone["id"], create(a(name, "192.0.2.1")), operation=unique("op-"))
-    operation = unique("op-")
-    batch = upsert(a(name, "192.0.2.2"))
-    aws_standin.faults.arm("ChangeResourceRecordSets", "hold_request")
-    with pytest.raises(Transient):
-        aws_route53.change(aws_zone["id"], batch, operation=operation)
+    held = hold_an_upsert(aws_route53, aws_zone, aws_dns_names, aws_standin)
+    name, operation = held.name, held.operation
     if copy == "landed":
         aws_boto.route53.change_resource_record_sets(
             HostedZoneId=aws_zone["id"],
-            ChangeBatch={"Changes": wire(create(a(other, "192.0.2.9")))},
+            ChangeBatch={"Changes": wire(create(a(held.other, "192.0.2.9")))},
         )
     else:
         assert aws_standin.route53.discard_held() == 1
 
     # when: the retry, once the window has passed (nothing of ours is in flight any more)
-    retried = aws_route53.change(aws_zone["id"], batch, operation=operation)
+    retried = aws_route53.change(aws_zone["id"], held.batch, operation=operation)
 
     # then: the landed copy is found (nothing sent; not provably ours, so compensation asks
     # an operator), or the retry sends and owns the change

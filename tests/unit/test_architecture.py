@@ -41,6 +41,8 @@ def test_an_upward_or_sideways_import_is_a_breach():
 def test_the_runtime_builds_on_the_records_only():
     assert _one("engine.runtime.runner", "engine.lanes.reconciler")
     assert _one("engine.runtime.runner", "engine.acceptance")
+    assert _one("engine.runtime.runner", "lanes.services")  # the runtime knows no lane
+    assert _one("engine.runtime.runner", "providers.aws.acm")
     assert not _one("engine.runtime.runner", "engine.outbox")
     assert not _one("engine.runtime.runner", "alfred.db")
 
@@ -49,6 +51,13 @@ def test_a_workflow_reaches_providers_through_the_steps_only():
     assert _one("workflows.add_domain.stages", "providers.aws.route53")
     assert not _one("workflows.steps.route53", "providers.aws.route53")
     assert not _one("workflows.fields", "providers.hostnames")
+
+
+def test_only_the_steps_call_providers():
+    assert _one("engine.acceptance", "providers.aws.acm")
+    assert _one("lanes.services", "providers.config")
+    assert _one("delivery.receivers", "providers.gitops.github")
+    assert not _one("alfred.apps", "providers.observe")  # the kernel's metrics observe calls
 
 
 def test_an_import_inside_a_function_is_a_breach_but_in_an_apps_ready():

@@ -19,8 +19,12 @@ from engine.models import (
     Run,
     Stage,
 )
-from lanes.models import Lane
+from lanes.models import Lane, LaneWaiter
 from lanes.selectors import POSITION_SQL
+
+# What an execution can be waiting for that someone else must give: the filters of the admin's
+# list, of its attention panel and of ``alfred_executions list``.
+AWAITING = {"approval": "an operator's approval", "lane": "their lane (queued)"}
 
 
 def executions_visible(caller: Caller) -> QuerySet[Execution]:
@@ -46,6 +50,37 @@ def execution_list(
     if status:
         qs = qs.filter(status=status)
     return qs
+
+
+def executions_awaiting(queryset: QuerySet[Execution], what: str) -> QuerySet[Execution]:
+    """Those of ``queryset`` waiting for ``what`` (a key of :data:`AWAITING`): an operator's
+    answer to a pending hook (a plan to approve, an assistance), or their lane's owner."""
+    if what == "approval":
+        return queryset.filter(Exists(_operator_hooks_pending()))
+    if what == "lane":
+        return queryset.filter(Exists(LaneWaiter.objects.filter(execution=OuterRef("pk"))))
+    raise ValueError(f"awaiting {what!r}: one of {', '.join(AWAITING)}")
+
+
+def _operator_hooks_pending() -> QuerySet[Hook]:
+    return Hook.objects.filter(execution=OuterRef("pk")).awaiting_operator()
+
+
+def execution_rows(
+    caller: Caller,
+    *,
+    workflow: str | None = None,
+    status: str | None = None,
+    awaiting: str | None = None,
+) -> QuerySet[Execution]:
+    """A list's rows, newest first, each marked ``awaits_approval`` and ``awaits_lane``."""
+    qs = execution_list(caller, workflow=workflow, status=status)
+    if awaiting is not None:
+        qs = executions_awaiting(qs, awaiting)
+    return qs.annotate(
+        awaits_approval=Exists(_operator_hooks_pending()),
+        awaits_lane=Exists(LaneWaiter.objects.filter(execution=OuterRef("pk"))),
+    ).order_by("-created_at", "-id")
 
 
 def execution_get(execution_id: str) -> Execution:

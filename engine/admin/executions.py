@@ -40,6 +40,7 @@ from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
 from alfred.admin_confirm import ConfirmItem, confirmation_page, reason_confirmed
 from alfred.principals import Caller
 from alfred.readonly import read_only
+from engine import selectors
 from engine.admin import pages
 from engine.controls import (
     REFUSALS,
@@ -55,7 +56,6 @@ from engine.models import (
     DeliveryKey,
     Execution,
     ExecutionStatus,
-    HookStatus,
     RunStatus,
 )
 from lanes.models import Lane
@@ -178,15 +178,11 @@ class AwaitingFilter(admin.SimpleListFilter):
     parameter_name = "awaiting"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("approval", "an operator's approval"), ("lane", "their lane (queued)")]
+        return list(selectors.AWAITING.items())
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Execution]) -> Any:
-        if self.value() == "approval":
-            return queryset.filter(
-                hooks__status=HookStatus.PENDING, hooks__operator=True
-            ).distinct()
-        if self.value() == "lane":
-            return queryset.filter(lane_wait__isnull=False).distinct()
+        if self.value() in selectors.AWAITING:
+            return selectors.executions_awaiting(queryset, str(self.value()))
         return queryset
 
 

@@ -33,7 +33,6 @@ from engine.models import (
     TERMINAL_STATUSES,
     Execution,
     Hook,
-    HookStatus,
     Run,
     Stage,
     StepReceipt,
@@ -417,9 +416,7 @@ def superseded_plan(execution: Execution, plan_hash: str) -> dict[str, Any] | No
 def approvals_pending() -> dict[str, Any]:
     """What waits for an operator, for the admin index: paused executions and lanes that
     need recovering, with where to find them (the one execution itself when there is one)."""
-    paused = Execution.objects.filter(
-        hooks__status=HookStatus.PENDING, hooks__operator=True
-    ).distinct()
+    paused = selectors.executions_awaiting(Execution.objects.all(), "approval")
     ids = list(paused.order_by("created_at").values_list("id", flat=True)[:2])
     changelist = reverse("admin:executions_execution_changelist")
     stuck = Lane.objects.filter(state=LaneState.RECOVERY_REQUIRED).count()

@@ -347,6 +347,7 @@ COMMANDS: tuple[CommandRow, ...] = (
     ),
     CommandRow("alfred_user list", ("alfred_user", "list"), "ok", "ok"),
     CommandRow("alfred_user deactivate", ("alfred_user", "deactivate", "viewer"), "ok", "refused"),
+    CommandRow("alfred_executions list", ("alfred_executions", "list"), "ok", "ok"),
     CommandRow("alfred_executions show", ("alfred_executions", "show", "{queued}"), "ok", "ok"),
     CommandRow(
         "alfred_executions approve",

@@ -1,5 +1,9 @@
-"""``manage.py alfred_executions show|approve|rollback|cancel|retry EXECUTION``: the controls
-from a shell, as the operator ``cli:<actor>`` (audited like any other caller's).
+"""``manage.py alfred_executions list|show|approve|rollback|cancel|retry``: the executions and
+their controls from a shell, as the operator ``cli:<actor>`` (audited like any other caller's).
+
+``list`` prints the newest first, a line each (``--status``, ``--workflow`` and ``--awaiting
+approval|lane`` filter, ``--limit`` bounds it), and says on standard error how many it showed
+and whether there are more; what an execution waits for is its last column.
 
 Each says what happens next and, where the operator must act again, what to run:
 
@@ -15,6 +19,7 @@ Each says what happens next and, where the operator must act again, what to run:
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import time
@@ -22,7 +27,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from alfred.principals import cli_actor, cli_caller
+from alfred.principals import Caller, Role, cli_actor, cli_caller
 from engine import selectors
 from engine.api.serializers import ExecutionSerializer
 from engine.controls import (
@@ -39,10 +44,19 @@ from lanes.models import Lane, LaneState
 
 
 class Command(BaseCommand):
-    help = "Show an execution, or approve, roll back, cancel or retry it (audited)."
+    help = "List executions, show one, or approve, roll back, cancel or retry it (audited)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
+        listing = sub.add_parser("list", help="executions, newest first, a line each")
+        listing.add_argument("--status", choices=ExecutionStatus.values)
+        listing.add_argument("--workflow", choices=selectors.workflow_names())
+        listing.add_argument(
+            "--awaiting",
+            choices=list(selectors.AWAITING),
+            help="only those waiting for an operator's approval, or queued on their lane",
+        )
+        listing.add_argument("--limit", type=_positive, default=50, help="at most (default 50)")
         show = sub.add_parser("show", help="the execution resource, as JSON")
         show.add_argument("execution")
         for name, text in [
@@ -74,6 +88,19 @@ class Command(BaseCommand):
                 )
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
+        if action == "list":
+            rows = selectors.execution_rows(
+                Caller("cli", Role.VIEWER),  # a read: it names no one, and sees everything
+                workflow=options["workflow"],
+                status=options["status"],
+                awaiting=options["awaiting"],
+            )
+            limit = options["limit"]
+            found = list(rows[: limit + 1])
+            self.stdout.write(_table(found[:limit]))
+            more = "; there are more: raise --limit, or filter" if len(found) > limit else ""
+            self.stderr.write(f"{len(found[:limit])} shown, newest first{more}")
+            return
         execution_id = options["execution"]
         if action == "show":
             try:
@@ -122,6 +149,42 @@ class Command(BaseCommand):
         else:
             status = Execution.objects.values_list("status", flat=True).get(pk=execution_id)
             self.stdout.write(f"{execution_id}: {action} recorded; now {status}")
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number, at least 1")
+    return int(text)
+
+
+def _table(executions: list[Execution]) -> str:
+    """Aligned columns: id, workflow, status, lane, created (UTC), what it waits for."""
+    header = ("ID", "WORKFLOW", "STATUS", "LANE", "CREATED (UTC)", "WAITS FOR")
+    lines = [header] + [
+        (
+            execution.id,
+            execution.workflow,
+            execution.status + (" (dry run)" if execution.dry_run else ""),
+            execution.lane_key or "-",
+            execution.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            _waits_for(execution),
+        )
+        for execution in executions
+    ]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    )
+
+
+def _waits_for(execution: Any) -> str:
+    """From :func:`engine.selectors.execution_rows`' marks."""
+    if execution.awaits_approval:
+        return "approval"
+    if execution.awaits_lane:
+        return "lane"
+    return "-"
 
 
 def _pending_plan(execution_id: str) -> Hook | None:

@@ -25,7 +25,7 @@ from alfred.users import user_set
 from engine.models import Execution, ExecutionStatus, Hook, RunStatus, WebhookEndpoint
 from lanes.models import Lane, LaneState
 from tests.authorization import matrix
-from tests.support.helpers import CERTIFICATE, submit
+from tests.support.helpers import CERTIFICATE, paused_on_a_plan, submit
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,22 +69,6 @@ def _fail(execution_id: str) -> None:
     execution.runs.update(status=RunStatus.FAILED, finished_at=timezone.now())
 
 
-def _pause(execution_id: str, plan_hash: str) -> None:
-    """Paused on an operator's checkpoint for the plan of ``plan_hash`` (as apply leaves it)."""
-    execution = Execution.objects.get(pk=execution_id)
-    execution.status = ExecutionStatus.PAUSED
-    execution.save()
-    Hook.objects.create(
-        execution=execution,
-        run_id=str(execution.current_run_id),
-        stage="apply",
-        name="approve",
-        token=f"approve-{execution_id}",
-        operator=True,
-        payload={"plan_hash": plan_hash, "plan": {}},
-    )
-
-
 @pytest.fixture
 def world() -> World:
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
@@ -105,7 +89,7 @@ def world() -> World:
     paused = submit(client, "add-subdomain", {"zone": "example.com", "subdomain": "paused"})
     assert queued.status_code == failed.status_code == laned.status_code == 202
     plan_hash = "a" * 64
-    _pause(paused.json()["id"], plan_hash)
+    paused_on_a_plan(paused.json()["id"], plan_hash)
     _fail(failed.json()["id"])
     _fail(laned.json()["id"])
     lane = Lane.objects.get(owner_id=laned.json()["id"])

@@ -15,14 +15,14 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from engine.lanes.reconciler import Action, lane_reconcile
-from engine.models import Execution, Hook, Run
+from engine.models import Hook, Run
 from lanes.models import Lane
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import WorkerProcess, quiesce
 from tests.integration.test_add_subdomain import _batches, _create, _paused, _terminal
 from tests.integration.test_lane_reconciler import _finish
 from tests.support import aws_world
-from tests.support.helpers import LAMBDA, submit
+from tests.support.helpers import LAMBDA, paused_on_a_plan, submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -62,17 +62,7 @@ def test_an_approval_no_worker_takes_says_so_and_how_to_follow_it(api):
     execution_id = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": "w"}).json()[
         "id"
     ]
-    execution = Execution.objects.get(pk=execution_id)
-    Execution.objects.filter(pk=execution_id).update(status="paused")
-    Hook.objects.create(
-        execution=execution,
-        run_id=str(execution.current_run_id),
-        stage="apply",
-        name="approve",
-        token=f"approve-{execution_id}",
-        operator=True,
-        payload={"plan_hash": "a" * 64},
-    )
+    paused_on_a_plan(execution_id)
 
     # when
     said = _command(

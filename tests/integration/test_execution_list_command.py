@@ -11,8 +11,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from engine.models import Execution, Hook
-from tests.support.helpers import submit
+from tests.support.helpers import paused_on_a_plan, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -31,27 +30,13 @@ def _accepted(api, workflow: str, body: dict[str, str]) -> str:
     return response.json()["id"]
 
 
-def _paused_on_a_plan(execution_id: str) -> None:
-    execution = Execution.objects.get(pk=execution_id)
-    Execution.objects.filter(pk=execution_id).update(status="paused")
-    Hook.objects.create(
-        execution=execution,
-        run_id=str(execution.current_run_id),
-        stage="apply",
-        name="approve",
-        token=f"approve-{execution_id}",
-        operator=True,
-        payload={"plan_hash": "a" * 64},
-    )
-
-
 @pytest.fixture
 def three(api) -> dict[str, str]:
     """A lane's owner, the next on that lane, and one without a lane paused on a plan."""
     owner = _accepted(api, "add-domain", {"domain": "one.example"})
     waiting = _accepted(api, "add-domain", {"domain": "two.example"})
     paused = _accepted(api, "add-subdomain", {"zone": "example.com", "subdomain": "three"})
-    _paused_on_a_plan(paused)
+    paused_on_a_plan(paused)
     return {"owner": owner, "waiting": waiting, "paused": paused}
 
 

@@ -10,6 +10,8 @@ import psycopg
 from django.db import connection
 from rest_framework.test import APIClient
 
+from engine.models import Execution, ExecutionStatus, Hook
+
 SUBDOMAIN = {"zone": "example.com", "subdomain": "api", "ticket_ids": ["OPS-1"]}
 CERTIFICATE = {"domain": "example.com", "ticket_ids": ["OPS-2"]}
 LAMBDA = {"target": "checkout-api", "environment": "production", "version": "42"}
@@ -20,6 +22,22 @@ def submit(api: APIClient, workflow: str, body: Any, key: str | None = None, **h
     extra: dict[str, Any] = {"HTTP_IDEMPOTENCY_KEY": key or f"key-{uuid.uuid4()}"}
     extra.update({f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()})
     return api.post(f"/api/v1/workflows/{workflow}/executions", body, format="json", **extra)
+
+
+def paused_on_a_plan(execution_id: str, plan_hash: str = "a" * 64) -> None:
+    """An accepted execution paused on an operator's checkpoint for the plan of ``plan_hash``,
+    as its apply stage leaves it (no worker needed)."""
+    execution = Execution.objects.get(pk=execution_id)
+    Execution.objects.filter(pk=execution_id).update(status=ExecutionStatus.PAUSED)
+    Hook.objects.create(
+        execution=execution,
+        run_id=str(execution.current_run_id),
+        stage="apply",
+        name="approve",
+        token=f"approve-{execution_id}",
+        operator=True,
+        payload={"plan_hash": plan_hash, "plan": {}},
+    )
 
 
 def assert_problem(response: Any, status: int, code: str) -> dict[str, Any]:

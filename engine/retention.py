@@ -29,6 +29,12 @@ read without their locks: whoever makes an execution a lane's owner or a waiter 
 execution's row lock first (``lanes.services``), and the batch holds it. Every event written
 while a batch runs waits for it to end before the all-executions feed shows it (the feed
 reads below the oldest open transaction): another reason to keep batches short.
+
+A pass that reaches the end of the executions also deletes the inbound notifications (GitHub
+pushes, ArgoCD syncs: ``delivery.receivers``) received more than the same period ago, oldest
+first, ``NOTIFICATION_BATCH`` rows a statement. One is kept only so that the same delivery
+sent again is a no-op; GitHub redelivers for a few days at most, and one resent after it is
+gone is recorded again and brings the polls it names forward again: a hint, never a change.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from engine.models import (
     AuditEntry,
     DeliveryStatus,
     Execution,
+    InboundNotification,
     OutboxEvent,
     Run,
     RunStatus,
@@ -164,6 +171,21 @@ _DELETE_SQL = f"""
 
 COUNTS = ("executions", "events", "deliveries", "attempts", "receipts", "timers")
 
+# Inbound notifications deleted per statement (a row is a few hundred bytes: a statement of a
+# few milliseconds).
+NOTIFICATION_BATCH = 1000
+_N = InboundNotification._meta.db_table
+# The oldest first, by id (the order they were received in, served by the primary key: the
+# old rows are the first the index gives); one another transaction holds is left for later.
+_NOTIFICATIONS_SQL = f"""
+    DELETE FROM {_N} WHERE id = ANY(ARRAY(
+        SELECT id FROM {_N}
+        WHERE received_at < now() - %(age)s * interval '1 second'
+        ORDER BY id LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ))
+"""  # noqa: S608
+
 
 @dataclass(frozen=True)
 class HistoryArchive:
@@ -227,6 +249,7 @@ class PruneReport:
         line = f"pruned {self.counts['executions']} executions ({done}) in {self.batches} batches"
         if self.batches:
             line += f", the longest {self.longest_batch_ms:.0f} ms"
+        line += f", and {self.counts['notifications']} inbound notifications"
         if self.skipped:
             why = ", ".join(f"{n} {reason}" for reason, n in sorted(self.skipped.items()))
             line += f"; left for later: {why}"
@@ -266,7 +289,8 @@ def prunable_preview(older_than: timedelta) -> dict[str, int]:
     events = OutboxEvent.objects.filter(
         Q(execution__in=roots) | Q(execution__parent__in=roots)
     ).count()
-    return {"executions": roots.count(), "events": events}
+    notifications = InboundNotification.objects.filter(received_at__lt=Now() - older_than)
+    return {"executions": roots.count(), "events": events, "notifications": notifications.count()}
 
 
 def executions_prune_batch(
@@ -355,9 +379,10 @@ def executions_prune(
     after: tuple[datetime, str] | None = None,
 ) -> PruneReport:
     """Prune everything prunable, batch after batch, oldest first, each tree looked at once
-    per pass, resting between batches so that they take ``duty`` of the time. With
-    ``budget_seconds``, stops after the batch that crosses it and says where to go on from
-    (``report.after``; None when nothing is left)."""
+    per pass, resting between batches so that they take ``duty`` of the time, then the old
+    inbound notifications. With ``budget_seconds``, stops after the batch that crosses it and
+    says where to go on from (``report.after``; None when no execution is left: notifications
+    the budget did not reach are the next pass's)."""
     writes_allowed()
     if not 0 < duty <= 1:
         raise ValueError("duty: more than 0, at most 1")
@@ -378,9 +403,33 @@ def executions_prune(
             break
         if budget_seconds is not None and time.monotonic() - started >= budget_seconds:
             report.after = after
-            break
+            return report
         time.sleep((time.monotonic() - batch_started) * (1 - duty) / duty)
+    deadline = None if budget_seconds is None else started + budget_seconds
+    report.counts["notifications"] = notifications_prune(older_than, duty=duty, deadline=deadline)
     return report
+
+
+def notifications_prune(
+    older_than: timedelta,
+    *,
+    batch: int = NOTIFICATION_BATCH,
+    duty: float = DUTY,
+    deadline: float | None = None,
+) -> int:
+    """Delete the inbound notifications received more than ``older_than`` ago, ``batch`` a
+    statement, resting as the executions' batches do, until none is left or the monotonic
+    ``deadline`` passes. Returns how many went."""
+    deleted = 0
+    while True:
+        started = time.monotonic()
+        with transaction.atomic(durable=True), connection.cursor() as cursor:
+            cursor.execute(_NOTIFICATIONS_SQL, {"age": older_than.total_seconds(), "limit": batch})
+            gone = cursor.rowcount
+        deleted += gone
+        if gone < batch or (deadline is not None and time.monotonic() >= deadline):
+            return deleted
+        time.sleep((time.monotonic() - started) * (1 - duty) / duty)
 
 
 def duration_text(value: timedelta) -> str:

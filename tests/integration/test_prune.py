@@ -25,6 +25,7 @@ from django.db import connections
 from django.db.models import F
 
 from alfred.principals import cli_caller
+from delivery.receivers import notification_receive
 from delivery.relay import deliveries_redeliver
 from engine import controls, retention
 from engine.acceptance import execution_accept
@@ -36,6 +37,7 @@ from engine.models import (
     DeliveryStatus,
     Execution,
     ExecutionStatus,
+    InboundNotification,
     OutboxEvent,
     Run,
     Stage,
@@ -45,7 +47,12 @@ from engine.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from engine.retention import HistoryArchive, executions_prune, prunable_roots
+from engine.retention import (
+    HistoryArchive,
+    executions_prune,
+    notifications_prune,
+    prunable_roots,
+)
 from engine.runtime.runner import stage_execute
 from lanes.models import Lane, LaneState, LaneWaiter
 from tests.conftest import ROOT, subprocess_database_url
@@ -530,3 +537,53 @@ def test_the_command_archives_each_history_then_prunes(tmp_path):
     assert first["events"][0]["type"] == "execution.accepted"
     assert second["events"][0]["type"] == "execution.retried"
     assert not [p for p in archive.iterdir() if p.name.startswith(".")]
+
+
+def _received(*, days_ago: float) -> InboundNotification:
+    record = InboundNotification.objects.create(
+        source="github", delivery_id=f"d-{uuid.uuid4()}", topics=["github:platform/x"]
+    )
+    InboundNotification.objects.filter(pk=record.pk).update(
+        received_at=F("received_at") - timedelta(days=days_ago)
+    )
+    return record
+
+
+def test_old_inbound_notifications_go_and_one_resent_after_is_recorded_again():
+    # given: five notifications received 100 days ago, one yesterday
+    old = [_received(days_ago=100) for _ in range(5)]
+    recent = _received(days_ago=1)
+    dry = io.StringIO()
+    call_command("alfred_prune", "--dry-run", stdout=dry)
+    assert "and 5 inbound notifications were received before then" in dry.getvalue()
+    assert InboundNotification.objects.count() == 6
+
+    # when: a pass with its time spent after the first statement, then one with time to spare
+    spent = notifications_prune(RETENTION, batch=2, deadline=0)
+    out = io.StringIO()
+    call_command("alfred_prune", stdout=out)
+
+    # then: two went in the first, the rest of the old ones in the second; yesterday's stays
+    assert spent == 2
+    assert out.getvalue().rstrip().endswith("and 3 inbound notifications")
+    assert list(InboundNotification.objects.values_list("pk", flat=True)) == [recent.pk]
+
+    # and: the same delivery sent again is recorded again, not taken for a duplicate
+    again = notification_receive("github", old[0].delivery_id, ["github:platform/x"])
+    assert again.duplicate is False
+    assert notification_receive("github", old[0].delivery_id, []).duplicate is True
+
+
+def test_a_pass_that_runs_out_of_time_on_executions_leaves_the_notifications_for_the_next():
+    # given: two old executions and an old notification
+    executions = [_old_terminal() for _ in range(2)]
+    _received(days_ago=100)
+
+    # when: the budget is spent after the first batch, then the pass goes on
+    first = _prune(batch=1, budget_seconds=0)
+    rest = _prune(batch=1, after=first.after)
+
+    # then: the notification went with the pass that reached the end
+    assert (first.counts["notifications"], rest.counts["notifications"]) == (0, 1)
+    assert all(_pruned(e.id) for e in executions)
+    assert not InboundNotification.objects.exists()

@@ -1,8 +1,9 @@
 """``manage.py alfred_prune [--older-than 90d] [--archive DIR] [--dry-run]``: delete the
 history (events, webhook deliveries and attempts, step receipts, timers) of executions that
 ended more than the retention period ago (``ALFRED_RETENTION_DAYS`` by default), in short
-batches; ``--archive DIR`` writes each one's history JSON there first. What stays, what is
-left for later and why: ``engine.retention`` and docs/runbook.md.
+batches, then the inbound notifications received before then; ``--archive DIR`` writes each
+execution's history JSON there first. What stays, what is left for later and why:
+``engine.retention`` and docs/runbook.md.
 """
 
 from __future__ import annotations
@@ -75,8 +76,9 @@ class Command(BaseCommand):
             preview = prunable_preview(older_than)
             self.stdout.write(
                 f"{preview['executions']} executions ended more than {duration_text(older_than)} "
-                f"ago hold "
-                f"{preview['events']} events (with their children); nothing deleted"
+                f"ago hold {preview['events']} events (with their children), and "
+                f"{preview['notifications']} inbound notifications were received before then; "
+                "nothing deleted"
             )
             return
         archive = None

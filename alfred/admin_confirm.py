@@ -23,15 +23,30 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from alfred.text import MAX_REASON_LENGTH, free_text_problem
+
 CONFIRM = "confirm"
 
 
+class ReasonField(forms.CharField):
+    """An operator's reason typed in the admin, under the API's rule (``alfred.text``): at
+    most ``MAX_REASON_LENGTH`` characters, no control character but tab and newline."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_length", MAX_REASON_LENGTH)
+        kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 3, "cols": 80}))
+        kwargs.setdefault("help_text", "Recorded in the audit log with your name.")
+        super().__init__(**kwargs)
+
+    def validate(self, value: Any) -> None:
+        super().validate(value)
+        problem = free_text_problem(value) if isinstance(value, str) else None
+        if problem is not None:
+            raise forms.ValidationError(problem, code="free_text")
+
+
 class ReasonForm(forms.Form):
-    reason = forms.CharField(
-        max_length=2000,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
-        help_text="Recorded in the audit log with your name.",
-    )
+    reason = ReasonField()
 
 
 @dataclass(frozen=True)

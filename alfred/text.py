@@ -25,15 +25,24 @@ def _class(ranges: tuple[tuple[int, int], ...]) -> str:
 _FORBIDDEN_IN_TEXT = re.compile(f"[{_class(_FORBIDDEN)}]")
 
 
-def check_free_text(value: str) -> None:
-    """The rule for every free text of the API (operator reasons): no control character but
-    tab and newline, no bidirectional override; the length is the field's."""
+def free_text_problem(value: str) -> str | None:
+    """What breaks the rule for every free text an operator sends (reasons, on the API and in
+    the admin): no control character but tab and newline, no bidirectional override; the
+    length is the field's. None: nothing."""
     found = _FORBIDDEN_IN_TEXT.search(value)
-    if found is not None:
-        raise serializers.ValidationError(
-            f"Control characters other than tab and newline are not allowed "
-            f"(found U+{ord(found.group()):04X})."
-        )
+    if found is None:
+        return None
+    return (
+        f"Control characters other than tab and newline are not allowed "
+        f"(found U+{ord(found.group()):04X})."
+    )
+
+
+def check_free_text(value: str) -> None:
+    """:func:`free_text_problem` as a serializer field's validator."""
+    problem = free_text_problem(value)
+    if problem is not None:
+        raise serializers.ValidationError(problem)
 
 
 # The same rule as ECMA regular expressions, for the OpenAPI schema (NUL included: DRF's

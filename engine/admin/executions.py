@@ -37,7 +37,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
-from alfred.admin_confirm import ConfirmItem, confirmation_page, reason_confirmed
+from alfred.admin_confirm import ConfirmItem, ReasonField, confirmation_page, reason_confirmed
 from alfred.principals import Caller
 from alfred.readonly import read_only
 from engine import selectors
@@ -64,11 +64,7 @@ SEARCHED_INPUT = ("domain", "zone", "subdomain", "target", "certificate_arn", "t
 
 
 class ControlForm(forms.Form):
-    reason = forms.CharField(
-        max_length=2000,
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 80}),
-        help_text="Recorded in the audit log with your name.",
-    )
+    reason = ReasonField()
 
 
 class ApproveForm(ControlForm):

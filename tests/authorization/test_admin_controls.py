@@ -557,6 +557,19 @@ def test_a_confirmation_without_a_reason_is_the_form_again(paused):
     assert Execution.objects.get(pk=paused.pk).status == ExecutionStatus.PAUSED
 
 
+@pytest.mark.parametrize(
+    "reason", ["x" * 1001, "ok\u202eko"], ids=["over-1000-characters", "bidi-override"]
+)
+def test_a_reason_the_api_would_refuse_is_the_form_again(paused, reason):
+    response = _login("operator").post(
+        _control(paused, "approve"), {"plan_hash": PLAN_HASH, "reason": reason}
+    )
+
+    assert response.status_code == 200 and "errorlist" in response.content.decode()
+    assert Hook.objects.get(execution=paused).status == HookStatus.PENDING
+    assert not AuditEntry.objects.filter(action="execution.approve").exists()
+
+
 def test_cancel_rejects_the_pending_plan_and_records_the_reason(paused):
     response = _login("operator").post(
         _control(paused, "cancel"), {"reason": "CHG-7 withdrawn"}, follow=True

@@ -473,6 +473,29 @@ def test_dry_run_counts_and_deletes_nothing():
     with pytest.raises(CommandError, match="--older-than"):
         call_command("alfred_prune", "--older-than", "90 days")
 
+    # and: 0s is a period too (everything that has ended), not the default
+    just_ended = _ran("test-counter", {"label": f"dry-{uuid.uuid4().hex[:6]}"})
+    out = io.StringIO()
+    call_command("alfred_prune", "--dry-run", "--older-than", "0s", stdout=out)
+    assert out.getvalue().startswith("2 executions ended more than 0s ago"), out.getvalue()
+    assert not _pruned(just_ended.id)
+
+
+def test_a_bad_period_on_the_command_line_is_a_usage_error_not_a_traceback():
+    done = subprocess.run(
+        [sys.executable, "manage.py", "alfred_prune", "--dry-run", "--older-than", "90x"],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "alfred.settings_test"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert "argument --older-than: '90x': a number and a unit" in done.stderr
+    assert "Traceback" not in done.stderr
+
 
 def test_the_command_archives_each_history_then_prunes(tmp_path):
     # given: a root with a child, and another root

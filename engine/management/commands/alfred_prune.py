@@ -8,6 +8,7 @@ execution's history JSON there first. What stays, what is left for later and why
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def _duration(text: str) -> Any:
     try:
         return duration_parse(text)
     except ValueError as exc:
-        raise CommandError(f"--older-than {exc}") from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class Command(BaseCommand):
@@ -67,7 +68,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        older_than = options["older_than"] or retention_period()
+        older_than = options["older_than"]
+        if older_than is None:  # (0s is a duration too: everything that has ended)
+            older_than = retention_period()
         if options["batch"] < 1:
             raise CommandError("--batch: 1 or more")
         if not 0 < options["duty"] <= 1:

@@ -21,9 +21,9 @@ stand-ins of AWS, GitHub and ArgoCD (``python -m providers.sandbox``, on loopbac
 writes once it is up; with ``external`` the children get the operator's own AWS, GitHub and
 ArgoCD settings untouched.
 
-State. ``ALFRED_STATE_DIR`` (default ``.alfred/``) persists between runs, so the next
-``make run`` finds its data where it left it. A lock file in it keeps a second launcher off the
-same servers.
+State. ``ALFRED_STATE_DIR`` (default: the checkout's ``.alfred/``) persists between runs, so
+the next ``make run`` finds its data where it left it. A lock file in it keeps a second
+launcher off the same servers.
 """
 
 from __future__ import annotations

@@ -36,8 +36,17 @@ REDIS_DB = "redis.rdb"
 REDIS_SOCKET = "redis.sock"
 
 
+# The checkout's own: a command run from another directory finds the same database.
+DEFAULT_STATE_DIR = Path(__file__).resolve().parents[1] / ".alfred"
+
+
 def state_dir() -> Path:
-    return Path(os.environ.get("ALFRED_STATE_DIR", ".alfred")).expanduser().resolve()
+    """``ALFRED_STATE_DIR`` (a relative one from the working directory), else the checkout's
+    ``.alfred/``."""
+    configured = os.environ.get("ALFRED_STATE_DIR")
+    if not configured:
+        return DEFAULT_STATE_DIR
+    return Path(configured).expanduser().resolve()
 
 
 def _pg_socket_dir(pgdata: Path) -> Path:

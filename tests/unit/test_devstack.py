@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from alfred.devstack import exit_described, with_sandbox
+from alfred.embedded import state_dir
 
 
 def test_no_aws_setting_of_the_developer_reaches_the_children_in_sandbox_mode():
@@ -35,3 +37,13 @@ def test_a_childs_end_is_named_by_its_signal_or_its_exit_code():
 
     assert exit_described(killed.wait()) == "killed by SIGKILL"
     assert exit_described(exited.wait()) == "exit code 3"
+
+
+def test_the_state_directory_is_the_checkouts_from_any_working_directory(monkeypatch, tmp_path):
+    checkout = Path(__file__).resolve().parents[2]
+    monkeypatch.delenv("ALFRED_STATE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert state_dir() == checkout / ".alfred"  # not ./.alfred: manage.py finds its database
+
+    monkeypatch.setenv("ALFRED_STATE_DIR", "elsewhere")
+    assert state_dir() == tmp_path / "elsewhere"  # a relative one, from where it runs

@@ -40,7 +40,7 @@ class ReasonField(forms.CharField):
 
     def validate(self, value: Any) -> None:
         super().validate(value)
-        problem = free_text_problem(value) if isinstance(value, str) else None
+        problem = free_text_problem(value)
         if problem is not None:
             raise forms.ValidationError(problem, code="free_text")
 

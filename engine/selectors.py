@@ -52,18 +52,19 @@ def execution_list(
     return qs
 
 
-def executions_awaiting(queryset: QuerySet[Execution], what: str) -> QuerySet[Execution]:
-    """Those of ``queryset`` waiting for ``what`` (a key of :data:`AWAITING`): an operator's
-    answer to a pending hook (a plan to approve, an assistance), or their lane's owner."""
+def _awaits(what: str) -> Exists:
+    """Whether an execution waits for ``what`` (a key of :data:`AWAITING`): an operator's
+    answer to a pending hook (a plan to approve, an assistance), or its lane's owner."""
     if what == "approval":
-        return queryset.filter(Exists(_operator_hooks_pending()))
+        return Exists(Hook.objects.filter(execution=OuterRef("pk")).awaiting_operator())
     if what == "lane":
-        return queryset.filter(Exists(LaneWaiter.objects.filter(execution=OuterRef("pk"))))
+        return Exists(LaneWaiter.objects.filter(execution=OuterRef("pk")))
     raise ValueError(f"awaiting {what!r}: one of {', '.join(AWAITING)}")
 
 
-def _operator_hooks_pending() -> QuerySet[Hook]:
-    return Hook.objects.filter(execution=OuterRef("pk")).awaiting_operator()
+def executions_awaiting(queryset: QuerySet[Execution], what: str) -> QuerySet[Execution]:
+    """Those of ``queryset`` waiting for ``what`` (a key of :data:`AWAITING`)."""
+    return queryset.filter(_awaits(what))
 
 
 def execution_rows(
@@ -77,10 +78,9 @@ def execution_rows(
     qs = execution_list(caller, workflow=workflow, status=status)
     if awaiting is not None:
         qs = executions_awaiting(qs, awaiting)
-    return qs.annotate(
-        awaits_approval=Exists(_operator_hooks_pending()),
-        awaits_lane=Exists(LaneWaiter.objects.filter(execution=OuterRef("pk"))),
-    ).order_by("-created_at", "-id")
+    return qs.annotate(awaits_approval=_awaits("approval"), awaits_lane=_awaits("lane")).order_by(
+        "-created_at", "-id"
+    )
 
 
 def execution_get(execution_id: str) -> Execution:

@@ -37,7 +37,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
-from alfred.admin_confirm import ConfirmItem, ReasonField, confirmation_page, reason_confirmed
+from alfred.admin_confirm import ConfirmItem, ReasonForm, confirmation_page, reason_confirmed
 from alfred.principals import Caller
 from alfred.readonly import read_only
 from engine import selectors
@@ -63,11 +63,7 @@ from lanes.models import Lane
 SEARCHED_INPUT = ("domain", "zone", "subdomain", "target", "certificate_arn", "ticket_ids")
 
 
-class ControlForm(forms.Form):
-    reason = ReasonField()
-
-
-class ApproveForm(ControlForm):
+class ApproveForm(ReasonForm):
     plan_hash = forms.RegexField(regex=r"^[0-9a-f]{64}\Z", widget=forms.HiddenInput)
     force = forms.BooleanField(
         required=False,
@@ -76,7 +72,7 @@ class ApproveForm(ControlForm):
     )
 
 
-class RejectForm(ControlForm):
+class RejectForm(ReasonForm):
     plan_hash = forms.RegexField(regex=r"^[0-9a-f]{64}\Z", widget=forms.HiddenInput)
 
 
@@ -131,9 +127,9 @@ def _retry(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
 CONTROL_PAGES: dict[str, ControlPage] = {
     "approve": ControlPage("Approve the plan", ApproveForm, _approve),
     "reject": ControlPage("Reject the plan", RejectForm, _reject),
-    "rollback": ControlPage("Roll back", ControlForm, _rollback),
-    "cancel": ControlPage("Cancel", ControlForm, _cancel),
-    "retry": ControlPage("Retry", ControlForm, _retry),
+    "rollback": ControlPage("Roll back", ReasonForm, _rollback),
+    "cancel": ControlPage("Cancel", ReasonForm, _cancel),
+    "retry": ControlPage("Retry", ReasonForm, _retry),
 }
 
 

@@ -33,7 +33,7 @@ from engine.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from lanes.models import Lane, LaneState
+from lanes.models import Lane, LaneState, LaneWaiter
 from tests.authorization.test_admin_controls import (  # noqa: F401 (fixtures)
     PLAN_HASH,
     _control,
@@ -123,6 +123,9 @@ def test_the_list_searches_the_input_and_filters_what_waits_for_approval(paused,
     assert listed({"q": "approved.example.com"}) == {approved.pk}
     assert listed({"q": "example.com"}) == {approved.pk, paused.pk}
     assert listed({"awaiting": "approval"}) == {paused.pk}
+    lane = Lane.objects.create(key="aws-infrastructure", state=LaneState.HELD, owner=paused)
+    LaneWaiter.objects.create(lane=lane, execution=approved)
+    assert listed({"awaiting": "lane"}) == {approved.pk}
 
 
 # -- approval: reject, superseded plans, the index ---------------------------------------------

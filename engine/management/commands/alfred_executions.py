@@ -97,9 +97,10 @@ class Command(BaseCommand):
             )
             limit = options["limit"]
             found = list(rows[: limit + 1])
-            self.stdout.write(_table(found[:limit]))
+            shown = found[:limit]
+            self.stdout.write(_table(shown))
             more = "; there are more: raise --limit, or filter" if len(found) > limit else ""
-            self.stderr.write(f"{len(found[:limit])} shown, newest first{more}")
+            self.stderr.write(f"{len(shown)} shown, newest first{more}")
             return
         execution_id = options["execution"]
         if action == "show":

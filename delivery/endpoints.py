@@ -1,12 +1,13 @@
 """Webhook endpoints: where Alfred may send signed events, and their signing secrets.
 
-A URL must be ``https://`` (``http://`` only outside production) and carry no credentials. It
-never aims at a link-local or metadata address (``169.254.0.0/16``, ``fe80::/10``: the cloud
-instance-metadata service), nor, unless ``ALFRED_WEBHOOK_ALLOW_PRIVATE`` (on under
-``make run``, off in production), at a loopback, private or otherwise reserved address.
-Well-known metadata host names are refused too. Host names are not resolved at save time (DNS
-can change after the save): the relay checks every address it is about to connect to with
-``address_check`` and connects to the address it checked.
+A URL must be ``https://`` (``http://`` only outside production), carry no credentials and,
+if it names a port, one from 1 to 65535: whatever is saved here can be sent to. An IP literal
+must be one ``delivery.addresses`` allows (globally reachable unicast, or with
+``ALFRED_WEBHOOK_ALLOW_PRIVATE`` — on under ``make run``, off in production — anything but
+link-local, multicast and metadata addresses); well-known metadata host names are refused too.
+Host names are not resolved at save time (DNS can change after the save): the relay checks
+every address it is about to connect to with ``address_check`` and connects to the address it
+checked.
 
 A secret is generated here (Standard Webhooks ``whsec_`` + base64 of 32 random bytes),
 returned once to whoever created or rotated it, and never shown again. A rotation keeps the
@@ -30,6 +31,7 @@ from django.utils import timezone
 
 from alfred.principals import Caller
 from alfred.readonly import writes_allowed
+from delivery.addresses import address_check
 from engine.models import AuditEntry, WebhookEndpoint
 
 ROTATION_OVERLAP = timedelta(hours=24)
@@ -37,7 +39,7 @@ ROTATION_OVERLAP = timedelta(hours=24)
 EVENT_TYPE_RE = re.compile(r"[a-z][a-z_]{0,40}(?:\.[a-z][a-z_]{0,40}){0,3}")
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
-# Cloud instance-metadata services by name (their addresses are link-local, refused below).
+# Cloud instance-metadata services by name (their addresses are refused by delivery.addresses).
 _METADATA_NAMES = frozenset(
     {
         "metadata",
@@ -53,55 +55,6 @@ def webhook_secret_new() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
-# IPv6 forms that carry an IPv4 address to an IPv4 host (besides IPv4-mapped, which the ipaddress
-# module unwraps itself): NAT64's well-known prefix and its local-use one (RFC 6052, RFC 8215),
-# and the deprecated IPv4-compatible form. 6to4 (2002::/16) and Teredo (2001::/32) are
-# unwrapped by ``sixtofour`` and ``teredo``.
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
-_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
-
-
-def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
-    """The IPv4 addresses a connection to ``address`` may end at: a translator or a tunnel
-    relays it there, so each is checked as if it were the target (``64:ff9b::a9fe:a9fe`` is
-    169.254.169.254 behind NAT64)."""
-    packed = address.packed
-    found = []
-    if address.ipv4_mapped is not None:
-        found.append(address.ipv4_mapped)
-    if address in _NAT64 or address in _IPV4_COMPATIBLE:
-        found.append(ipaddress.IPv4Address(packed[12:]))
-    if address in _NAT64_LOCAL:  # a /48 prefix: the IPv4 sits around the zero "u" octet
-        found.append(ipaddress.IPv4Address(packed[6:8] + packed[9:11]))
-    if address.sixtofour is not None:
-        found.append(address.sixtofour)
-    if address.teredo is not None:
-        found.extend(address.teredo)  # its server and its client
-    return found
-
-
-def address_check(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
-    """ValidationError when Alfred may not connect to ``address`` for a webhook: the address
-    itself and every IPv4 address it embeds must pass."""
-    embedded = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else []
-    for each in (address, *embedded):
-        _one_address_check(each, shown=address)
-
-
-def _one_address_check(
-    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
-    shown: ipaddress.IPv4Address | ipaddress.IPv6Address,
-) -> None:
-    named = str(shown) if address == shown else f"{shown} (to {address})"
-    if address.is_link_local or address.is_multicast or address.is_unspecified:
-        raise ValidationError(f"{named}: link-local, multicast and unspecified are refused")
-    if not address.is_global and not settings.ALFRED_WEBHOOK_ALLOW_PRIVATE:
-        raise ValidationError(
-            f"{named}: a loopback, private or reserved address needs ALFRED_WEBHOOK_ALLOW_PRIVATE"
-        )
-
-
 def endpoint_url_check(url: str) -> None:
     """ValidationError when ``url`` may not receive Alfred's events."""
     parts = urlsplit(url)
@@ -110,6 +63,12 @@ def endpoint_url_check(url: str) -> None:
         raise ValidationError(f"the URL must use {' or '.join(sorted(allowed))}")
     if parts.username or parts.password:
         raise ValidationError("the URL must not carry credentials")
+    try:
+        port = parts.port  # None when the URL names none
+    except ValueError:  # out of range or not a number: urlsplit says so only when asked
+        port = 0
+    if port == 0:
+        raise ValidationError("the URL's port must be a number from 1 to 65535")
     host = (parts.hostname or "").rstrip(".").lower()
     if not host:
         raise ValidationError("the URL has no host")

@@ -43,7 +43,7 @@ import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -63,7 +63,8 @@ from standardwebhooks.webhooks import Webhook
 
 from alfred.metrics import WEBHOOK_ATTEMPTS
 from alfred.readonly import writes_allowed
-from delivery.endpoints import address_check, endpoint_secrets
+from delivery.addresses import address_check
+from delivery.endpoints import endpoint_secrets
 from delivery.feed import event_document
 from engine.models import (
     AuditEntry,
@@ -103,6 +104,7 @@ class Claimed:
     secrets: tuple[str, ...]
     event_key: str
     body: str
+    broken: str = ""  # why this delivery cannot be sent (its body could not be made)
 
 
 @dataclass(frozen=True)
@@ -127,13 +129,23 @@ def deliveries_relay(batch: int = BATCH) -> int:
         return 0
     client = _client()
     if len(claimed) == 1:
-        delivery_record(claimed[0], attempt_send(client, claimed[0]))
+        _record_one(claimed[0], attempt_send(client, claimed[0]))
         return 1
     with ThreadPoolExecutor(max_workers=min(SENDERS, len(claimed))) as pool:
         answers = pool.map(lambda item: (item, attempt_send(client, item)), claimed)
         for item, answer in answers:
-            delivery_record(item, answer)
+            _record_one(item, answer)
     return len(claimed)
+
+
+def _record_one(item: Claimed, answer: Answer) -> None:
+    """Record one answer; a failure to record it is that delivery's alone (its claim runs out
+    and it is sent again), never its batch's: the others' answers are recorded all the same,
+    so a healthy receiver is not sent the same webhook-id again because of a neighbour."""
+    try:
+        delivery_record(item, answer)
+    except Exception:
+        log.exception("webhook delivery %s: its answer was not recorded", item.id)
 
 
 _clients: dict[int, httpx.Client] = {}
@@ -255,80 +267,103 @@ def deliveries_claim(batch: int = BATCH) -> list[Claimed]:
         rounds = -(-len(rows) // SENDERS)
         claim = now + timedelta(seconds=rounds * timeout * 1.5 + 5)
         WebhookDelivery.objects.filter(pk__in=[row.pk for row in rows]).update(claimed_until=claim)
-    return [
-        Claimed(
-            id=row.pk,
-            number=row.attempts + 1,
-            round_number=row.round_attempts + 1,
-            url=row.endpoint.url,
-            secrets=tuple(endpoint_secrets(row.endpoint)),
-            event_key=row.event.key,
-            body=json.dumps(
-                {
-                    "type": row.event.type,
-                    "timestamp": row.event.created_at.isoformat(),
-                    "data": event_document(row.event),
-                },
-                cls=DjangoJSONEncoder,
-                separators=(",", ":"),
-            ),
+    return [_claimed(row) for row in rows]
+
+
+def _claimed(row: WebhookDelivery) -> Claimed:
+    """What an attempt needs of a claimed row. Claimed already: a row whose body cannot be
+    made is still attempted — as an error recorded against it alone, on its retry schedule."""
+    claimed = Claimed(
+        id=row.pk,
+        number=row.attempts + 1,
+        round_number=row.round_attempts + 1,
+        url=row.endpoint.url,
+        secrets=(),
+        event_key=row.event.key,
+        body="",
+    )
+    try:
+        body = json.dumps(
+            {
+                "type": row.event.type,
+                "timestamp": row.event.created_at.isoformat(),
+                "data": event_document(row.event),
+            },
+            cls=DjangoJSONEncoder,
+            separators=(",", ":"),
         )
-        for row in rows
-    ]
+        return replace(claimed, secrets=tuple(endpoint_secrets(row.endpoint)), body=body)
+    except Exception as exc:
+        log.exception("webhook delivery %s: its request could not be made", row.pk)
+        return replace(claimed, broken=_error(exc))
+
+
+def _error(exc: Exception) -> str:
+    return f"error: {type(exc).__name__}: {exc}"[:1000]
 
 
 def attempt_send(client: httpx.Client, item: Claimed) -> Answer:
     """One POST, over by ``ALFRED_WEBHOOK_TIMEOUT_SECONDS`` whatever the receiver does (the
     claim outlasts it, so no other relay sends the delivery meanwhile); of the answer, only
-    its status, ``Retry-After`` and the first bytes of its body are read."""
-    timeout = settings.ALFRED_WEBHOOK_TIMEOUT_SECONDS
+    its status, ``Retry-After`` and the first bytes of its body are read.
+
+    Whatever the attempt raises is its answer: an error recorded against this delivery, on
+    its retry schedule to ``failed``. Raised instead, it would leave the whole batch
+    unrecorded, to be claimed and sent again to every receiver when the claim ran out."""
     started = time.monotonic()
-    deadline = _deadline.set(started + timeout)
+    deadline = _deadline.set(started + settings.ALFRED_WEBHOOK_TIMEOUT_SECONDS)
+    try:
+        return _attempt(client, item, started)
+    except Exception as exc:
+        log.exception("webhook delivery %s: the attempt failed", item.id)
+        return Answer(None, int((time.monotonic() - started) * 1000), error=_error(exc))
+    finally:
+        _deadline.reset(deadline)
+
+
+def _attempt(client: httpx.Client, item: Claimed, started: float) -> Answer:
+    timeout = settings.ALFRED_WEBHOOK_TIMEOUT_SECONDS
 
     def took() -> int:
         return int((time.monotonic() - started) * 1000)
 
+    if item.broken:
+        return Answer(None, took(), error=item.broken)
     try:
-        try:
-            target, headers, extensions = _pinned(item.url)
-        except (ValidationError, OSError) as exc:
-            message = exc.messages[0] if isinstance(exc, ValidationError) else str(exc)
-            return Answer(None, took(), error=f"refused: {message}"[:1000])
-        stamp = timezone.now()
-        headers.update(
-            {
-                "Content-Type": "application/json",
-                "webhook-id": item.event_key,
-                "webhook-timestamp": str(int(stamp.timestamp())),
-                "webhook-signature": " ".join(
-                    Webhook(secret).sign(item.event_key, stamp, item.body)
-                    for secret in item.secrets
-                ),
-            }
-        )
-        request = client.build_request(
-            "POST",
-            target,
-            content=item.body,
-            headers=headers,
-            extensions=extensions,
-            timeout=timeout,
-        )
-        try:
-            response = client.send(request, stream=True)
-        except httpx.TimeoutException:
-            return Answer(None, took(), error=f"timeout: no answer within {timeout:g} s")
-        except httpx.HTTPError as exc:
-            return Answer(None, took(), error=f"{type(exc).__name__}: {exc}"[:1000])
-        try:
-            excerpt = _excerpt(response)
-        finally:
-            response.close()  # unread, the rest is never received: the connection goes
-        return Answer(
-            response.status_code, took(), excerpt=excerpt, retry_after=_retry_after(response)
-        )
+        target, headers, extensions = _pinned(item.url)
+    except (ValidationError, OSError) as exc:
+        message = exc.messages[0] if isinstance(exc, ValidationError) else str(exc)
+        return Answer(None, took(), error=f"refused: {message}"[:1000])
+    stamp = timezone.now()
+    headers.update(
+        {
+            "Content-Type": "application/json",
+            "webhook-id": item.event_key,
+            "webhook-timestamp": str(int(stamp.timestamp())),
+            "webhook-signature": " ".join(
+                Webhook(secret).sign(item.event_key, stamp, item.body) for secret in item.secrets
+            ),
+        }
+    )
+    request = client.build_request(
+        "POST",
+        target,
+        content=item.body,
+        headers=headers,
+        extensions=extensions,
+        timeout=timeout,
+    )
+    try:
+        response = client.send(request, stream=True)
+    except httpx.TimeoutException:
+        return Answer(None, took(), error=f"timeout: no answer within {timeout:g} s")
+    except httpx.HTTPError as exc:
+        return Answer(None, took(), error=f"{type(exc).__name__}: {exc}"[:1000])
+    try:
+        excerpt = _excerpt(response)
     finally:
-        _deadline.reset(deadline)
+        response.close()  # unread, the rest is never received: the connection goes
+    return Answer(response.status_code, took(), excerpt=excerpt, retry_after=_retry_after(response))
 
 
 def _excerpt(response: httpx.Response) -> str:

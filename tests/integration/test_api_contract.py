@@ -519,6 +519,9 @@ _WEBHOOK_URLS = [
     "https://hooks.example.com/alfred",
     "http://a.bc",
     "https://a.example.com.:8080/x?y=1#z",
+    "https://a.example.com:65535/x",
+    "https://a.example.com:99999/x",  # past 65535: Django's validator takes five digits
+    "https://a.example.com:0/x",
     "https://xn--bcher-kva.example/hook",
     f"https://{'a' * 63}.example.com/",
     f"https://{_HOST_253}/",

@@ -457,3 +457,98 @@ def test_the_lists_show_what_an_operator_needs_at_1280_px(long_rows, admin_as):
 
     # then: every needed column is on screen, and nothing needs a sideways scroll
     assert seen == {list_: {"cut": [], "page": 0, "list": 0} for list_ in NEEDED}
+
+
+# What stands wider than the window (the page must not scroll sideways; a table may scroll in
+# a box of its own), and the attention box's lines.
+PHONE_OVERFLOW = """
+() => {
+  const viewport = document.documentElement.clientWidth;
+  const inside = (box) => box.getBoundingClientRect().right <= viewport + 0.5;
+  const scrolls = (box) => ["auto", "scroll"].includes(getComputedStyle(box).overflowX);
+  const named = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
+    + (typeof el.className === "string" && el.className.trim()
+       ? "." + el.className.trim().split(/\\s+/).join(".") : "");
+  const wide = Array.from(document.querySelectorAll("body *")).filter((el) => {
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 || r.right <= viewport + 0.5) return false;
+    // inside a box that scrolls sideways on its own and fits: that box is what counts
+    for (let up = el.parentElement; up; up = up.parentElement) {
+      if (scrolls(up) && inside(up)) return false;
+    }
+    return true;
+  }).map(named);
+  return {page: document.documentElement.scrollWidth - viewport, wide: wide.slice(0, 8)};
+}
+"""
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+def _lines(page: Any, selector: str) -> int:
+    """How many lines the text of ``selector`` takes."""
+    return int(
+        page.evaluate(
+            """(selector) => {
+              const range = document.createRange();
+              range.selectNodeContents(document.querySelector(selector));
+              return new Set(Array.from(range.getClientRects()).map((r) => Math.round(r.top))).size;
+            }""",
+            selector,
+        )
+    )
+
+
+def test_every_page_fits_a_phone(records, long_rows, admin_as):  # noqa: F811
+    # given an operator on a phone (390 x 844, where an on-call operator approves)
+    operator = admin_as("operator", viewport=PHONE, is_mobile=True, has_touch=True)
+    paused = Execution.objects.get(status=ExecutionStatus.PAUSED)
+    pages = [
+        reverse("admin:index"),
+        *(reverse(f"admin:{changelist}_changelist") for changelist in NEEDED),
+        *(
+            reverse("admin:executions_execution_change", args=[pk])
+            for pk in Execution.objects.order_by("created_at").values_list("pk", flat=True)
+        ),
+        reverse("admin:lanes_lane_change", args=["lambda:a:b"]),
+        reverse("admin:alfred_apitoken_changelist"),
+        reverse("admin:executions_webhookendpoint_changelist"),
+    ]
+    seen = {}
+    for path in pages:
+        page = operator.open(path)
+        seen[path] = page.evaluate(PHONE_OVERFLOW)
+    # and the approval page, reached from the paused execution
+    page = operator.execution(paused.pk)
+    operator.shot("phone-paused")
+    with page.expect_navigation():
+        page.click("#pending-approval a.button.default")  # on top, reachable by a tap
+    seen["approve"] = page.evaluate(PHONE_OVERFLOW)
+    operator.shot("phone-approve")
+
+    # then no page scrolls sideways (a wide table scrolls in its own box)
+    assert {path: found for path, found in seen.items() if found["page"] or found["wide"]} == {}
+    # and the index's waiting box reads on one line
+    page = operator.open(reverse("admin:index"))
+    operator.shot("phone-index")
+    assert _lines(page, "#attention .alfred-approvals a") == 1
+    # and the executions list shows each execution's id, workflow and status on screen
+    page = operator.open(reverse("admin:executions_execution_changelist"))
+    operator.shot("phone-executions")
+    assert page.evaluate(ON_SCREEN, ["id", "workflow", "status", "subject"]) == []
+
+
+# The columns some row of the list does not show within the window.
+ON_SCREEN = """
+(columns) => {
+  const viewport = document.documentElement.clientWidth;
+  return columns.filter((column) => {
+    const cells = document.querySelectorAll(`#result_list tbody .field-${column}`);
+    return cells.length < 2 || Array.from(cells).some((cell) => {
+      const r = cell.getBoundingClientRect();
+      return r.width === 0 || r.left < -0.5 || r.right > viewport + 0.5;
+    });
+  });
+}
+"""

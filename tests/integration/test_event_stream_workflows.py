@@ -79,7 +79,7 @@ LANE_WORKFLOWS: dict[str, Callable[[], dict[str, Any]]] = {
 
 def follow_as_the_recipe(base: str, token: str, execution_id: str, seen: list[Any]) -> None:
     """docs/contract.md's Python recipe, as written (``print`` is ``seen.append``)."""
-    last = None  # the last event id seen: a reconnect resumes after it
+    last: str | None = None  # the last event id seen: a reconnect resumes after it
     # (timeout=None is the recipe's: a stream lasts as long as the execution runs)
     with httpx.Client(
         base_url=base,
@@ -87,7 +87,7 @@ def follow_as_the_recipe(base: str, token: str, execution_id: str, seen: list[An
         headers={"Authorization": f"Bearer {token}"},
     ) as client:
         while True:
-            headers = {"Last-Event-ID": last} if last else {}
+            headers: dict[str, str] = {"Last-Event-ID": last} if last else {}
             try:
                 with connect_sse(
                     client,

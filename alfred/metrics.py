@@ -84,6 +84,12 @@ LEASE_TAKEOVERS = Counter(
     "Runs claimed from another worker whose lease ran out or whose process was gone.",
     ["workflow"],
 )
+DUPLICATE_DELIVERIES = Counter(
+    "alfred_duplicate_deliveries",
+    "Stage messages a worker refused because another live worker holds the run (a message "
+    "delivered again, or a recovery's that lost the race): a diagnostic, never an event.",
+    ["workflow", "stage"],
+)
 RECOVERY_DISPATCHES = Counter(
     "alfred_recovery_dispatches",
     "Runs the recovery scan dispatched again (a start or wake message lost, a lease run out).",

@@ -20,11 +20,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from engine.events import TERMINAL_EVENT_TYPES
 from engine.models import DeliveryKey, Execution, OutboxEvent
 
-TERMINAL_EVENT_TYPES = frozenset(
-    f"execution.{status}" for status in ("succeeded", "failed", "canceled", "rolled_back")
-)
 PAGE = 500
 
 # Each part fits a bigint (18 digits); the whole is the API's pattern too (no strip()).

@@ -45,8 +45,8 @@ from delivery.feed import (
     Cursor,
     FeedRow,
 )
-from engine.models import TERMINAL_STATUSES, Execution
 from engine.outbox import CHANNEL
+from engine.selectors import EXECUTION_SETTLED_SQL, execution_settled_params
 
 log = logging.getLogger(__name__)
 
@@ -334,34 +334,53 @@ async def _live(subscriber: Subscriber, keepalive: float) -> AsyncIterator[list[
 async def execution_stream(
     execution: str, after: int, *, terminal: bool, client: str
 ) -> AsyncIterator[bytes]:
-    """One execution's events after ``after``, then live; ends after its terminal event.
-    ``terminal``: whether the execution had ended when the client connected."""
+    """One execution's events after ``after``, then live; ends once the execution is settled
+    (``engine.selectors``: ended, and no lane event still to come — a lane workflow's
+    ``lane.released`` commits some milliseconds after its terminal event), with every event
+    it has then sent. ``terminal``: whether the execution had ended when the client
+    connected."""
     events = hub()
     subscriber = Subscriber(execution, client=client)
     await events.subscribe(subscriber)
     keepalive = settings.ALFRED_SSE_KEEPALIVE_SECONDS
     sent = after
+    # Once a terminal event is sent (or the execution had ended at connect), the stream asks
+    # after each round whether the execution is settled; a retry brings it back to "not".
+    ending = terminal
     try:
         yield retry_frame()
-        ended = False
 
         async def catch_up() -> AsyncIterator[bytes]:
-            nonlocal sent, ended
+            nonlocal sent, ending
             while True:
                 rows = await events.execution_after(execution, sent)
                 for row in rows:
                     yield sse_frame(row, str(row.sequence))
                     sent = row.sequence
-                    ended = row.terminal
+                    ending = ending or row.terminal
                 if len(rows) < PAGE:
                     return
 
+        async def settled() -> bool:
+            """Whether the stream may end: settled, and what came before that is sent."""
+            nonlocal ending
+            ended, done = await _settled(events, execution)
+            ending = ended
+            return done
+
         async for frame in catch_up():
             yield frame
-        if (ended or terminal) and await _ended(events, execution):
+        if ending and await settled():
+            # Read once more: what committed before it settled (its lane's event) is sent.
+            async for frame in catch_up():
+                yield frame
             return
         async for batches in _live(subscriber, keepalive):
             if batches is None:
+                if ending and await settled():  # settled without a word to this process
+                    async for frame in catch_up():
+                        yield frame
+                    return
                 yield KEEPALIVE
                 continue
             for batch in batches:
@@ -372,23 +391,23 @@ async def execution_stream(
                     if row.sequence == sent + 1:
                         yield sse_frame(row, str(row.sequence))
                         sent = row.sequence
-                        ended = row.terminal
+                        ending = ending or row.terminal
                     elif row.sequence > sent + 1:
                         async for frame in catch_up():
                             yield frame
-            if ended and await _ended(events, execution):
+            if ending and await settled():
+                async for frame in catch_up():
+                    yield frame
                 return
     finally:
         events.unsubscribe(subscriber)
 
 
-async def _ended(events: EventHub, execution: str) -> bool:
-    """Whether ``execution`` is terminal now (a retry may have brought it back)."""
-    rows = await events.query(
-        f"SELECT status FROM {Execution._meta.db_table} WHERE id = %(id)s",  # noqa: S608
-        {"id": execution},
-    )
-    return bool(rows) and rows[0][0] in TERMINAL_STATUSES
+async def _settled(events: EventHub, execution: str) -> tuple[bool, bool]:
+    """Whether ``execution`` is terminal now (a retry may have brought it back), and whether
+    it is settled (``engine.selectors.EXECUTION_SETTLED_SQL``)."""
+    rows = await events.query(EXECUTION_SETTLED_SQL, execution_settled_params(execution))
+    return (bool(rows[0][0]), bool(rows[0][1])) if rows else (True, True)
 
 
 async def feed_stream(

@@ -11,6 +11,7 @@ from alfred.db import Rows, Statement, columns, instance, instances, statements_
 from alfred.principals import Caller
 from engine.catalog import workflows_all
 from engine.models import (
+    TERMINAL_STATUSES,
     DeliveryKey,
     Execution,
     Hook,
@@ -19,7 +20,7 @@ from engine.models import (
     Run,
     Stage,
 )
-from lanes.models import Lane, LaneWaiter
+from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.selectors import POSITION_SQL
 
 # What an execution can be waiting for that someone else must give: the filters of the admin's
@@ -251,6 +252,58 @@ def execution_events_visible(
         ]
     )
     return events
+
+
+# Whether an execution ``e`` is settled: no event will come to it unless someone acts on it
+# again (a retry, a rollback, an operator's recovery of its lane). The terminal transition is
+# not enough: the lane reconciler acts after it commits, in a transaction of its own, so a
+# terminal owner of a lane still held has its ``lane.released`` (or ``lane.recovery_required``)
+# to come, some milliseconds later (beat's tick at worst). The streams end, and answer 204,
+# only on this. The lane's event commits with the lane's change, so an execution read settled
+# has every event of its own committed already.
+_SETTLED = f"""
+    (e.status = ANY(%(terminal)s) AND NOT EXISTS (
+        SELECT 1 FROM {Lane._meta.db_table} AS l
+        WHERE l.owner_id = e.id AND l.state = '{LaneState.HELD.value}'
+    ))
+"""  # noqa: S608 - names from model metadata; the values are bound
+_TERMINAL = sorted(status.value for status in TERMINAL_STATUSES)
+# For the event streams' own connections (``delivery.stream``): (terminal, settled).
+EXECUTION_SETTLED_SQL = f"""
+    SELECT e.status = ANY(%(terminal)s), {_SETTLED} FROM {_EXECUTION} AS e
+    WHERE e.id = %(execution)s
+"""  # noqa: S608 - names from model metadata; the values are bound
+_STREAM_START_SQL = f"""
+    SELECT e.status = ANY(%(terminal)s), {_SETTLED}, e.last_sequence FROM {_EXECUTION} AS e
+    WHERE e.id = %(execution)s AND {_VISIBLE_TO_CALLER}
+"""  # noqa: S608 - names from model metadata; the values are bound
+
+
+def execution_settled_params(execution_id: str) -> dict[str, Any]:
+    """The parameters of :data:`EXECUTION_SETTLED_SQL`."""
+    return {"execution": execution_id, "terminal": _TERMINAL}
+
+
+@dataclass(frozen=True)
+class EventsStanding:
+    """Where an execution's event log stands, read in one snapshot (so that ``settled`` and
+    ``last_sequence`` agree: an event committed between two reads could be missed)."""
+
+    terminal: bool
+    settled: bool
+    last_sequence: int
+
+
+def execution_events_standing(execution_id: str, caller: Caller) -> EventsStanding | None:
+    """Whether the execution ended, whether its events are all written (settled, above),
+    and its last sequence, if ``caller`` may read it (else None)."""
+
+    def standing(rows: Rows) -> EventsStanding | None:
+        return EventsStanding(bool(rows[0][0]), bool(rows[0][1]), int(rows[0][2])) if rows else None
+
+    params = {**_visible_params(execution_id, caller), **execution_settled_params(execution_id)}
+    (found,) = statements_run([Statement(_STREAM_START_SQL, params, standing)])
+    return found if isinstance(found, EventsStanding) else None
 
 
 def workflow_names() -> list[str]:

@@ -116,9 +116,11 @@ class ExecutionEventStreamApi(APIView):
         summary="The execution's events as Server-Sent Events: replay, then live",
         description=(
             "Each event's `id` is its sequence. Reconnect with `Last-Event-ID` (or `?after=N`) "
-            "to replay what was missed. The stream ends after the execution's terminal "
-            "event; connecting to an ended execution with nothing new answers 204, which "
-            "tells an EventSource to stop reconnecting."
+            "to replay what was missed. The stream ends once the execution has ended and "
+            "its lane has let it go: after its terminal event and, for a workflow that holds "
+            "a lane, the `lane.released` or `lane.recovery_required` that follows it. "
+            "Connecting to such an execution with nothing new answers 204, which tells an "
+            "EventSource to stop reconnecting."
         ),
         parameters=[
             last_event_id(SEQUENCE),
@@ -130,15 +132,15 @@ class ExecutionEventStreamApi(APIView):
         check_execution_id(execution_id)
         raw = _last_event_id(request, SEQUENCE_RE, "a sequence (digits)")
         after = int(raw) if raw is not None else 0
-        visible = selectors.executions_visible(request_caller(request))
-        execution = visible.filter(pk=execution_id).only("status", "last_sequence").first()
-        if execution is None:
+        standing = selectors.execution_events_standing(execution_id, request_caller(request))
+        if standing is None:
             raise Http404
-        terminal = execution.terminal
-        if terminal and execution.last_sequence <= after:
+        if standing.settled and standing.last_sequence <= after:
             return HttpResponse(status=204)
         return _streaming(
-            execution_stream(execution_id, after, terminal=terminal, client=_client(request))
+            execution_stream(
+                execution_id, after, terminal=standing.terminal, client=_client(request)
+            )
         )
 
 

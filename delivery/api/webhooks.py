@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers
+from rest_framework import generics, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -28,7 +28,7 @@ from delivery.endpoints import (
     webhook_secret_rotate,
 )
 from delivery.relay import deliveries_redeliver, delivery_redeliver
-from engine.api.params import int_param, int_parameter
+from engine.api.params import StrictCursorPagination
 from engine.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
 EVENT_TYPE_EXPECTED = (
@@ -312,35 +312,47 @@ class WebhookEndpointRotateApi(APIView):
         )
 
 
-class WebhookDeliveryListApi(APIView):
+class WebhookDeliveryCursorPagination(StrictCursorPagination):
+    """An endpoint's deliveries, newest first, as the executions are paged (``next`` and
+    ``previous`` links, ``limit`` 1–200): by id, unique and in the order they were owed, so
+    a page never skips or repeats a delivery owed meanwhile."""
+
+    ordering = "-id"
+    position_pattern = "[1-9][0-9]{0,17}"
+
+
+class WebhookDeliveryListApi(generics.ListAPIView):
     permission_classes = [IsOperator]
+    serializer_class = WebhookDeliverySerializer
+    pagination_class = WebhookDeliveryCursorPagination
 
     @extend_schema(
         operation_id="webhook_deliveries_list",
         summary="An endpoint's deliveries, newest first, with every attempt (operator)",
-        parameters=[
-            OpenApiParameter("status", str, enum=DeliveryStatus.values),
-            int_parameter("limit", 50, 1, 200, "How many, newest first"),
-        ],
-        responses={(200, JSON): WebhookDeliverySerializer(many=True), **problems(401, 403, 404)},
+        parameters=[OpenApiParameter("status", str, enum=DeliveryStatus.values)],
+        responses={
+            (200, JSON): WebhookDeliverySerializer(many=True),
+            **problems(400, 401, 403, 404),
+        },
     )
-    def get(self, request: Request, endpoint_id: str) -> Response:
-        endpoint = _endpoint(endpoint_id)
-        status = request.query_params.get("status")
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+    def get_queryset(self) -> Any:
+        endpoint = _endpoint(self.kwargs["endpoint_id"])
+        status = self.request.query_params.get("status")
         if status is not None and status not in DeliveryStatus.values:
             raise Problem(
-                "malformed_request", f"status must be one of {', '.join(DeliveryStatus.values)}"
+                "malformed_request",
+                f"status must be one of {', '.join(DeliveryStatus.values)}",
+                errors=[{"field": "status", "message": "unknown status"}],
             )
-        limit = int_param(request, "limit", 50, 1, 200)
         deliveries = (
             WebhookDelivery.objects.filter(endpoint=endpoint)
             .select_related("event")
             .prefetch_related("log")
-            .order_by("-id")
         )
-        if status:
-            deliveries = deliveries.filter(status=status)
-        return Response(WebhookDeliverySerializer(deliveries[:limit], many=True).data)
+        return deliveries.filter(status=status) if status else deliveries
 
 
 class WebhookEndpointRedeliverApi(APIView):

@@ -126,7 +126,7 @@ def _links() -> list[_Link]:
         _Link(
             ("webhook_deliveries_list",),
             "200",
-            "$response.body#/0/id",
+            "$response.body#/results/0/id",  # a cursor page
             ("webhook_deliveries_redeliver",),
             "delivery_id",
         ),

@@ -48,7 +48,7 @@ from django.utils import timezone
 
 from alfred.db import columns, instances, row_fetched
 from alfred.logs import log_context
-from alfred.metrics import LEASE_TAKEOVERS, STAGES
+from alfred.metrics import DUPLICATE_DELIVERIES, LEASE_TAKEOVERS, STAGES
 from engine.links import approval_links
 from engine.models import (
     TERMINAL_STATUSES,
@@ -64,7 +64,7 @@ from engine.models import (
     Timer,
     TimerStatus,
 )
-from engine.outbox import Event, event_emit, event_key, events_emit
+from engine.outbox import Event, event_key, events_emit
 from engine.runtime.clock import Clock
 from engine.runtime.context import Context
 from engine.runtime.dispatch import run_dispatch, run_wake_at
@@ -753,6 +753,11 @@ def _stage_event(execution_id: str, run: Run, type: str, stage: str, **payload: 
 
 
 def _report_duplicate(execution: Execution, run: Run, stage: str, worker: str) -> None:
+    """A stage message for a run another live worker holds: nothing is done. A diagnostic
+    for operators (a log line and ``alfred_duplicate_deliveries_total``), not an event: it
+    says nothing about the execution an integrator could act on, so it stays out of the
+    outbox, its sequence and its webhooks (``engine.events``)."""
+    DUPLICATE_DELIVERIES.labels(execution.workflow, stage).inc()
     log.warning(
         "duplicate delivery of run %s stage %s to %s: held by %s until %s",
         run.id,
@@ -760,12 +765,7 @@ def _report_duplicate(execution: Execution, run: Run, stage: str, worker: str) -
         worker,
         run.lease_owner,
         run.lease_expires_at,
-    )
-    event_emit(
-        execution_id=execution.id,
-        type="run.duplicate_delivery",
-        key=event_key(execution.id, f"{run.id}:{stage}:duplicate:{run.fence}:{worker}"),
-        payload={"run": run.id, "stage": stage, "worker": worker, "holder": run.lease_owner},
+        extra={"execution": execution.id},
     )
 
 

@@ -19,10 +19,12 @@ from django.db import connection, transaction
 from httpx_sse import aconnect_sse, connect_sse
 
 from alfred.tokens import token_create
-from engine.models import Execution, ExecutionStatus, OutboxEvent
+from engine.lanes.reconciler import Action, lane_reconcile
+from engine.models import Execution, ExecutionStatus, OutboxEvent, Run
 from engine.outbox import event_emit
 from tests.conftest import wait_for
 from tests.support.factories import ExecutionFactory
+from tests.support.helpers import submit
 from tests.support.live import WebServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -220,6 +222,42 @@ def test_an_ended_execution_with_nothing_new_answers_204(web):
     assert [d["sequence"] for _, _, d in collect(web.base, path, headers)] == [1, 2]
     response = httpx.get(f"{web.base}{path}", headers={**headers, "Last-Event-ID": "2"})
     assert response.status_code == 204
+
+
+def test_an_ended_lane_owner_streams_until_its_lane_lets_it_go(web, api, integration_token):
+    # given an add-domain that took the aws-infrastructure lane and has just succeeded: its
+    # terminal event committed, the lane reconciler (which acts after that commit, in a
+    # transaction of its own) not yet
+    execution_id = submit(api, "add-domain", {"domain": f"s{uuid.uuid4().hex[:8]}.example"}).json()[
+        "id"
+    ]
+    execution = Execution.objects.get(pk=execution_id)
+    with transaction.atomic():
+        Execution.objects.filter(pk=execution_id).update(status=ExecutionStatus.SUCCEEDED)
+        Run.objects.filter(pk=execution.current_run_id).update(status="succeeded")
+        ended = event_emit(
+            execution_id=execution_id,
+            type="execution.succeeded",
+            key=f"{execution_id}:done",
+            payload={"result": {}},
+        )
+    assert ended is not None
+    headers = {"Authorization": f"Bearer {integration_token}"}
+    path = f"/api/v1/executions/{execution_id}/events/stream"
+
+    # when a client that read up to the terminal event reconnects, as the recipe does
+    reader = Reader(web.base, path, {**headers, "Last-Event-ID": str(ended)}).started()
+    # and the reconciler then lets the lane go
+    decision = lane_reconcile("aws-infrastructure")
+    assert decision is not None and decision.action is Action.RELEASE
+
+    # then the stream was open (not 204) and sent the lane's event, then ended
+    rest = reader.result()
+    assert [(d["sequence"], t) for _, t, d in rest] == [(ended + 1, "lane.released")]
+    assert Execution.objects.get(pk=execution_id).last_sequence == ended + 1
+    # and now that it settled, nothing more will come: 204
+    again = httpx.get(f"{web.base}{path}", headers={**headers, "Last-Event-ID": str(ended + 1)})
+    assert again.status_code == 204
 
 
 def test_streams_refuse_strangers_and_bad_cursors(web):

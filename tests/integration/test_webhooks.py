@@ -415,7 +415,7 @@ def test_operators_manage_endpoints_rotate_secrets_and_redeliver(receiver, relay
     assert AuditEntry.objects.filter(action="webhook.exhausted", target_id=endpoint_id).exists()
     listed = operator.get(f"/api/v1/webhooks/endpoints/{endpoint_id}/deliveries?status=failed")
     assert listed.status_code == 200
-    (failed,) = listed.json()
+    (failed,) = listed.json()["results"]
     assert failed["attempts"] == 8 and len(failed["attempts_log"]) == 8
     # rotate: both secrets sign while the old one lasts
     old_secret = receiver.secret

@@ -58,6 +58,7 @@ from engine.models import (
 from engine.outbox import event_emit, event_key
 from engine.runtime.dispatch import Dispatch, run_dispatch_on_commit
 from engine.runtime.records import execution_insert, run_again
+from engine.selectors import execution_lane_successor
 from lanes.services import LaneClaimResult, LaneConflict, lane_claim
 
 log = logging.getLogger(__name__)
@@ -214,7 +215,11 @@ def _accept_once(req: _Request) -> Acceptance:
             return Acceptance(known.execution, known.outcome, True, req.key)
 
         stages: list[Stage] | None = None
-        if latest is None or latest.status == ExecutionStatus.ROLLED_BACK:
+        if (
+            latest is None
+            or latest.status == ExecutionStatus.ROLLED_BACK
+            or _effect_replaced(req.workflow, latest)
+        ):
             execution, lane, stages = _create(req, predecessor=latest)
             outcome = AcceptanceOutcome.CREATED
         else:
@@ -309,6 +314,23 @@ def _should_continue(workflow: Workflow, latest: Execution) -> bool:
     if latest.status == ExecutionStatus.SUCCEEDED:
         return workflow.continue_after_success(latest.input, _stage_outputs(latest))
     return False
+
+
+def _effect_replaced(workflow: Workflow, latest: Execution) -> bool:
+    """Whether a succeeded execution may no longer stand in for a new request of the same
+    operation: a later execution on its lane, claimed with another token, replaced its effect
+    (update-lambda-version: the fleet's alias moved to another version since; docs/workflows.md,
+    "Asked for again after success"). The new request then gets a new execution whose
+    predecessor is the one it repeats, so the answer's ``succeeded`` is about now."""
+    if (
+        latest.status != ExecutionStatus.SUCCEEDED
+        or latest.dry_run
+        or latest.lane_key is None
+        or not workflow.replaced_by_another_token
+    ):
+        return False
+    later = execution_lane_successor(latest)
+    return later is not None and later.lane_token != latest.lane_token
 
 
 def _stage_outputs(execution: Execution) -> Mapping[str, Any]:

@@ -135,6 +135,12 @@ class Workflow:
     # (update-lambda-version's RevisionIds) plans again instead: stale tokens would only be
     # refused.
     continuation_skips: ClassVar[tuple[str, ...] | None] = None
+    # Whether a later execution on the same lane, claimed with another token, replaces what a
+    # succeeded one did (update-lambda-version: the alias moved to another version). Such a
+    # succeeded execution no longer stands in for a new request of its operation: a new
+    # execution repeats it (docs/workflows.md, "Asked for again after success"). False: a
+    # later execution on the lane only adds what is missing, it never undoes another's work.
+    replaced_by_another_token: ClassVar[bool] = False
     # A run still going after this long fails with code timed_out (None: no deadline).
     deadline_seconds: ClassVar[float | None] = 24 * 3600
     # Raised by one with every change of ``stages`` or of what a stage does with what an

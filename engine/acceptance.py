@@ -58,6 +58,7 @@ from engine.models import (
 from engine.outbox import event_emit, event_key
 from engine.runtime.dispatch import Dispatch, run_dispatch_on_commit
 from engine.runtime.records import execution_insert, run_again
+from engine.runtime.registry import definition_get
 from engine.selectors import execution_lane_successor
 from lanes.services import LaneClaimResult, LaneConflict, lane_claim
 
@@ -334,14 +335,19 @@ def _effect_replaced(workflow: Workflow, latest: Execution) -> bool:
 
 
 def _stage_outputs(execution: Execution) -> Mapping[str, Any]:
-    """Each stage's latest succeeded output over all runs: a continuation skips stages whose
-    output an earlier run persisted, so the current run alone may not hold it."""
+    """Each stage's latest succeeded output over the runs whose outputs the workflow's current
+    definition reads as its own (``Definition.reads_outputs_of``: the same version and stages,
+    or a version it declares compatible). A continuation skips stages whose output an earlier
+    run persisted, so the current run alone may not hold it; but an output that another
+    version's code wrote is no input for this version's stages: a deploy that changed the
+    plan's shape would have the new apply act on the old plan (issue 37, item 4)."""
+    current = definition_get(execution.workflow)
     rows = (
         Stage.objects.filter(run__execution=execution, status=StageStatus.SUCCEEDED)
         .order_by("run__number")
-        .values_list("name", "output")
+        .values_list("name", "output", "run__definition")
     )
-    return dict(rows)
+    return {name: output for name, output, ran in rows if current.reads_outputs_of(ran)}
 
 
 def _claim(req: _Request, execution_id: str, *, urgent: bool = False) -> LaneClaimResult | None:

@@ -150,6 +150,12 @@ class Workflow:
     # a run whose definition is gone fails with code definition_changed (docs/runbook.md).
     version: ClassVar[int] = 1
     previous: ClassVar[tuple[Workflow, ...]] = ()
+    # Earlier versions whose stage outputs this version reads as its own. A continuation
+    # (a failed or canceled execution asked for again) skips only stages whose output a run of
+    # the same definition, or of a version listed here, persisted; any other stage runs again
+    # (docs/runbook.md, "A deploy changed a workflow"). List a version only when every stage
+    # both have reads the other's outputs unchanged.
+    outputs_compatible_with: ClassVar[tuple[int, ...]] = ()
 
     _validator: ClassVar[Draft202012Validator | None] = None
 
@@ -233,6 +239,7 @@ class Workflow:
             canonicalize=self.canonicalize,
             deadline_seconds=self.deadline_seconds,
             version=self.version,
+            outputs_compatible_with=self.outputs_compatible_with,
         )
 
     def definitions(self) -> tuple[Definition, ...]:

@@ -26,10 +26,27 @@ class Definition:
     # The workflow's own count of its changes: a run records it with its stage list, and
     # is run later only by a definition of the same version and stages.
     version: int = 1
+    # Earlier versions whose stages' outputs this one reads as its own (the workflow's
+    # ``outputs_compatible_with``): a continuation carries their outputs over.
+    outputs_compatible_with: tuple[int, ...] = ()
 
     def recorded(self) -> dict[str, Any]:
         """What a run records of the definition it starts under (``Run.definition``)."""
         return {"version": self.version, "stages": list(self.stages)}
+
+    def reads_outputs_of(self, recorded: Mapping[str, Any] | None) -> bool:
+        """Whether a stage output that a run started under ``recorded`` (its
+        ``Run.definition``) persisted is valid input for this definition's later stages: the
+        run was of this very definition (version and stages), or of a version declared
+        compatible. A run older than the record counts as the current one, as
+        :func:`definition_of_run` takes it. Anything else was written by other code, for
+        other code: a continuation runs that stage again rather than feed it on."""
+        if recorded is None:
+            return True
+        version = recorded.get("version")
+        if version in self.outputs_compatible_with:
+            return True
+        return version == self.version and tuple(recorded.get("stages") or ()) == self.stages
 
 
 _DEFINITIONS: dict[str, Definition] = {}

@@ -92,6 +92,23 @@ def definition_get(name: str) -> Definition:
         ) from None
 
 
+def definition_served(name: str, recorded: Mapping[str, Any] | None) -> Definition | None:
+    """The definition that runs a run started under ``recorded`` (see
+    :func:`definition_of_run`), or None when this code serves it no more: the workflow is
+    gone, or neither its current definition nor one it keeps in ``previous`` is the run's.
+    What the deploy gate (``manage.py alfred_deploy_check``) asks of every active run."""
+    current = _DEFINITIONS.get(name)
+    if current is None:
+        return None
+    if recorded is None:
+        return current
+    version, stages = recorded.get("version"), tuple(recorded.get("stages") or ())
+    for candidate in (current, _EARLIER.get((name, version))) if isinstance(version, int) else ():
+        if candidate is not None and candidate.version == version and candidate.stages == stages:
+            return candidate
+    return None
+
+
 def definition_of_run(name: str, recorded: Mapping[str, Any] | None) -> Definition:
     """The definition a run started under (``recorded``: its ``Run.definition``; None for a
     run older than the record, taken as the current): the current one if its version and
@@ -99,19 +116,18 @@ def definition_of_run(name: str, recorded: Mapping[str, Any] | None) -> Definiti
     FatalError ``definition_changed``: the code the run was written for is gone, and running
     the new code on the old run's receipts could do anything."""
     current = definition_get(name)
-    if recorded is None:
-        return current
+    served = definition_served(name, recorded)
+    if served is not None:
+        return served
+    recorded = dict(recorded or {})
     version, stages = recorded.get("version"), tuple(recorded.get("stages") or ())
-    for candidate in (current, _EARLIER.get((name, version))) if isinstance(version, int) else ():
-        if candidate is not None and candidate.version == version and candidate.stages == stages:
-            return candidate
     raise FatalError(
         f"{name} changed since this run started (version {version}: {' → '.join(stages)}; now "
         f"version {current.version}: {' → '.join(current.stages)}). Retry the execution to "
         "run it under the current definition, or roll it back (docs/runbook.md, "
         '"A deploy changed a workflow").',
         code="definition_changed",
-        started_under=dict(recorded),
+        started_under=recorded,
         current=current.recorded(),
     )
 

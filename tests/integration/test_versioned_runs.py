@@ -77,7 +77,7 @@ def test_the_stages_really_are_v1s_here():
     assert list(definition_get("add-subdomain").stages) == V1_STAGES
 
 
-def test_a_run_whose_definition_is_gone_fails_definition_changed_and_a_retry_runs_v2(
+def test_a_run_whose_definition_is_gone_fails_definition_changed_keeping_its_approval_for_v2(
     api, operator_api, standin, route53
 ):
     # given an add-subdomain paused under version 1
@@ -95,7 +95,12 @@ def test_a_run_whose_definition_is_gone_fails_definition_changed_and_a_retry_run
         assert _batches(standin, execution_id) == []
         read = api.get(f"/api/v1/executions/{execution_id}")
         assert read.status_code == 200 and read.json()["error"]["code"] == "definition_changed"
-        # and a retry runs under version 2 (the plan approved, its DNS unchanged, applies)
+        # and the failure says the approval it woke with is not spent: recorded, kept
+        (kept,) = execution.error["approvals"]
+        assert kept["plan_hash"] == plan_hash and kept["stage"] == "apply" and kept["by"]
+        assert "approval it woke with is kept" in execution.error["message"]
+        # and a retry runs under version 2 and applies that approval (the plan unchanged)
+        # without asking for it again
         retried = operator_api.post(f"/api/v1/executions/{execution_id}/retry")
         assert retried.status_code == 202, retried.content
         finished = _terminal(execution_id)

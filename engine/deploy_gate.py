@@ -120,7 +120,7 @@ def versions_dropped() -> list[DroppedVersion]:
         recorded = (
             Run.objects.filter(execution__workflow=workflow.name, definition__isnull=False)
             .exclude(kind=RunKind.ROLLBACK)
-            .order_by("-created_at")
+            .order_by("-id")  # ids sort by creation time: the primary key's index, backwards
             .values_list("definition", flat=True)
             .first()
         )

@@ -161,3 +161,27 @@ def test_a_continuation_under_a_new_version_plans_again_instead_of_taking_the_ol
         assert plan.output["plan_hash"] == plan_hash
         assert len(_batches(standin, execution_id)) == 1
         quiesce()
+
+
+def test_a_continuation_under_a_version_declaring_the_old_outputs_compatible_carries_them(
+    api, operator_api, standin, route53
+):
+    # given: the same add-subdomain failed definition_changed, under a version 2 that declares
+    # version 1's outputs compatible
+    execution_id, plan_hash = paused_under_v1(api, standin, route53)
+    with deployed(standin, "tests.support.changed_workflows_reading_v1"):
+        approve(operator_api, execution_id, plan_hash)
+        assert _terminal(execution_id).error["code"] == "definition_changed"
+        first_plan = Run.objects.get(execution_id=execution_id, number=1).stages.get(name="plan")
+
+        # when: asked for again
+        again = submit(api, "add-subdomain", Execution.objects.get(pk=execution_id).input)
+
+        # then: run 2 skips the plan (version 1's, carried over) and applies it
+        assert again.json()["acceptance"]["outcome"] == "continued", again.content
+        finished = _terminal(execution_id)
+        assert finished.status == "succeeded", finished.error
+        plan = finished.current_run.stages.get(name="plan")
+        assert plan.started_at is None and plan.output == first_plan.output
+        assert len(_batches(standin, execution_id)) == 1
+        quiesce()

@@ -518,6 +518,9 @@ def main() -> int:
                 sandbox.start(env)
             providers = await_sandbox(sandbox, state, base)
             env = with_sandbox(env, providers)
+        # The deploy gate first: a changed workflow that strands a paused run stops here,
+        # naming it, before anything is migrated or started (docs/deploy.md).
+        run_step(manage_step("alfred_deploy_check"), env)
         run_step(manage_step("migrate", "--noinput"), env)
         # Creates/updates the demo operator, rotates the demo token, prints URLs and a curl.
         run_step(manage_step("alfred_bootstrap"), env)

@@ -58,6 +58,8 @@ from engine.models import (
 from engine.outbox import event_emit, event_key
 from engine.runtime.dispatch import Dispatch, run_dispatch_on_commit
 from engine.runtime.records import execution_insert, run_again
+from engine.runtime.registry import definition_get
+from engine.selectors import execution_lane_successor
 from lanes.services import LaneClaimResult, LaneConflict, lane_claim
 
 log = logging.getLogger(__name__)
@@ -214,7 +216,11 @@ def _accept_once(req: _Request) -> Acceptance:
             return Acceptance(known.execution, known.outcome, True, req.key)
 
         stages: list[Stage] | None = None
-        if latest is None or latest.status == ExecutionStatus.ROLLED_BACK:
+        if (
+            latest is None
+            or latest.status == ExecutionStatus.ROLLED_BACK
+            or _effect_replaced(req.workflow, latest)
+        ):
             execution, lane, stages = _create(req, predecessor=latest)
             outcome = AcceptanceOutcome.CREATED
         else:
@@ -311,15 +317,37 @@ def _should_continue(workflow: Workflow, latest: Execution) -> bool:
     return False
 
 
+def _effect_replaced(workflow: Workflow, latest: Execution) -> bool:
+    """Whether a succeeded execution may no longer stand in for a new request of the same
+    operation: a later execution on its lane, claimed with another token, replaced its effect
+    (update-lambda-version: the fleet's alias moved to another version since; docs/workflows.md,
+    "Asked for again after success"). The new request then gets a new execution whose
+    predecessor is the one it repeats, so the answer's ``succeeded`` is about now."""
+    if (
+        latest.status != ExecutionStatus.SUCCEEDED
+        or latest.dry_run
+        or latest.lane_key is None
+        or not workflow.replaced_by_another_token
+    ):
+        return False
+    later = execution_lane_successor(latest)
+    return later is not None and later.lane_token != latest.lane_token
+
+
 def _stage_outputs(execution: Execution) -> Mapping[str, Any]:
-    """Each stage's latest succeeded output over all runs: a continuation skips stages whose
-    output an earlier run persisted, so the current run alone may not hold it."""
+    """Each stage's latest succeeded output over the runs whose outputs the workflow's current
+    definition reads as its own (``Definition.reads_outputs_of``: the same version and stages,
+    or a version it declares compatible). A continuation skips stages whose output an earlier
+    run persisted, so the current run alone may not hold it; but an output that another
+    version's code wrote is no input for this version's stages: a deploy that changed the
+    plan's shape would have the new apply act on the old plan (issue 37, item 4)."""
+    current = definition_get(execution.workflow)
     rows = (
         Stage.objects.filter(run__execution=execution, status=StageStatus.SUCCEEDED)
         .order_by("run__number")
-        .values_list("name", "output")
+        .values_list("name", "output", "run__definition")
     )
-    return dict(rows)
+    return {name: output for name, output, ran in rows if current.reads_outputs_of(ran)}
 
 
 def _claim(req: _Request, execution_id: str, *, urgent: bool = False) -> LaneClaimResult | None:

@@ -14,6 +14,7 @@ from engine.models import (
     TERMINAL_STATUSES,
     DeliveryKey,
     Execution,
+    ExecutionStatus,
     Hook,
     HookStatus,
     OutboxEvent,
@@ -312,3 +313,28 @@ def workflow_names() -> list[str]:
 
 def workflow_list() -> list[dict[str, Any]]:
     return [workflow.describe() for workflow in workflows_all()]
+
+
+def execution_lane_successor(execution: Execution) -> Execution | None:
+    """The newest execution accepted on ``execution``'s lane after it that can have left its
+    mark there: not a dry run, not rolled back (a rollback put back what it changed), not a
+    child (a child runs under its root's claim). None when none came after it.
+
+    What acceptance asks before a succeeded execution stands in for a new request of the same
+    operation (``engine.acceptance._effect_replaced``). The lane serializes its executions, so
+    being accepted later means having run later. Read on the reuse path only: no index serves
+    ended executions by lane, and none is needed at that rate."""
+    if execution.lane_key is None:
+        return None
+    return (
+        Execution.objects.filter(
+            lane_key=execution.lane_key,
+            created_at__gt=execution.created_at,
+            dry_run=False,
+            parent__isnull=True,
+        )
+        .exclude(status=ExecutionStatus.ROLLED_BACK)
+        .order_by("-created_at")
+        .only("id", "lane_token", "status")
+        .first()
+    )

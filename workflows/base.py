@@ -135,6 +135,12 @@ class Workflow:
     # (update-lambda-version's RevisionIds) plans again instead: stale tokens would only be
     # refused.
     continuation_skips: ClassVar[tuple[str, ...] | None] = None
+    # Whether a later execution on the same lane, claimed with another token, replaces what a
+    # succeeded one did (update-lambda-version: the alias moved to another version). Such a
+    # succeeded execution no longer stands in for a new request of its operation: a new
+    # execution repeats it (docs/workflows.md, "Asked for again after success"). False: a
+    # later execution on the lane only adds what is missing, it never undoes another's work.
+    replaced_by_another_token: ClassVar[bool] = False
     # A run still going after this long fails with code timed_out (None: no deadline).
     deadline_seconds: ClassVar[float | None] = 24 * 3600
     # Raised by one with every change of ``stages`` or of what a stage does with what an
@@ -144,6 +150,12 @@ class Workflow:
     # a run whose definition is gone fails with code definition_changed (docs/runbook.md).
     version: ClassVar[int] = 1
     previous: ClassVar[tuple[Workflow, ...]] = ()
+    # Earlier versions whose stage outputs this version reads as its own. A continuation
+    # (a failed or canceled execution asked for again) skips only stages whose output a run of
+    # the same definition, or of a version listed here, persisted; any other stage runs again
+    # (docs/runbook.md, "A deploy changed a workflow"). List a version only when every stage
+    # both have reads the other's outputs unchanged.
+    outputs_compatible_with: ClassVar[tuple[int, ...]] = ()
 
     _validator: ClassVar[Draft202012Validator | None] = None
 
@@ -227,6 +239,7 @@ class Workflow:
             canonicalize=self.canonicalize,
             deadline_seconds=self.deadline_seconds,
             version=self.version,
+            outputs_compatible_with=self.outputs_compatible_with,
         )
 
     def definitions(self) -> tuple[Definition, ...]:

@@ -26,10 +26,27 @@ class Definition:
     # The workflow's own count of its changes: a run records it with its stage list, and
     # is run later only by a definition of the same version and stages.
     version: int = 1
+    # Earlier versions whose stages' outputs this one reads as its own (the workflow's
+    # ``outputs_compatible_with``): a continuation carries their outputs over.
+    outputs_compatible_with: tuple[int, ...] = ()
 
     def recorded(self) -> dict[str, Any]:
         """What a run records of the definition it starts under (``Run.definition``)."""
         return {"version": self.version, "stages": list(self.stages)}
+
+    def reads_outputs_of(self, recorded: Mapping[str, Any] | None) -> bool:
+        """Whether a stage output that a run started under ``recorded`` (its
+        ``Run.definition``) persisted is valid input for this definition's later stages: the
+        run was of this very definition (version and stages), or of a version declared
+        compatible. A run older than the record counts as the current one, as
+        :func:`definition_of_run` takes it. Anything else was written by other code, for
+        other code: a continuation runs that stage again rather than feed it on."""
+        if recorded is None:
+            return True
+        version = recorded.get("version")
+        if version in self.outputs_compatible_with:
+            return True
+        return version == self.version and tuple(recorded.get("stages") or ()) == self.stages
 
 
 _DEFINITIONS: dict[str, Definition] = {}
@@ -75,6 +92,23 @@ def definition_get(name: str) -> Definition:
         ) from None
 
 
+def definition_served(name: str, recorded: Mapping[str, Any] | None) -> Definition | None:
+    """The definition that runs a run started under ``recorded`` (see
+    :func:`definition_of_run`), or None when this code serves it no more: the workflow is
+    gone, or neither its current definition nor one it keeps in ``previous`` is the run's.
+    What the deploy gate (``manage.py alfred_deploy_check``) asks of every active run."""
+    current = _DEFINITIONS.get(name)
+    if current is None:
+        return None
+    if recorded is None:
+        return current
+    version, stages = recorded.get("version"), tuple(recorded.get("stages") or ())
+    for candidate in (current, _EARLIER.get((name, version))) if isinstance(version, int) else ():
+        if candidate is not None and candidate.version == version and candidate.stages == stages:
+            return candidate
+    return None
+
+
 def definition_of_run(name: str, recorded: Mapping[str, Any] | None) -> Definition:
     """The definition a run started under (``recorded``: its ``Run.definition``; None for a
     run older than the record, taken as the current): the current one if its version and
@@ -82,19 +116,18 @@ def definition_of_run(name: str, recorded: Mapping[str, Any] | None) -> Definiti
     FatalError ``definition_changed``: the code the run was written for is gone, and running
     the new code on the old run's receipts could do anything."""
     current = definition_get(name)
-    if recorded is None:
-        return current
+    served = definition_served(name, recorded)
+    if served is not None:
+        return served
+    recorded = dict(recorded or {})
     version, stages = recorded.get("version"), tuple(recorded.get("stages") or ())
-    for candidate in (current, _EARLIER.get((name, version))) if isinstance(version, int) else ():
-        if candidate is not None and candidate.version == version and candidate.stages == stages:
-            return candidate
     raise FatalError(
         f"{name} changed since this run started (version {version}: {' → '.join(stages)}; now "
         f"version {current.version}: {' → '.join(current.stages)}). Retry the execution to "
         "run it under the current definition, or roll it back (docs/runbook.md, "
         '"A deploy changed a workflow").',
         code="definition_changed",
-        started_under=dict(recorded),
+        started_under=recorded,
         current=current.recorded(),
     )
 

@@ -55,6 +55,7 @@ from engine.models import (
     Execution,
     ExecutionStatus,
     Hook,
+    HookStatus,
     Run,
     RunKind,
     RunStatus,
@@ -78,7 +79,12 @@ from engine.runtime.errors import (
     unclassified,
 )
 from engine.runtime.projections import start_state_event
-from engine.runtime.registry import claim_refusal, definition_get, definition_of_run
+from engine.runtime.registry import (
+    Definition,
+    claim_refusal,
+    definition_get,
+    definition_of_run,
+)
 from engine.runtime.rollback import STAGES as ROLLBACK_STAGES
 from engine.runtime.rollback import rollback_stage
 from engine.runtime.signals import stage_claiming, stage_completed
@@ -162,7 +168,7 @@ def _stage_run_logged(claimed: _Claim, worker: str, *, onward: bool) -> _Claim |
         STAGES.labels(claimed.workflow, stage, outcome).observe(time.monotonic() - started)
 
     try:
-        definition = definition_of_run(claimed.workflow, claimed.run.definition)
+        definition = _definition_of(claimed.workflow, claimed.run)
         ctx = Context(
             run=claimed.run,
             stage=stage,
@@ -685,6 +691,53 @@ def _assistance_add(execution: Execution, run: Run, stage: str, items: Any) -> l
         )
         for position, item in enumerate(fresh, start=len(known))
     ]
+
+
+def _definition_of(workflow: str, run: Run) -> Definition:
+    """The definition that runs ``run``, or its ``definition_changed`` failure, which names the
+    operator approvals the run woke with (docs/runbook.md, "A deploy changed a workflow"): an
+    approval given for the old code is never spent without a word. It stays recorded on its
+    hook, signalled (the failure cancels only pending hooks); a retry under the current
+    definition that asks for the approval of the same plan again finds it given and goes on,
+    and one whose plan differs pauses for a new approval."""
+    try:
+        return definition_of_run(workflow, run.definition)
+    except FatalError as changed:
+        approvals = _approvals_given(run)
+        if changed.code != "definition_changed" or not approvals:
+            raise
+        given = "; ".join(f"plan {a['plan_hash']} approved by {a['by']}" for a in approvals)
+        raise FatalError(
+            f"{changed.message} The approval it woke with is kept ({given}): a retry applies "
+            "it without asking again if its plan has the same hash, and asks again otherwise.",
+            code=changed.code,
+            **changed.details,
+            approvals=approvals,
+        ) from None
+
+
+def _approvals_given(run: Run) -> list[dict[str, Any]]:
+    """The operator approvals ``run`` has been given (signalled operator hooks), oldest
+    first: what a ``definition_changed`` failure says it did not spend."""
+    hooks = (
+        Hook.objects.filter(run=run, operator=True, status=HookStatus.SIGNALLED)
+        .prefetch_related("signals")
+        .order_by("resolved_at")
+    )
+    given = []
+    for hook in hooks:
+        signal = max(hook.signals.all(), key=lambda s: s.created_at, default=None)
+        payload = hook.payload if isinstance(hook.payload, dict) else {}
+        given.append(
+            {
+                "hook": hook.id,
+                "stage": hook.stage,
+                "plan_hash": payload.get("plan_hash"),
+                "by": signal.principal if signal is not None else None,
+                "at": signal.created_at.isoformat() if signal is not None else None,
+            }
+        )
+    return given
 
 
 def _approval_asked(execution: Execution, run: Run) -> dict[str, Any]:

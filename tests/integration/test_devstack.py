@@ -30,6 +30,7 @@ from alfred.devstack import READY, free_port_base
 from providers.config import ProviderConfig
 from providers.factory import Providers
 from tests.conftest import ROOT, subprocess_database_url
+from tests.integration.test_deploy_check import paused_under_v1
 
 pytestmark = pytest.mark.worker  # the launcher starts one (and web, beat and the sandbox)
 
@@ -206,3 +207,36 @@ def _demo_operator_can_operate_but_not_add_users(lines: list[str], base: str) ->
         assert 'value="cancel"' in changelist.text and 'value="retry"' in changelist.text
         assert 'value="recover"' in browser.get("/admin/lanes/lane/").text
         assert browser.get("/admin/auth/user/add/").status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_make_run_stops_at_the_deploy_gate_before_migrating_when_it_would_strand_a_run():
+    # given: an add-subdomain paused for approval under version 1 in the database, and a
+    # launcher whose code has add-subdomain version 2 only
+    execution = paused_under_v1()
+    state = ROOT / ".alfred" / f"devstack-gate-{os.getpid()}"
+    base = free_port_base()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("ALFRED_", "DJANGO_"))},
+        "ALFRED_STATE_DIR": str(state),
+        "ALFRED_PORT": str(base + 4),
+        "ALFRED_SANDBOX_PORT_BASE": str(base),
+        "DATABASE_URL": subprocess_database_url(),
+        "CELERY_BROKER_URL": _other_redis_db(settings.CELERY_BROKER_URL),
+        "ALFRED_EXTRA_WORKFLOWS": "tests.support.engine_workflows,tests.support.changed_workflows",
+    }
+    env.pop("AWS_ENDPOINT_URL", None)
+    launcher = Launcher(env, state)
+    try:
+        # when: it runs
+        code = launcher.proc.wait(120)
+    finally:
+        launcher.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+    # then: it stopped at the gate (exit status 1), naming the execution, and migrated nothing
+    output = "\n".join(launcher.lines)
+    assert code == 1, output
+    assert f"{execution.id} add-subdomain paused" in output
+    assert "alfred_deploy_check failed" in output
+    assert "running migrate" not in output and READY not in output

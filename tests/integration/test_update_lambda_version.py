@@ -474,3 +474,55 @@ def test_a_dry_run_simulates_and_moves_nothing(api, lambda_worker, standin, clie
     assert aliases(client, names, "production") == dict.fromkeys(names, "1")
     verify = execution.current_run.stages.get(name="verify")
     assert verify.output["verified"] == "simulated"
+
+
+def test_a_fleet_asked_back_to_a_version_a_later_execution_replaced_gets_a_new_execution(
+    api, lambda_worker, standin, client
+):
+    # given: staging moved to 1 for REL-1 (execution A), then to 3 by another execution (B)
+    fleet, names = make_fleet(client)
+    back_to_1 = {"target": fleet, "environment": "staging", "version": 1, "ticket_ids": ["REL-1"]}
+    first = submit(api, WORKFLOW, back_to_1).json()
+    assert terminal(first["id"]).status == "succeeded"
+    later = submit(api, WORKFLOW, {**back_to_1, "version": 3, "ticket_ids": []}).json()
+    assert terminal(later["id"]).status == "succeeded"
+    assert aliases(client, names, "staging") == dict.fromkeys(names, "3")
+    since = len(standin.alias_updates)
+
+    # when: the same operation as A is asked for again, under a new key
+    again = submit(api, WORKFLOW, back_to_1)
+
+    # then: not A's old "succeeded": a new execution that repeats A, and staging is at 1 again
+    assert again.status_code == 202, again.content
+    body = again.json()
+    assert body["acceptance"]["outcome"] == "created"
+    assert body["id"] != first["id"] and body["predecessor"] == first["id"]
+    execution = terminal(body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert aliases(client, names, "staging") == dict.fromkeys(names, "1")
+    assert standin.applied(since) == Counter(names)
+    # and asked for once more, that new execution stands (nothing replaced it)
+    once_more = submit(api, WORKFLOW, back_to_1).json()
+    assert once_more["id"] == body["id"] and once_more["acceptance"]["outcome"] == "reused"
+
+
+def test_a_version_a_later_execution_set_and_that_was_rolled_back_is_still_reused(
+    api, operator_api, lambda_worker, standin, client
+):
+    # given: staging moved to 1 (A), then to 3 (B), and B rolled back (staging at 1 again)
+    fleet, names = make_fleet(client)
+    back_to_1 = {"target": fleet, "environment": "staging", "version": 1}
+    first = submit(api, WORKFLOW, back_to_1).json()
+    assert terminal(first["id"]).status == "succeeded"
+    later = submit(api, WORKFLOW, {**back_to_1, "version": 3}).json()
+    assert terminal(later["id"]).status == "succeeded"
+    roll_back(operator_api, later["id"])
+    assert terminal(later["id"], rollback=True).status == "rolled_back"
+    assert wait_for(lambda: lane_free(f"lambda:{fleet}:staging"), timeout=10)
+
+    # when: A's operation is asked for again
+    again = submit(api, WORKFLOW, back_to_1).json()
+
+    # then: A stands for it: what it did is what the fleet runs
+    assert again["id"] == first["id"] and again["acceptance"]["outcome"] == "reused"
+    assert aliases(client, names, "staging") == dict.fromkeys(names, "1")

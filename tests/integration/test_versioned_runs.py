@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from engine.catalog import workflow_register
-from engine.models import Run
+from engine.models import Execution, Run
 from engine.runtime.registry import definition_get
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import quiesce
@@ -77,7 +77,7 @@ def test_the_stages_really_are_v1s_here():
     assert list(definition_get("add-subdomain").stages) == V1_STAGES
 
 
-def test_a_run_whose_definition_is_gone_fails_definition_changed_and_a_retry_runs_v2(
+def test_a_run_whose_definition_is_gone_fails_definition_changed_keeping_its_approval_for_v2(
     api, operator_api, standin, route53
 ):
     # given an add-subdomain paused under version 1
@@ -95,7 +95,12 @@ def test_a_run_whose_definition_is_gone_fails_definition_changed_and_a_retry_run
         assert _batches(standin, execution_id) == []
         read = api.get(f"/api/v1/executions/{execution_id}")
         assert read.status_code == 200 and read.json()["error"]["code"] == "definition_changed"
-        # and a retry runs under version 2 (the plan approved, its DNS unchanged, applies)
+        # and the failure says the approval it woke with is not spent: recorded, kept
+        (kept,) = execution.error["approvals"]
+        assert kept["plan_hash"] == plan_hash and kept["stage"] == "apply" and kept["by"]
+        assert "approval it woke with is kept" in execution.error["message"]
+        # and a retry runs under version 2 and applies that approval (the plan unchanged)
+        # without asking for it again
         retried = operator_api.post(f"/api/v1/executions/{execution_id}/retry")
         assert retried.status_code == 202, retried.content
         finished = _terminal(execution_id)
@@ -123,5 +128,60 @@ def test_a_run_wakes_under_the_definition_it_started_with_when_the_deploy_keeps_
         run = execution.current_run
         assert run is not None and run.definition == {"version": 1, "stages": V1_STAGES}
         assert [s.name for s in run.stages.order_by("position")] == V1_STAGES
+        assert len(_batches(standin, execution_id)) == 1
+        quiesce()
+
+
+def test_a_continuation_under_a_new_version_plans_again_instead_of_taking_the_old_plan(
+    api, operator_api, standin, route53
+):
+    # given: an add-subdomain that planned under version 1 and failed in apply (its approval
+    # met a deploy of version 2 that does not keep version 1)
+    execution_id, plan_hash = paused_under_v1(api, standin, route53)
+    with deployed(standin, "tests.support.changed_workflows"):
+        approve(operator_api, execution_id, plan_hash)
+        failed = _terminal(execution_id)
+        assert failed.error["code"] == "definition_changed"
+        body = Execution.objects.get(pk=execution_id).input
+
+        # when: the same operation is asked for again under a new key (a continuation)
+        again = submit(api, "add-subdomain", body)
+
+        # then: run 2 runs under version 2 and plans again: version 1's plan is not taken as
+        # version 2's (it ran, it was not carried over)
+        assert again.status_code == 202, again.content
+        assert again.json()["acceptance"]["outcome"] == "continued"
+        finished = _terminal(execution_id)
+        assert finished.status == "succeeded", finished.error
+        run = finished.current_run
+        assert run is not None and run.kind == "continuation"
+        assert run.definition["version"] == 2
+        plan = run.stages.get(name="plan")
+        assert plan.started_at is not None, "the plan was carried over from version 1's run"
+        assert plan.output["plan_hash"] == plan_hash
+        assert len(_batches(standin, execution_id)) == 1
+        quiesce()
+
+
+def test_a_continuation_under_a_version_declaring_the_old_outputs_compatible_carries_them(
+    api, operator_api, standin, route53
+):
+    # given: the same add-subdomain failed definition_changed, under a version 2 that declares
+    # version 1's outputs compatible
+    execution_id, plan_hash = paused_under_v1(api, standin, route53)
+    with deployed(standin, "tests.support.changed_workflows_reading_v1"):
+        approve(operator_api, execution_id, plan_hash)
+        assert _terminal(execution_id).error["code"] == "definition_changed"
+        first_plan = Run.objects.get(execution_id=execution_id, number=1).stages.get(name="plan")
+
+        # when: asked for again
+        again = submit(api, "add-subdomain", Execution.objects.get(pk=execution_id).input)
+
+        # then: run 2 skips the plan (version 1's, carried over) and applies it
+        assert again.json()["acceptance"]["outcome"] == "continued", again.content
+        finished = _terminal(execution_id)
+        assert finished.status == "succeeded", finished.error
+        plan = finished.current_run.stages.get(name="plan")
+        assert plan.started_at is None and plan.output == first_plan.output
         assert len(_batches(standin, execution_id)) == 1
         quiesce()

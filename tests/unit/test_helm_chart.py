@@ -301,10 +301,14 @@ def test_migrations_run_as_a_hook_before_install_and_upgrade_with_a_secret_that_
     (source,) = box["envFrom"]
     secret = one(docs, "Secret", source["secretRef"]["name"])
 
-    # then: the Job runs `manage.py migrate` before the Deployments change; the Secret it
-    # reads is itself a hook of the same step with a lower weight, since the release's own
-    # Secret does not exist yet at pre-install
-    assert box["command"] == ["python", "manage.py", "migrate", "--noinput"]
+    # then: the Job runs the deploy gate, then `manage.py migrate`, before the Deployments
+    # change; the Secret it reads is itself a hook of the same step with a lower weight, since
+    # the release's own Secret does not exist yet at pre-install
+    assert box["command"] == [
+        "sh",
+        "-c",
+        "python manage.py alfred_deploy_check && exec python manage.py migrate --noinput",
+    ]
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert secret["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
@@ -432,6 +436,15 @@ def test_compose_runs_two_workers_and_two_beats():
     assert services["beat"]["deploy"]["replicas"] == 2
     # web publishes a fixed host port: one of it per machine
     assert "replicas" not in services["web"].get("deploy", {})
+
+
+def test_compose_web_runs_the_deploy_gate_before_it_migrates_and_passes_its_override():
+    script = compose()["services"]["web"]["command"][-1]
+
+    # then: a refusal (exit status 1) stops the chain before migrate and the server
+    gate = script.index("python manage.py alfred_deploy_check &&")
+    assert gate < script.index("python manage.py migrate --noinput &&")
+    assert 'ALFRED_DEPLOY_ALLOW_STRANDED="${ALFRED_DEPLOY_ALLOW_STRANDED:-}"' in script[:gate]
 
 
 def test_compose_services_have_no_fixed_name_so_they_can_scale():

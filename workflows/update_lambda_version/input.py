@@ -33,6 +33,9 @@ class UpdateLambdaVersion(Workflow):
     # A continuation plans again: the plan's RevisionIds are compare-and-swap tokens, and
     # after a refusal (alias_changed) the old ones would be refused again.
     continuation_skips: ClassVar[tuple[str, ...] | None] = ()
+    # A later execution for another version moves the same aliases: the fleet asked back to
+    # this version needs a new execution, not this one's old "succeeded".
+    replaced_by_another_token: ClassVar[bool] = True
     lane_description: ClassVar[str] = (
         "lambda:<target>:<environment>, claimed with the version as token: a request for "
         "another version while the lane holds or queues a different one fails closed "

@@ -398,6 +398,7 @@ SPECTACULAR_SETTINGS = {
         "ExecutionStatusEnum": "engine.models.ExecutionStatus",
         "StageStatusEnum": "engine.models.StageStatus",
         "LaneStateEnum": "lanes.models.LaneState",
+        "EventTypeEnum": "delivery.api.webhooks.EVENT_TYPES",
     },
     # Swagger UI from the sidecar package: the docs page works on a machine without internet.
     "SWAGGER_UI_DIST": "SIDECAR",

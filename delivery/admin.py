@@ -23,13 +23,13 @@ from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, WritableAdmin, admi
 from alfred.admin_confirm import ConfirmItem, confirmation_page, reason_confirmed
 from alfred.readonly import read_only
 from delivery.endpoints import (
-    EVENT_TYPE_RE,
     endpoint_url_check,
     webhook_endpoint_delete,
     webhook_endpoint_save,
     webhook_secret_rotate,
 )
 from delivery.relay import deliveries_redeliver
+from engine.events import EVENT_CATALOGUE
 from engine.models import (
     DeliveryStatus,
     InboundNotification,
@@ -60,11 +60,12 @@ class WebhookEndpointForm(forms.ModelForm):
 
     def clean_event_types(self) -> list[str]:
         types = [t.strip() for t in self.cleaned_data["event_types"].split(",") if t.strip()]
-        for event_type in types:
-            if not EVENT_TYPE_RE.fullmatch(event_type):
-                raise ValidationError(
-                    "an event type is lower-case words joined by dots, like execution.failed"
-                )
+        unknown = [t for t in types if t not in EVENT_CATALOGUE]
+        if unknown:
+            raise ValidationError(
+                f"not an event type: {', '.join(repr(t[:60]) for t in unknown[:5])}; "
+                f"the event types are {', '.join(EVENT_CATALOGUE)}"
+            )
         return sorted(set(types))
 
     def clean(self) -> dict[str, Any]:

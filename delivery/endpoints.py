@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import re
 import secrets
 from collections.abc import Iterable
 from datetime import timedelta
@@ -35,8 +34,6 @@ from delivery.addresses import address_check
 from engine.models import AuditEntry, WebhookEndpoint
 
 ROTATION_OVERLAP = timedelta(hours=24)
-# An event type an endpoint may ask for: lower-case words joined by dots (execution.failed).
-EVENT_TYPE_RE = re.compile(r"[a-z][a-z_]{0,40}(?:\.[a-z][a-z_]{0,40}){0,3}")
 
 _LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 # Cloud instance-metadata services by name (their addresses are refused by delivery.addresses).

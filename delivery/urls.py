@@ -11,6 +11,7 @@ from delivery.api.webhooks import (
     WebhookEndpointListApi,
     WebhookEndpointRedeliverApi,
     WebhookEndpointRotateApi,
+    WebhookEventTypeListApi,
 )
 
 urlpatterns = [
@@ -22,6 +23,7 @@ urlpatterns = [
     path("events/stream", EventStreamApi.as_view(), name="events-stream"),
     path("receivers/github", GitHubReceiverApi.as_view(), name="receiver-github"),
     path("receivers/argocd", ArgoCDReceiverApi.as_view(), name="receiver-argocd"),
+    path("webhooks/event-types", WebhookEventTypeListApi.as_view(), name="webhook-event-types"),
     path("webhooks/endpoints", WebhookEndpointListApi.as_view(), name="webhook-endpoint-list"),
     path(
         "webhooks/endpoints/<str:endpoint_id>",

@@ -18,22 +18,25 @@ from rest_framework.views import APIView
 
 from alfred.fields import StrictBooleanField
 from alfred.openapi import JSON, problems
-from alfred.permissions import IsOperator, request_caller
+from alfred.permissions import IsOperator, IsPrincipal, request_caller
 from alfred.problems import Problem
 from alfred.text import FreeTextField
 from delivery.endpoints import (
-    EVENT_TYPE_RE,
     webhook_endpoint_delete,
     webhook_endpoint_save,
     webhook_secret_rotate,
 )
 from delivery.relay import deliveries_redeliver, delivery_redeliver
 from engine.api.params import StrictCursorPagination
+from engine.events import EVENT_CATALOGUE
 from engine.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
+# The types an endpoint may ask for: the public catalogue (engine.events), in its order.
+EVENT_TYPES = list(EVENT_CATALOGUE)
+# (The list itself is too long for a message's 200 characters: the message names where it is.)
 EVENT_TYPE_EXPECTED = (
-    "Expected an event type: one to four lower-case words (letters and _) joined by dots, "
-    "e.g. execution.failed."
+    "Expected an event type of the catalogue (GET /api/v1/webhooks/event-types lists them, "
+    "the document declares them as an enum), e.g. execution.failed."
 )
 
 
@@ -107,10 +110,8 @@ class WebhookEndpointSerializer(serializers.ModelSerializer):
     url = WebhookUrlField(max_length=2000)
     description = FreeTextField(max_length=200, required=False, allow_blank=True, default="")
     event_types = serializers.ListField(
-        child=serializers.RegexField(
-            f"^{EVENT_TYPE_RE.pattern}$",
-            max_length=200,
-            error_messages={"invalid": EVENT_TYPE_EXPECTED},
+        child=serializers.ChoiceField(
+            choices=EVENT_TYPES, error_messages={"invalid_choice": EVENT_TYPE_EXPECTED}
         ),
         required=False,
         max_length=100,
@@ -140,10 +141,12 @@ class WebhookEndpointSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "disabled_reason", "created_at", "updated_at"]
 
     def validate_event_types(self, value: list[str]) -> list[str]:
-        for event_type in value:  # fullmatch: the pattern's "$" also matches before a "\n"
-            if not EVENT_TYPE_RE.fullmatch(event_type):
-                raise serializers.ValidationError(f"{event_type[:60]!r}: {EVENT_TYPE_EXPECTED}")
         return sorted(set(value))
+
+
+class EventTypeSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=EVENT_TYPES)
+    description = serializers.CharField(help_text="When an event of this type is written.")
 
 
 class WebhookEndpointCreatedSerializer(WebhookEndpointSerializer):
@@ -219,6 +222,22 @@ def _reason(request: Request) -> str:
     reason = ReasonSerializer(data=request.data)
     reason.is_valid(raise_exception=True)
     return str(reason.validated_data["reason"])
+
+
+class WebhookEventTypeListApi(APIView):
+    """The public event catalogue: what an endpoint's ``event_types`` may name (and what the
+    polling API, the streams and webhooks carry)."""
+
+    permission_classes = [IsPrincipal]
+
+    @extend_schema(
+        operation_id="webhook_event_types_list",
+        summary="The event types an integrator receives, and a webhook endpoint may ask for",
+        responses={(200, JSON): EventTypeSerializer(many=True), **problems(401)},
+    )
+    def get(self, request: Request) -> Response:
+        types = [{"type": name, "description": text} for name, text in EVENT_CATALOGUE.items()]
+        return Response(types)
 
 
 class WebhookEndpointListApi(APIView):

@@ -172,6 +172,7 @@ API: tuple[ApiRow, ...] = (
         body={"expected_owner": "{lane_owner}", "reason": "matrix"},
         changes="recovered",
     ),
+    ApiRow("GET /webhooks/event-types", "GET", "/api/v1/webhooks/event-types", _READ),
     ApiRow(
         "GET /webhooks/endpoints",
         "GET",

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from engine.catalog import workflow_get
-from engine.models import Execution
+from engine.models import Execution, WebhookEndpoint
 from tests.support.factories import ExecutionFactory
 from tests.support.helpers import assert_problem, submit
 from workflows.base import EXPECTED
@@ -136,10 +136,36 @@ def test_an_execution_id_off_its_pattern_is_told_what_is_expected(field):
     _assert_expected(_message(response, f"/{field}"), EXECUTION_ID)
 
 
-def test_an_event_type_off_its_pattern_is_told_what_is_expected():
-    from delivery.endpoints import EVENT_TYPE_RE
+@pytest.mark.parametrize("event_type", ["Execution Failed", "nope", "execution.exploded"])
+def test_an_unknown_event_type_is_refused_naming_the_valid_ones(event_type):
+    from engine.events import PUBLIC_EVENT_TYPES
 
-    body = {"url": "https://hooks.example.com/alfred", "event_types": ["Execution Failed"]}
+    body = {"url": "https://hooks.example.com/alfred", "event_types": [event_type]}
     response = _token("operator").post("/api/v1/webhooks/endpoints", body, format="json")
 
-    _assert_expected(_message(response, "/event_types/0"), f"^{EVENT_TYPE_RE.pattern}$")
+    assert response.status_code == 422
+    message = _message(response, "/event_types/0")
+    _assert_expected(message, "^(" + "|".join(map(re.escape, PUBLIC_EVENT_TYPES)) + ")$")
+    assert "GET /api/v1/webhooks/event-types" in message
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_the_event_types_are_listed_and_declared_as_an_enum():
+    from engine.events import EVENT_CATALOGUE
+
+    listed = _token("integration").get("/api/v1/webhooks/event-types")
+    assert listed.status_code == 200
+    assert [row["type"] for row in listed.json()] == list(EVENT_CATALOGUE)
+    assert all(row["description"] for row in listed.json())
+    operator = _token("operator")
+    schema = operator.get("/api/schema/?format=json").json()
+    schemas = schema["components"]["schemas"]
+    items = schemas["WebhookEndpointRequest"]["properties"]["event_types"]["items"]
+    assert items == {"$ref": "#/components/schemas/EventTypeEnum"}
+    assert sorted(schemas["EventTypeEnum"]["enum"]) == sorted(EVENT_CATALOGUE)
+    created = operator.post(
+        "/api/v1/webhooks/endpoints",
+        {"url": "https://hooks.example.com/alfred", "event_types": ["execution.failed"]},
+        format="json",
+    )
+    assert created.status_code == 201 and created.json()["event_types"] == ["execution.failed"]

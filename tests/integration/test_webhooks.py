@@ -392,7 +392,7 @@ def test_operators_manage_endpoints_rotate_secrets_and_redeliver(receiver, relay
     # create: the secret is in this answer only
     created = operator.post(
         "/api/v1/webhooks/endpoints",
-        {"url": receiver.url, "event_types": ["test.tick"]},
+        {"url": receiver.url},
         format="json",
     )
     assert created.status_code == 201, created.content

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from contextlib import suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -94,13 +95,18 @@ class _Presence(threading.Thread):
     def run(self) -> None:
         period = settings.ALFRED_WORKER_HEARTBEAT_SECONDS
         while not self.stopped.is_set():
+            wait = period
             try:
                 worker_seen(self.worker)
-            except DatabaseError as exc:
+            except Exception as exc:  # never end: a live worker unmarked is taken for gone
                 log.warning("worker %s: presence not marked: %s", self.worker, exc)
+                # Soon again: after a database outage, marks must resume before any worker
+                # may judge this one gone (alfred.workers).
+                wait = min(period, 1.0)
             finally:
-                connection.close()
-            self.stopped.wait(period)
+                with suppress(Exception):
+                    connection.close()
+            self.stopped.wait(wait)
 
 
 def _handler(worker: str) -> type[BaseHTTPRequestHandler]:

@@ -13,11 +13,18 @@ Two marks, for two questions:
   fenced out at its next write anyway).
 
 A worker not seen for ``GONE_PERIODS`` of its own periods is gone: ``/metrics`` no longer
-reports it (a name that will never come back must not page), and the runtime takes the runs
-its processes held over without waiting out their leases (``engine.runtime.runner``). Its
-period is recorded with it (``period_seconds``), so the web and other hosts judge it by its
-own setting, not theirs. A worker never recorded, or forgotten, is not known to be gone: its
-runs wait out their leases, as they did before there were marks.
+reports it (a name that will never come back must not page). Its period is recorded with it
+(``period_seconds``), so the web and other hosts judge it by its own setting, not theirs. A
+worker never recorded, or forgotten, is not known to be gone.
+
+Taking a gone worker's runs over (``engine.runtime.holders``) asks one thing more, because
+when the database itself was away (a restart, a failover) *every* worker missed its marks,
+and the first to come back would otherwise take every live run over from the others. So a
+worker is judged gone only by a *judge* that has marked itself without a gap (none longer
+than ``GAP_PERIODS``, ``seen_since``) for as long as the other has not: the database took
+marks all that while, and the other made none. After an outage every judge starts counting
+again, and by the time one may judge, every live worker has marked (a failed mark is retried
+within a second, not a period later).
 
 A gone worker's row stays ``FORGOTTEN_SECONDS`` (at least a lease: until then the runtime may
 still need to know it is gone), then the next worker to start deletes it: where pods come and
@@ -34,29 +41,44 @@ from alfred.models import WorkerHeartbeat
 # Three, as readiness counts unconsumed heartbeats: one late mark (a slow statement, a long
 # pause for garbage) is not a death.
 GONE_PERIODS = 3
+# A gap between two marks longer than this many periods starts ``seen_since`` again: shorter
+# than any gap that makes a worker gone, so an outage long enough to make one gone also stops
+# every judge from judging until it has marked for GONE_PERIODS again.
+GAP_PERIODS = 1.5
 FORGOTTEN_SECONDS = 3600.0
 
 TABLE = WorkerHeartbeat._meta.db_table
-# SQL conditions on a row of TABLE (aliased ``h``): gone, and consuming.
+# SQL conditions on rows of TABLE: ``h`` gone, ``h`` consuming, and ``j`` (the judge) having
+# marked without a gap for longer than ``h`` may go unmarked.
 GONE = f"h.seen_at < clock_timestamp() - make_interval(secs => {GONE_PERIODS} * h.period_seconds)"
 CONSUMING = (
     f"h.consumed_at >= clock_timestamp() - make_interval(secs => {GONE_PERIODS} * h.period_seconds)"
 )
+JUDGES = (
+    f"j.seen_since <= clock_timestamp() - make_interval(secs => {GONE_PERIODS} * h.period_seconds)"
+    f" AND j.seen_at >= clock_timestamp() - make_interval(secs => {GAP_PERIODS} * j.period_seconds)"
+)
+# A mark: ``seen_since`` starts again after a gap (the expressions read the row as it was).
+_MARKED = f"""
+    seen_at = clock_timestamp(),
+    seen_since = CASE
+        WHEN {TABLE}.seen_at < clock_timestamp() - make_interval(secs => {GAP_PERIODS} * %(period)s)
+        THEN clock_timestamp() ELSE {TABLE}.seen_since END,
+    period_seconds = %(period)s
+"""
 
 # A worker that consumes is present too (its main process sent the task moments ago).
 _RECORD = f"""
-INSERT INTO {TABLE} (worker, consumed_at, seen_at, period_seconds)
-VALUES (%s, clock_timestamp(), clock_timestamp(), %s)
-ON CONFLICT (worker) DO UPDATE SET
-    consumed_at = EXCLUDED.consumed_at,
-    seen_at = EXCLUDED.seen_at,
-    period_seconds = EXCLUDED.period_seconds
+INSERT INTO {TABLE} (worker, consumed_at, seen_at, seen_since, period_seconds)
+VALUES (%(worker)s, clock_timestamp(), clock_timestamp(), clock_timestamp(), %(period)s)
+ON CONFLICT (worker) DO UPDATE SET consumed_at = EXCLUDED.consumed_at, {_MARKED}
 """  # noqa: S608 - the table name comes from model metadata
-_SEEN = f"""
-UPDATE {TABLE} SET seen_at = clock_timestamp(), period_seconds = %s WHERE worker = %s
-"""  # noqa: S608
+_SEEN = f"UPDATE {TABLE} SET {_MARKED} WHERE worker = %(worker)s"  # noqa: S608
 _AGE = f"SELECT extract(epoch FROM clock_timestamp() - consumed_at) FROM {TABLE} WHERE worker = %s"  # noqa: S608
-_GONE = f"SELECT {GONE} FROM {TABLE} h WHERE h.worker = %s"  # noqa: S608
+_GONE = f"""
+SELECT {GONE} AND {JUDGES} FROM {TABLE} h JOIN {TABLE} j ON j.worker = %(judge)s
+WHERE h.worker = %(worker)s
+"""  # noqa: S608
 _FORGET = f"""
 DELETE FROM {TABLE} WHERE seen_at < clock_timestamp() - make_interval(secs => %s)
 """  # noqa: S608
@@ -65,14 +87,18 @@ DELETE FROM {TABLE} WHERE seen_at < clock_timestamp() - make_interval(secs => %s
 def worker_heartbeat_record(worker: str) -> None:
     """A pool process of ``worker`` ran its heartbeat task: it consumes."""
     with connection.cursor() as cursor:
-        cursor.execute(_RECORD, [worker, settings.ALFRED_WORKER_HEARTBEAT_SECONDS])
+        cursor.execute(
+            _RECORD, {"worker": worker, "period": settings.ALFRED_WORKER_HEARTBEAT_SECONDS}
+        )
 
 
 def worker_seen(worker: str) -> None:
     """The main process's mark. An update only: a worker appears once it has consumed (one
     that never did is not ready, and has no age to report)."""
     with connection.cursor() as cursor:
-        cursor.execute(_SEEN, [settings.ALFRED_WORKER_HEARTBEAT_SECONDS, worker])
+        cursor.execute(
+            _SEEN, {"worker": worker, "period": settings.ALFRED_WORKER_HEARTBEAT_SECONDS}
+        )
 
 
 def worker_heartbeat_age(worker: str) -> float | None:
@@ -83,11 +109,12 @@ def worker_heartbeat_age(worker: str) -> float | None:
     return None if row is None else float(row[0])
 
 
-def worker_gone(worker: str) -> bool:
-    """Whether ``worker``'s main process stopped marking itself present. False for a worker
-    not recorded: nothing is known of it."""
+def worker_gone(worker: str, *, judge: str) -> bool:
+    """Whether ``worker``'s main process stopped marking itself present, as ``judge`` (a
+    worker's name) may tell: false unless both are recorded and the judge has marked itself
+    without a gap for longer than ``worker`` has not (the module's docstring says why)."""
     with connection.cursor() as cursor:
-        cursor.execute(_GONE, [worker])
+        cursor.execute(_GONE, {"worker": worker, "judge": judge})
         row = cursor.fetchone()
     return bool(row and row[0])
 

@@ -16,7 +16,7 @@ import pytest
 from django.db.models.functions import Now
 
 from alfred.models import WorkerHeartbeat
-from alfred.workers import FORGOTTEN_SECONDS
+from alfred.workers import FORGOTTEN_SECONDS, worker_gone, worker_seen
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_metrics import matching, value, web_scrape
 
@@ -79,3 +79,46 @@ def test_a_starting_worker_forgets_workers_gone_long_ago(doomed):
     assert not {"old@pod-1", "new@pod-2"} & set(_reported())
     # and the fleet's gauge counts the one worker that consumes
     assert value(web_scrape(), "alfred_workers_consuming") == 1
+
+
+def _row(worker: str, *, seen: float, since: float, period: float = 10.0) -> None:
+    """A worker's row as it would be: last marked ``seen`` seconds ago, without a gap since
+    ``since`` seconds ago (the database's clock)."""
+    WorkerHeartbeat.objects.create(
+        worker=worker,
+        consumed_at=Now() - timedelta(seconds=seen),
+        seen_at=Now() - timedelta(seconds=seen),
+        seen_since=Now() - timedelta(seconds=since),
+        period_seconds=period,
+    )
+
+
+def test_a_worker_is_judged_gone_only_by_one_whose_marks_went_on(settings):
+    # given: a worker unmarked for four of its 10 s periods, and a judge marking for a minute
+    settings.ALFRED_WORKER_HEARTBEAT_SECONDS = 10.0
+    _row("holder@a", seen=40, since=600)
+    _row("judge@b", seen=1, since=60)
+
+    # then: the judge may tell the holder is gone; nothing is known by or of a stranger
+    assert worker_gone("holder@a", judge="judge@b")
+    assert not worker_gone("judge@b", judge="holder@a")
+    assert not worker_gone("holder@a", judge="stranger@c")
+    assert not worker_gone("stranger@c", judge="judge@b")
+
+    # and when: the database was away 40 s (the judge's marks stopped too), and the judge
+    # marks again first
+    WorkerHeartbeat.objects.filter(worker="judge@b").update(seen_at=Now() - timedelta(seconds=40))
+    worker_seen("judge@b")
+
+    # then: its marks start over, and it judges nobody gone until they have gone on for as
+    # long as the holder may go unmarked (by then a live holder has marked again)
+    judge = WorkerHeartbeat.objects.get(worker="judge@b")
+    assert abs(judge.seen_at - judge.seen_since) < timedelta(seconds=1)
+    assert not worker_gone("holder@a", judge="judge@b")
+
+    # and a mark on time (no gap) keeps its count
+    WorkerHeartbeat.objects.filter(worker="judge@b").update(
+        seen_at=Now() - timedelta(seconds=10), seen_since=Now() - timedelta(seconds=60)
+    )
+    worker_seen("judge@b")
+    assert worker_gone("holder@a", judge="judge@b")

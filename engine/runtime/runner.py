@@ -21,9 +21,9 @@ ends, so a worker that dies anywhere in them has it delivered again, and the del
 the run at the stage the worker died in (taken over at once when its holder is known to be
 gone, ``engine.runtime.holders``, else once its lease runs out). A whole worker killed takes
 its message with it until the broker's visibility timeout: the recovery scan finds its runs
-instead. A caller that delivers each stage itself
-(``onward=False``) leaves the run between stages, leased to no one for a short grace: if no
-one claims the next stage, the recovery scan takes the run on.
+instead. A caller that delivers each stage itself (``onward=False``) leaves the run between
+stages, leased to no one for a short grace: if no one claims the next stage, the recovery
+scan takes the run on.
 
 Around each stage it sends ``engine.runtime.signals`` (instrumentation: tracing, the tests' kill
 points between and after stages).

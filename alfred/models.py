@@ -79,7 +79,7 @@ class WorkerHeartbeat(models.Model):
     worker = models.CharField(primary_key=True, max_length=200)
     consumed_at = models.DateTimeField()
     seen_at = models.DateTimeField(db_default=Now())
-    # Since when its marks came without a gap (``alfred.workers``: who may judge another gone).
+    # Since when its marks came without a gap (``alfred.workers``: when another may be gone).
     seen_since = models.DateTimeField(db_default=Now())
     # The worker's own ALFRED_WORKER_HEARTBEAT_SECONDS: whoever judges it gone (the web's
     # /metrics, another host's scan) counts its periods, not their own.

@@ -100,8 +100,8 @@ class _Presence(threading.Thread):
                 worker_seen(self.worker)
             except Exception as exc:  # never end: a live worker unmarked is taken for gone
                 log.warning("worker %s: presence not marked: %s", self.worker, exc)
-                # Soon again: after a database outage, marks must resume before any worker
-                # may judge this one gone (alfred.workers).
+                # Soon again: after a database outage, marks must resume before this worker
+                # can be taken for gone (alfred.workers).
                 wait = min(period, 1.0)
             finally:
                 with suppress(Exception):

@@ -20,11 +20,11 @@ worker never recorded, or forgotten, is not known to be gone.
 Taking a gone worker's runs over (``engine.runtime.holders``) asks one thing more, because
 when the database itself was away (a restart, a failover) *every* worker missed its marks,
 and the first to come back would otherwise take every live run over from the others. So a
-worker is judged gone only by a *judge* that has marked itself without a gap (none longer
-than ``GAP_PERIODS``, ``seen_since``) for as long as the other has not: the database took
-marks all that while, and the other made none. After an outage every judge starts counting
-again, and by the time one may judge, every live worker has marked (a failed mark is retried
-within a second, not a period later).
+worker is gone for that purpose (:func:`worker_gone`) only while another worker has marked
+itself without a gap (none longer than ``GAP_PERIODS``: ``seen_since``) for as long as this
+one has not: the database took marks all that while, and this one made none. After an outage
+every worker's count starts again, and by the time one has gone on long enough, every live
+worker has marked (a failed mark is retried within a second, not a period later).
 
 A gone worker's row stays ``FORGOTTEN_SECONDS`` (at least a lease: until then the runtime may
 still need to know it is gone), then the next worker to start deletes it: where pods come and
@@ -42,19 +42,19 @@ from alfred.models import WorkerHeartbeat
 # pause for garbage) is not a death.
 GONE_PERIODS = 3
 # A gap between two marks longer than this many periods starts ``seen_since`` again: shorter
-# than any gap that makes a worker gone, so an outage long enough to make one gone also stops
-# every judge from judging until it has marked for GONE_PERIODS again.
+# than any gap that makes a worker gone, so an outage long enough to make one gone also starts
+# every other's count again (none is taken for gone until one has marked GONE_PERIODS again).
 GAP_PERIODS = 1.5
 FORGOTTEN_SECONDS = 3600.0
 
 TABLE = WorkerHeartbeat._meta.db_table
-# SQL conditions on rows of TABLE: ``h`` gone, ``h`` consuming, and ``j`` (the judge) having
-# marked without a gap for longer than ``h`` may go unmarked.
+# SQL conditions on rows of TABLE: ``h`` gone, ``h`` consuming, and ``j`` having marked
+# without a gap for longer than ``h`` may go unmarked (and still marking).
 GONE = f"h.seen_at < clock_timestamp() - make_interval(secs => {GONE_PERIODS} * h.period_seconds)"
 CONSUMING = (
     f"h.consumed_at >= clock_timestamp() - make_interval(secs => {GONE_PERIODS} * h.period_seconds)"
 )
-JUDGES = (
+WITNESS = (
     f"j.seen_since <= clock_timestamp() - make_interval(secs => {GONE_PERIODS} * h.period_seconds)"
     f" AND j.seen_at >= clock_timestamp() - make_interval(secs => {GAP_PERIODS} * j.period_seconds)"
 )
@@ -75,10 +75,9 @@ ON CONFLICT (worker) DO UPDATE SET consumed_at = EXCLUDED.consumed_at, {_MARKED}
 """  # noqa: S608 - the table name comes from model metadata
 _SEEN = f"UPDATE {TABLE} SET {_MARKED} WHERE worker = %(worker)s"  # noqa: S608
 _AGE = f"SELECT extract(epoch FROM clock_timestamp() - consumed_at) FROM {TABLE} WHERE worker = %s"  # noqa: S608
-_GONE = f"""
-SELECT {GONE} AND {JUDGES} FROM {TABLE} h JOIN {TABLE} j ON j.worker = %(judge)s
-WHERE h.worker = %(worker)s
-"""  # noqa: S608
+# ``h`` gone while the database took another worker's marks all along.
+GONE_SURELY = f"{GONE} AND EXISTS (SELECT FROM {TABLE} j WHERE j.worker <> h.worker AND {WITNESS})"
+_GONE = f"SELECT {GONE_SURELY} FROM {TABLE} h WHERE h.worker = %s"  # noqa: S608
 _FORGET = f"""
 DELETE FROM {TABLE} WHERE seen_at < clock_timestamp() - make_interval(secs => %s)
 """  # noqa: S608
@@ -109,12 +108,12 @@ def worker_heartbeat_age(worker: str) -> float | None:
     return None if row is None else float(row[0])
 
 
-def worker_gone(worker: str, *, judge: str) -> bool:
-    """Whether ``worker``'s main process stopped marking itself present, as ``judge`` (a
-    worker's name) may tell: false unless both are recorded and the judge has marked itself
-    without a gap for longer than ``worker`` has not (the module's docstring says why)."""
+def worker_gone(worker: str) -> bool:
+    """Whether ``worker``'s main process stopped marking itself present while another
+    worker's marks went on without a gap (the module's docstring says why both). False for a
+    worker not recorded: nothing is known of it."""
     with connection.cursor() as cursor:
-        cursor.execute(_GONE, {"worker": worker, "judge": judge})
+        cursor.execute(_GONE, [worker])
         row = cursor.fetchone()
     return bool(row and row[0])
 

@@ -55,12 +55,11 @@ def timers_scan(self: Any) -> int:
     return fired
 
 
-@shared_task(name="executions.tasks.runs_recover", bind=True, ignore_result=True)
-def runs_recover(self: Any) -> int:
+@shared_task(name="executions.tasks.runs_recover", ignore_result=True)
+def runs_recover() -> int:
     if settings.ALFRED_READ_ONLY:
         return 0
-    # The scanning worker judges whether another is gone (alfred.workers).
-    return scans.runs_recover(judge=self.request.hostname or None)
+    return scans.runs_recover()
 
 
 # How long one retention task runs its batches before handing the rest to a new task.

@@ -8,7 +8,7 @@ let another worker take the run over at once, without waiting out the lease:
 - the holder's process is gone from this host's PID namespace (a SIGKILLed pool process, or a
   whole worker killed beside another on the same host): it can write nothing any more;
 - the holder's worker is gone (``alfred.workers``: its main process stopped marking itself
-  present for three of its heartbeat periods while the judging worker's marks went on),
+  present for three of its heartbeat periods while another worker's marks went on),
   wherever it ran: the case of a whole worker killed on another host or pod, whose message
   the broker keeps for its visibility timeout.
 
@@ -82,11 +82,11 @@ def holder_process_dead(holder: str) -> bool:
     return False
 
 
-def holder_gone(holder: str, *, judge: str) -> bool:
-    """Whether ``holder`` is known to be gone, as the worker process ``judge`` (a holder's
-    name too: the claimer's) may tell: its process dead on this host, or its worker no longer
-    present. One read by primary key, only for a holder whose lease still runs."""
+def holder_gone(holder: str) -> bool:
+    """Whether ``holder`` is known to be gone: its process dead on this host, or its worker
+    no longer present. One read (by primary key, and over the fleet's rows), only for a
+    holder whose lease still runs."""
     if holder_process_dead(holder):
         return True
-    parts, judging = holder_parts(holder), holder_parts(judge)
-    return parts is not None and judging is not None and worker_gone(parts[0], judge=judging[0])
+    parts = holder_parts(holder)
+    return parts is not None and worker_gone(parts[0])

@@ -502,7 +502,7 @@ def _leased_by_other(run: Run, worker: str, now: datetime) -> bool:
         and run.lease_expires_at
         and run.lease_expires_at > now
     )
-    return live and not holder_gone(run.lease_owner, judge=worker)
+    return live and not holder_gone(run.lease_owner)
 
 
 def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:

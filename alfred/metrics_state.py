@@ -3,9 +3,9 @@ of the web's ``/metrics`` (``alfred.metrics`` says why state is read rather than
 
 Each app declares its gauges as SQL (:class:`SqlGauge`) and registers them in its
 ``ready()`` (``alfred.metrics.state_register``); this module holds the mechanism and
-Alfred's own: the beat lease and the workers' heartbeats. Every age is on the database's
-clock; each query reads what an index on active rows covers, so a scrape costs what is
-active, not what is remembered.
+Alfred's own: the beat lease and the workers' heartbeats (``alfred.workers``). Every age is on
+the database's clock; each query reads what an index on active rows covers, so a scrape costs
+what is active, not what is remembered.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from django.db import connection
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from alfred.models import BeatLease, WorkerHeartbeat
+from alfred import workers
+from alfred.models import BeatLease
 
 
 class SqlGauge(NamedTuple):
@@ -54,10 +55,18 @@ ALFRED_GAUGES: tuple[SqlGauge, ...] = (
     ),
     SqlGauge(
         "alfred_worker_heartbeat_age_seconds",
-        "Since each worker last consumed its own heartbeat task: a worker that stopped "
-        "consuming lets this grow.",
+        "Since each worker still present last consumed its own heartbeat task: a worker that "
+        "stopped consuming lets this grow; one gone (its main process no longer marks itself "
+        "present for three of its heartbeat periods) is no longer reported.",
         ("worker",),
-        f"""SELECT worker, extract(epoch FROM clock_timestamp() - consumed_at)
-              FROM {WorkerHeartbeat._meta.db_table}""",  # noqa: S608
+        f"""SELECT h.worker, extract(epoch FROM clock_timestamp() - h.consumed_at)
+              FROM {workers.TABLE} h WHERE NOT ({workers.GONE})""",  # noqa: S608
+    ),
+    SqlGauge(
+        "alfred_workers_consuming",
+        "Workers that consumed their own heartbeat task within three of their periods: at 0, "
+        "no queued work is taken.",
+        (),
+        f"SELECT count(*) FROM {workers.TABLE} h WHERE {workers.CONSUMING}",  # noqa: S608
     ),
 )

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.db import models
+from django.db.models.functions import Now
 
 from alfred.ids import Prefixed
 from alfred.principals import Role
@@ -67,10 +68,22 @@ class WorkerHeartbeat(models.Model):
     sends a task to the worker's own queue, and the pool process that runs it writes
     ``consumed_at`` (``alfred.worker_http``). A worker whose consumer stopped (the Redis
     reconnect that silently ends consumption, a pool that no longer takes tasks) stops
-    moving it: its readiness fails and ``alfred_worker_heartbeat_age_seconds`` grows."""
+    moving it: its readiness fails and ``alfred_worker_heartbeat_age_seconds`` grows.
+
+    ``seen_at`` is apart from consumption: the worker's main process writes it itself every
+    period, broker or not, so it stops only when that process is gone (killed, its pod
+    rescheduled) or cannot reach the database. A worker not seen for three periods is gone:
+    no longer reported, and the runs its processes held are taken over without waiting out
+    their leases (``alfred.worker_http``, ``engine.runtime``)."""
 
     worker = models.CharField(primary_key=True, max_length=200)
     consumed_at = models.DateTimeField()
+    seen_at = models.DateTimeField(db_default=Now())
+    # Since when its marks came without a gap (``alfred.workers``: when another may be gone).
+    seen_since = models.DateTimeField(db_default=Now())
+    # The worker's own ALFRED_WORKER_HEARTBEAT_SECONDS: whoever judges it gone (the web's
+    # /metrics, another host's scan) counts its periods, not their own.
+    period_seconds = models.FloatField(db_default=10.0)
 
     def __str__(self) -> str:
         return f"{self.worker} at {self.consumed_at:%H:%M:%S}"

@@ -7,7 +7,8 @@ from __future__ import annotations
 from celery import shared_task
 
 from alfred import worker_http
-from alfred.worker_http import HEARTBEAT_TASK, worker_heartbeat_record
+from alfred.worker_http import HEARTBEAT_TASK
+from alfred.workers import worker_heartbeat_record
 
 __all__ = ["worker_heartbeat", "worker_http"]
 

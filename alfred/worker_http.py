@@ -8,6 +8,12 @@ worker's own queue (``<name>.dq2``, Celery's ``worker_direct``), and the pool pr
 runs it writes ``consumed_at`` (:class:`alfred.models.WorkerHeartbeat`), on the database's
 clock. The web's ``/metrics`` reports each worker's heartbeat age.
 
+The main process also marks itself present every period, straight into the database, on a
+thread of its own (a broker that does not answer must not make a live worker look gone): a
+worker that stops marking is gone, no longer reported, and its runs are taken over
+(``alfred.workers`` says why two marks). A starting worker deletes the rows of workers gone
+long ago.
+
 With ``ALFRED_WORKER_HTTP_PORT`` set, the worker's main process also serves:
 
 - ``/healthz``: the process answers;
@@ -23,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from contextlib import suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -34,29 +41,11 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from alfred.metrics import exposition, scrape_allowed
 from alfred.models import WorkerHeartbeat
+from alfred.workers import worker_heartbeat_age, worker_seen, workers_forget
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_TASK = "alfred.tasks.worker_heartbeat"
-_TABLE = WorkerHeartbeat._meta.db_table
-_RECORD = f"""
-INSERT INTO {_TABLE} (worker, consumed_at) VALUES (%s, clock_timestamp())
-ON CONFLICT (worker) DO UPDATE SET consumed_at = EXCLUDED.consumed_at
-"""  # noqa: S608 - the table name comes from model metadata
-_AGE = f"SELECT extract(epoch FROM clock_timestamp() - consumed_at) FROM {_TABLE} WHERE worker = %s"  # noqa: S608
-
-
-def worker_heartbeat_record(worker: str) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute(_RECORD, [worker])
-
-
-def worker_heartbeat_age(worker: str) -> float | None:
-    """Seconds since ``worker`` last consumed its heartbeat, or None if it never did."""
-    with connection.cursor() as cursor:
-        cursor.execute(_AGE, [worker])
-        row = cursor.fetchone()
-    return None if row is None else float(row[0])
 
 
 def worker_ready_check(worker: str) -> tuple[bool, dict[str, Any]]:
@@ -94,6 +83,32 @@ class _Heartbeat(threading.Thread):
             self.stopped.wait(period)
 
 
+class _Presence(threading.Thread):
+    """The main process's mark, every period, on a connection of its own that it closes after
+    each mark: the process forks pool processes, which must not inherit an open one."""
+
+    def __init__(self, worker: str) -> None:
+        super().__init__(name="alfred-presence", daemon=True)
+        self.worker = worker
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        period = settings.ALFRED_WORKER_HEARTBEAT_SECONDS
+        while not self.stopped.is_set():
+            wait = period
+            try:
+                worker_seen(self.worker)
+            except Exception as exc:  # never end: a live worker unmarked is taken for gone
+                log.warning("worker %s: presence not marked: %s", self.worker, exc)
+                # Soon again: after a database outage, marks must resume before this worker
+                # can be taken for gone (alfred.workers).
+                wait = min(period, 1.0)
+            finally:
+                with suppress(Exception):
+                    connection.close()
+            self.stopped.wait(wait)
+
+
 def _handler(worker: str) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -129,16 +144,29 @@ def _handler(worker: str) -> type[BaseHTTPRequestHandler]:
 
 
 _heartbeat: _Heartbeat | None = None
+_presence: _Presence | None = None
 _server: ThreadingHTTPServer | None = None
 
 
 @worker_ready.connect
 def _worker_started(sender: Any, **_: Any) -> None:
-    """In the worker's main process, once it consumes: the heartbeat, and the port."""
-    global _heartbeat, _server
+    """In the worker's main process, once it consumes: the rows of workers long gone
+    forgotten, the heartbeat, the presence mark, and the port."""
+    global _heartbeat, _presence, _server
     worker = str(sender.hostname)
+    try:
+        forgotten = workers_forget()
+    except DatabaseError as exc:
+        log.warning("worker %s: gone workers not forgotten: %s", worker, exc)
+    else:
+        if forgotten:
+            log.info("worker %s: forgot %d workers gone long ago", worker, forgotten)
+    finally:
+        connection.close()
     _heartbeat = _Heartbeat(sender.app, worker)
     _heartbeat.start()
+    _presence = _Presence(worker)
+    _presence.start()
     port = settings.ALFRED_WORKER_HTTP_PORT
     if port:
         _server = ThreadingHTTPServer(("0.0.0.0", port), _handler(worker))  # noqa: S104
@@ -151,7 +179,9 @@ def _worker_started(sender: Any, **_: Any) -> None:
 def _worker_stopping(**_: Any) -> None:
     """A worker that stops on purpose takes its heartbeat row along: it is not a worker that
     stopped consuming (one killed outright leaves it, and its age grows)."""
-    global _heartbeat, _server
+    global _heartbeat, _presence, _server
+    if _presence is not None:
+        _presence.stopped.set()
     if _heartbeat is not None:
         _heartbeat.stopped.set()
         try:
@@ -160,4 +190,4 @@ def _worker_stopping(**_: Any) -> None:
             log.warning("worker %s: heartbeat row left behind", _heartbeat.worker)
     if _server is not None:
         _server.shutdown()
-    _heartbeat = _server = None
+    _heartbeat = _presence = _server = None

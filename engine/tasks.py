@@ -21,7 +21,8 @@ from engine import retention
 from engine.history import history_json
 from engine.lanes.reconciler import lanes_reconcile
 from engine.runtime import scans
-from engine.runtime.runner import stage_execute, worker_identity
+from engine.runtime.holders import worker_identity
+from engine.runtime.runner import stage_execute
 
 
 @shared_task(

@@ -18,10 +18,12 @@ After a stage succeeds, the same worker hands the run to itself: the transaction
 the stage's end claims the next stage for it (one transaction, not two; no message between
 them). The message that started the run stays unacknowledged until the last stage it ran
 ends, so a worker that dies anywhere in them has it delivered again, and the delivery finds
-the run at the stage the worker died in (taken over at once when the holder's process is
-gone from this host, else once its lease runs out). A caller that delivers each stage itself
-(``onward=False``) leaves the run between stages, leased to no one for a short grace: if no
-one claims the next stage, the recovery scan takes the run on.
+the run at the stage the worker died in (taken over at once when its holder is known to be
+gone, ``engine.runtime.holders``, else once its lease runs out). A whole worker killed takes
+its message with it until the broker's visibility timeout: the recovery scan finds its runs
+instead. A caller that delivers each stage itself (``onward=False``) leaves the run between
+stages, leased to no one for a short grace: if no one claims the next stage, the recovery
+scan takes the run on.
 
 Around each stage it sends ``engine.runtime.signals`` (instrumentation: tracing, the tests' kill
 points between and after stages).
@@ -32,8 +34,6 @@ from __future__ import annotations
 import enum
 import json
 import logging
-import os
-import socket
 import time
 from collections.abc import Sequence
 from contextlib import suppress
@@ -78,6 +78,7 @@ from engine.runtime.errors import (
     Suspend,
     unclassified,
 )
+from engine.runtime.holders import holder_gone
 from engine.runtime.projections import start_state_event
 from engine.runtime.registry import (
     Definition,
@@ -398,7 +399,7 @@ def _take(
         deadline = _deadline_seconds(execution.workflow)
         run.deadline_at = now + timedelta(seconds=deadline) if deadline else None
     if run.status == RunStatus.RUNNING and run.lease_owner not in ("", worker):
-        # Its worker's lease ran out, or its process is gone: counted once this commits.
+        # Its worker's lease ran out, or its holder is gone: counted once this commits.
         transaction.on_commit(LEASE_TAKEOVERS.labels(execution.workflow).inc)
     run.fence += 1
     run.recoveries = 0  # its message arrived: the recovery backoff starts over
@@ -499,51 +500,15 @@ def _deadline_seconds(workflow: str) -> float | None:
 
 
 def _leased_by_other(run: Run, worker: str, now: datetime) -> bool:
+    """Whether another holder's lease still protects the run: it runs, and its holder is not
+    known to be gone (``engine.runtime.holders``)."""
     live = bool(
         run.lease_owner
         and run.lease_owner != worker
         and run.lease_expires_at
         and run.lease_expires_at > now
     )
-    return live and not _holder_dead(run.lease_owner)
-
-
-def worker_identity(node: str) -> str:
-    """How a worker process names itself as a lease holder: ``node:pidns:pid``. The PID
-    namespace is part of it because one host name does not mean one PID namespace (a
-    container with ``network_mode: host`` or Kubernetes ``hostNetwork`` shares the host's
-    name, not its processes)."""
-    return f"{node}:{_pid_namespace()}:{os.getpid()}"
-
-
-@cache
-def _pid_namespace() -> str:
-    try:
-        return os.readlink("/proc/self/ns/pid").removeprefix("pid:").strip("[]")
-    except OSError:
-        return "unknown"
-
-
-def _holder_dead(holder: str) -> bool:
-    """A holder in this PID namespace on this host whose process is gone cannot write any
-    more: its lease needs not run out before another worker takes the run (a SIGKILLed pool
-    process is replaced at once). Holders anywhere else are trusted until their lease
-    expires, and so is a holder named in any other form."""
-    node, namespace, pid = [*holder.rsplit(":", 2), "", ""][:3]
-    if (
-        node.rpartition("@")[2] != socket.gethostname()
-        or namespace != _pid_namespace()
-        or namespace == "unknown"
-        or not pid.isdigit()
-    ):
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
+    return live and not holder_gone(run.lease_owner)
 
 
 def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:

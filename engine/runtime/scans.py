@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import F, Q
 
+from alfred import workers
 from alfred.metrics import RECOVERY_DISPATCHES
 from engine.models import (
     ACTIVE_STATUSES,
@@ -22,6 +23,7 @@ from engine.models import (
 )
 from engine.runtime.clock import db_now
 from engine.runtime.dispatch import run_dispatch
+from engine.runtime.holders import holder_process_dead, local_holder_marker
 
 BATCH = 200
 # How long a start message may take to arrive before the recovery scan sends another.
@@ -53,9 +55,10 @@ def timers_fire(batch: int = BATCH) -> int:
 
 def runs_recover(batch: int = BATCH) -> int:
     """Dispatch again what lost its message: runs never started (start_pending past a grace,
-    start_failed) that may start, runs whose worker's lease ran out, waiting runs woken but
-    not claimed since, runs past their deadline. Returns how many were dispatched. Only an
-    execution its lane admits is started (the claim guard refuses the others anyway)."""
+    start_failed) that may start, runs whose worker's lease ran out or whose holder is known
+    to be gone, waiting runs woken but not claimed since, runs past their deadline. Returns
+    how many were dispatched. Only an execution its lane admits is started (the claim guard
+    refuses the others anyway)."""
     now = db_now()
     unstarted = (
         Execution.objects.filter(
@@ -83,11 +86,53 @@ def runs_recover(batch: int = BATCH) -> int:
         execution__current_run_id=F("id"),
         execution__status__in=sorted(ACTIVE_STATUSES),
     ).values_list("id", flat=True)[:batch]
-    run_ids = _recovery_due(sorted({*unstarted, *stalled}), now)
+    held = runs_held_by_the_gone(now, batch)
+    run_ids = _recovery_due(sorted({*unstarted, *stalled, *held}), now)
     for run_id in run_ids:
         run_dispatch(run_id)
     RECOVERY_DISPATCHES.inc(len(run_ids))
     return len(run_ids)
+
+
+# Running runs under a live lease whose holder's worker is gone (alfred.workers): the holder
+# named node:pidns:pid, its node a worker no longer present. Over the partial index of running
+# runs, joined by primary key: a tick costs what runs.
+_HELD_BY_THE_GONE = f"""
+    SELECT r.id FROM {Run._meta.db_table} r
+    JOIN {Execution._meta.db_table} e ON e.current_run_id = r.id
+    JOIN {workers.TABLE} h ON h.worker = substring(r.lease_owner from '^(.*):[^:]*:[0-9]+$')
+    WHERE r.status = %(running)s AND r.lease_expires_at >= %(now)s
+      AND e.status = ANY(%(active)s) AND {workers.GONE_SURELY}
+    ORDER BY r.id LIMIT %(batch)s
+"""  # noqa: S608 - the table names come from model metadata; values are bound
+
+
+def runs_held_by_the_gone(now: datetime, batch: int = BATCH) -> list[str]:
+    """Runs whose lease still runs but whose holder is known to be gone
+    (``engine.runtime.holders``): its worker no longer present, wherever it ran, or its
+    process dead on this host (the scan's own: only here can a pid be
+    asked). Their message went with their worker (the broker gives it back only after its
+    visibility timeout), so without this they would wait out the whole lease; the claim of
+    the message sent now checks again, under the run's lock, and moves the fence."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _HELD_BY_THE_GONE,
+            {
+                "running": RunStatus.RUNNING,
+                "now": now,
+                "active": sorted(ACTIVE_STATUSES),
+                "batch": batch,
+            },
+        )
+        gone = [row[0] for row in cursor.fetchall()]
+    here = Run.objects.filter(
+        status=RunStatus.RUNNING,
+        lease_expires_at__gte=now,
+        lease_owner__contains=local_holder_marker(),
+        execution__current_run_id=F("id"),
+        execution__status__in=sorted(ACTIVE_STATUSES),
+    ).values_list("id", "lease_owner")[:batch]
+    return sorted({*gone, *(run_id for run_id, holder in here if holder_process_dead(holder))})
 
 
 # A run re-dispatched by the scan is not re-dispatched again until its message has had time

@@ -2,10 +2,11 @@
 joined by veth, each host's workers in a PID namespace of their own).
 
 - A host cut off from the database in the middle of a step loses its run: another host takes
-  it over once the lease has run out, and when the first comes back, nothing it does after
-  losing the lease lands (its late receipt, lease renewal and events are fenced out).
+  it over once its worker is gone or the lease has run out, and when the first comes back,
+  nothing it does after losing the lease lands (its late receipt, lease renewal and events
+  are fenced out).
 - A duplicate delivery on one host never takes over a live worker on another, though both
-  have the same host name: the dead-holder shortcut holds only within one PID namespace.
+  have the same host name: the dead-process shortcut holds only within one PID namespace.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def test_a_host_cut_off_mid_step_loses_its_run_and_its_late_writes_are_fenced_ou
     try:
         second = _ready(two.worker("second", beat=True))
 
-        # then: host two takes the run over once the lease has run out, and finishes it
+        # then: host two takes the run over (once host one's worker is gone, its main process
+        # unmarked, or the lease has run out), and finishes it
         execution = _finished(body["id"], first, second)
         assert execution.status == "succeeded", execution.error
         [(by_one, fence_one), (by_two, takeover_fence)] = _started_by(body["id"])

@@ -24,7 +24,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from engine.models import Execution, OutboxEvent, Run, Stage, StepReceipt, Timer
-from engine.runtime.runner import Outcome, stage_execute, worker_identity
+from engine.runtime.holders import worker_identity
+from engine.runtime.runner import Outcome, stage_execute
 from engine.runtime.scans import timers_fire
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_engine import event_types, finished

@@ -388,7 +388,7 @@ def test_a_dead_holder_is_taken_over_at_once_only_in_this_pid_namespace():
     import subprocess
     import sys
 
-    from engine.runtime.runner import _holder_dead, worker_identity
+    from engine.runtime.holders import holder_process_dead, worker_identity
 
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -399,11 +399,11 @@ def test_a_dead_holder_is_taken_over_at_once_only_in_this_pid_namespace():
     here = worker_identity(f"w@{socket.gethostname()}")
     node, namespace, _ = here.rsplit(":", 2)
 
-    assert _holder_dead(f"{node}:{namespace}:{gone}")  # this namespace, process gone
-    assert not _holder_dead(here)  # this very process: alive
-    assert not _holder_dead(f"{node}:4026599999:{gone}")  # another namespace: trust the lease
-    assert not _holder_dead(f"w@elsewhere:{namespace}:{gone}")  # another host: the same
-    assert not _holder_dead(f"{node}:{gone}")  # a holder named the old way: the same
+    assert holder_process_dead(f"{node}:{namespace}:{gone}")  # this namespace, process gone
+    assert not holder_process_dead(here)  # this very process: alive
+    assert not holder_process_dead(f"{node}:4026599999:{gone}")  # another namespace: trust it
+    assert not holder_process_dead(f"w@elsewhere:{namespace}:{gone}")  # another host: the same
+    assert not holder_process_dead(f"{node}:{gone}")  # a holder named the old way: the same
     assert str(os.getpid()) == here.rsplit(":", 1)[1]
 
 

@@ -373,17 +373,20 @@ class InfraExclusive(Infra):
 # (the stage about to be claimed, the one before it committed: between stages) or
 # ``after:<stage>`` (the stage committed, the next one not yet claimed, the run's message not
 # yet acknowledged); a ``worker:`` prefix kills the whole worker (its process group: the main
-# process, beat and the pool) instead of the pool process running the task.
+# process, beat and the pool) instead of the pool process running the task, and a ``freeze:``
+# prefix stops the whole worker (SIGSTOP) until the test sends it SIGCONT.
 KILL_POINTS = "alfred-test:kill-points"
 
 
 def kill_point(label: str, point: str) -> None:
-    """SIGKILL here if the test armed ``point`` for ``label``, once."""
+    """SIGKILL (or SIGSTOP) here if the test armed ``point`` for ``label``, once."""
     r = counters()
     if r.srem(KILL_POINTS, f"{label}:{point}"):
         os.kill(os.getpid(), signal.SIGKILL)
     if r.srem(KILL_POINTS, f"{label}:worker:{point}"):
         os.killpg(os.getpgid(0), signal.SIGKILL)
+    if r.srem(KILL_POINTS, f"{label}:freeze:{point}"):
+        os.killpg(os.getpgid(0), signal.SIGSTOP)
 
 
 def _kill_point_of_stage(run_id: str, stage: str, point: str) -> None:

@@ -251,6 +251,10 @@ class ArgoCDStandIn(StandIn):
                 for op in app.operations
             ]
 
+    def journal(self) -> dict[str, Any]:
+        """Every operation started on each application (:meth:`operations`)."""
+        return {"operations": {name: self.operations(name) for name in self.names()}}
+
     # -- requests --------------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response | _Lost:

@@ -153,6 +153,13 @@ class AwsStandIn(StandIn):
         """The account moto files this stand-in's resources under (MOTO_ACCOUNT_ID wins)."""
         return os.environ.get("MOTO_ACCOUNT_ID") or self.account_id
 
+    def journal(self) -> dict[str, Any]:
+        """The operations that reached a backend (:attr:`calls`, since this start) and
+        Route53's change batches."""
+        with self._calls_lock:
+            calls = dict(sorted(self.calls.items()))
+        return {"calls": calls, "route53": self.route53.journal()}
+
     # -- dispatch ----------------------------------------------------------------------------
 
     def handle(self, request: Request) -> Response | _Lost:

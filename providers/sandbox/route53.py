@@ -238,6 +238,25 @@ class RRSet:
             routing=tuple(sorted(routing.items())),
         )
 
+    def to_wire(self) -> dict[str, Any]:
+        """boto3's ``ResourceRecordSet`` shape (names escaped as Route53 returns them);
+        :meth:`from_wire` reads it back to an equal record set."""
+        wire: dict[str, Any] = {"Name": escaped(self.name), "Type": self.type}
+        if self.set_identifier is not None:
+            wire["SetIdentifier"] = self.set_identifier
+        if self.ttl is not None:
+            wire["TTL"] = self.ttl
+        if self.values:
+            wire["ResourceRecords"] = [{"Value": value} for value in self.values]
+        if self.alias is not None:
+            wire["AliasTarget"] = {
+                "HostedZoneId": self.alias.hosted_zone_id,
+                "DNSName": escaped(self.alias.dns_name),
+                "EvaluateTargetHealth": self.alias.evaluate_target_health,
+            }
+        wire.update(_unflatten(self.routing))
+        return wire
+
     def to_xml(self, parent: ET.Element) -> None:
         node = _sub(parent, "ResourceRecordSet")
         _sub(node, "Name", escaped(self.name))
@@ -330,6 +349,18 @@ class AppliedBatch:
     foreign: bool = False  # applied by a fault that simulates another writer
     late: bool = False  # a held request (``hold``) that landed later
 
+    def to_json(self) -> dict[str, Any]:
+        """As the journal serves it (``GET /_sandbox/journal``)."""
+        return {
+            "change_id": self.change_id,
+            "zone_id": self.zone_id,
+            "comment": self.comment,
+            "changes": _changes_json(self.changes),
+            "submitted_at": _iso(self.submitted_at),
+            "foreign": self.foreign,
+            "late": self.late,
+        }
+
 
 @dataclass(frozen=True)
 class LateBatch:
@@ -340,6 +371,24 @@ class LateBatch:
     changes: tuple[tuple[str, RRSet], ...]
     change_id: str | None  # applied
     error: str | None  # refused: Route53's error code and message
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "zone_id": self.zone_id,
+            "comment": self.comment,
+            "changes": _changes_json(self.changes),
+            "change_id": self.change_id,
+            "error": self.error,
+        }
+
+
+def _changes_json(changes: Iterable[tuple[str, RRSet]]) -> list[dict[str, Any]]:
+    """boto3's ``Changes`` shape."""
+    return [{"Action": action, "ResourceRecordSet": rrset.to_wire()} for action, rrset in changes]
+
+
+def _iso(at: dt.datetime) -> str:
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -376,6 +425,14 @@ class Route53:
     def late_batches(self) -> list[LateBatch]:
         with self._lock:
             return list(self._late)
+
+    def journal(self) -> dict[str, Any]:
+        """The applied change batches and what became of the held ones, oldest first."""
+        with self._lock:
+            return {
+                "change_batches": [batch.to_json() for batch in self._batches],
+                "late_batches": [late.to_json() for late in self._late],
+            }
 
     def lookup(self, name: str, rtype: str) -> list[str]:
         """The values of the plain record set (no set identifier) ``name``/``rtype`` in the

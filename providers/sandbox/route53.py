@@ -79,6 +79,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers.sandbox.server import Request, Response
+from providers.sandbox.state import StateFile
 
 NS = "https://route53.amazonaws.com/doc/2013-04-01/"
 API = "/2013-04-01"
@@ -387,6 +388,12 @@ def _changes_json(changes: Iterable[tuple[str, RRSet]]) -> list[dict[str, Any]]:
     return [{"Action": action, "ResourceRecordSet": rrset.to_wire()} for action, rrset in changes]
 
 
+def _changes_from_json(changes: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, RRSet], ...]:
+    return tuple(
+        (str(change["Action"]), RRSet.from_wire(change["ResourceRecordSet"])) for change in changes
+    )
+
+
 def _iso(at: dt.datetime) -> str:
     return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -401,10 +408,20 @@ class _Held:
 # -- the service -------------------------------------------------------------------------------
 
 
-class Route53:
-    """In-memory Route53. Thread-safe: every request runs under one lock."""
+_MUTATIONS = frozenset({"CreateHostedZone", "DeleteHostedZone", "ChangeResourceRecordSets"})
 
-    def __init__(self, *, change_delay: float = 2.0) -> None:
+
+class Route53:
+    """In-memory Route53. Thread-safe: every request runs under one lock.
+
+    With ``state`` it starts from the state saved there and saves it after every request
+    that changed something (:mod:`providers.sandbox.state`): zones and their record sets,
+    caller references, changes (one still ``PENDING`` at a restart turns ``INSYNC`` when its
+    delay would have ended), and the journal of applied and late batches. Held requests are
+    not kept: they are in flight, and a restart drops the connections they travel on.
+    """
+
+    def __init__(self, *, change_delay: float = 2.0, state: StateFile | None = None) -> None:
         self.change_delay = change_delay
         self._lock = threading.RLock()
         self._zones: dict[str, HostedZone] = {}
@@ -413,6 +430,91 @@ class Route53:
         self._batches: list[AppliedBatch] = []
         self._held: list[_Held] = []
         self._late: list[LateBatch] = []
+        self._state = state
+        document = state.load() if state is not None else None
+        if document is not None:
+            self._restore(document)
+
+    # -- state on disk -----------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if self._state is None:
+            return
+        # A change's end is kept as a wall-clock time: monotonic clocks do not survive the
+        # process.
+        now, wall = time.monotonic(), time.time()
+        self._state.save(
+            {
+                "zones": [
+                    {
+                        "id": zone.id,
+                        "name": zone.name,
+                        "caller_reference": zone.caller_reference,
+                        "comment": zone.comment,
+                        "private": zone.private,
+                        "name_servers": zone.name_servers,
+                        "rrsets": [rrset.to_wire() for rrset in zone.sorted_rrsets()],
+                    }
+                    for zone in self._zones.values()
+                ],
+                "caller_references": self._caller_references,
+                "changes": [
+                    {
+                        "id": change.id,
+                        "submitted_at": change.submitted_at.isoformat(),
+                        "insync_at": wall + (change.insync_at - now),
+                        "comment": change.comment,
+                    }
+                    for change in self._changes.values()
+                ],
+                "change_batches": [batch.to_json() for batch in self._batches],
+                "late_batches": [late.to_json() for late in self._late],
+            }
+        )
+
+    def _restore(self, document: Mapping[str, Any]) -> None:
+        now, wall = time.monotonic(), time.time()
+        for zone in document["zones"]:
+            rrsets = (RRSet.from_wire(wire) for wire in zone["rrsets"])
+            self._zones[zone["id"]] = HostedZone(
+                id=zone["id"],
+                name=zone["name"],
+                caller_reference=zone["caller_reference"],
+                comment=zone["comment"],
+                private=zone["private"],
+                name_servers=list(zone["name_servers"]),
+                rrsets={rrset.key: rrset for rrset in rrsets},
+            )
+        self._caller_references = dict(document["caller_references"])
+        for change in document["changes"]:
+            self._changes[change["id"]] = Change(
+                id=change["id"],
+                submitted_at=dt.datetime.fromisoformat(change["submitted_at"]),
+                insync_at=now + (float(change["insync_at"]) - wall),
+                comment=change["comment"],
+            )
+        self._batches = [
+            AppliedBatch(
+                change_id=batch["change_id"],
+                zone_id=batch["zone_id"],
+                comment=batch["comment"],
+                changes=_changes_from_json(batch["changes"]),
+                submitted_at=dt.datetime.fromisoformat(batch["submitted_at"]),
+                foreign=batch["foreign"],
+                late=batch["late"],
+            )
+            for batch in document["change_batches"]
+        ]
+        self._late = [
+            LateBatch(
+                zone_id=late["zone_id"],
+                comment=late["comment"],
+                changes=_changes_from_json(late["changes"]),
+                change_id=late["change_id"],
+                error=late["error"],
+            )
+            for late in document["late_batches"]
+        ]
 
     # -- introspection (tests, the ACM issuance check) --------------------------------------
 
@@ -478,9 +580,13 @@ class Route53:
         }
         try:
             with self._lock:
-                if name == "ChangeResourceRecordSets":
-                    self._land_held(params["id"])
-                return handlers[name](request, params)
+                try:
+                    if name == "ChangeResourceRecordSets":
+                        self._land_held(params["id"])
+                    return handlers[name](request, params)
+                finally:
+                    if name in _MUTATIONS:  # a refused batch may follow a late one that landed
+                        self._save()
         except Route53Error as exc:
             return error_response(exc.status, exc.code, exc.message)
 
@@ -534,7 +640,9 @@ class Route53:
             parsed = [
                 (str(c["Action"]).upper(), RRSet.from_wire(c["ResourceRecordSet"])) for c in changes
             ]
-            return self._apply(zone, parsed, comment="foreign writer (fault)", foreign=True).id
+            change = self._apply(zone, parsed, comment="foreign writer (fault)", foreign=True)
+            self._save()
+            return change.id
 
     # -- zones -------------------------------------------------------------------------------
 

@@ -9,9 +9,7 @@ what was changed since.
 
 from __future__ import annotations
 
-import random
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
+from alfred.devstack import free_port_base
 from providers.config import ProviderConfig
 from providers.factory import Providers
 from providers.gitops.concerns import NGINX_HOSTS, add_domain
@@ -33,26 +32,12 @@ from tests.conftest import ROOT, wait_for
 pytestmark = pytest.mark.standin
 
 
-def _free_port_base() -> int:
-    """A base whose three ports (base+1..+3) are free now."""
-    for _ in range(100):
-        base = random.randrange(20000, 60000)
-        try:
-            for offset in (1, 2, 3):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", base + offset))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no three free ports in a row")
-
-
 class SandboxProcess:
     """`python -m providers.sandbox` on ``root``, as `make run` supervises it."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.base = _free_port_base()
+        self.base = free_port_base()
         self.log = root.parent / f"{root.name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -150,19 +150,21 @@ def _slow_to_leave(pids: list[int], seconds: float = 0.5) -> Iterator[None]:
     """The backends ``pids`` get no CPU for ``seconds`` (stopped, then continued), as on a
     loaded machine where a terminated backend waits its turn to act on the signal: until it
     runs, its socket says nothing, which is what the pool's quick check reads."""
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    resume = threading.Timer(seconds, lambda: [_continue(pid) for pid in pids])
-    resume.start()
+    resume = threading.Timer(seconds, _continue, [pids])
     try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        resume.start()
         yield
     finally:
-        resume.join()
+        resume.cancel()  # (a no-op once it has run: then it continues them again, harmlessly)
+        _continue(pids)
 
 
-def _continue(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGCONT)
+def _continue(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def _terminate(pids: list[int]) -> None:

@@ -65,6 +65,7 @@ above, so a stale copy is refused; :attr:`Route53.late_batches` says what became
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import ipaddress
 import re
@@ -240,9 +241,11 @@ class RRSet:
         )
 
     def to_wire(self) -> dict[str, Any]:
-        """boto3's ``ResourceRecordSet`` shape (names escaped as Route53 returns them);
-        :meth:`from_wire` reads it back to an equal record set."""
-        wire: dict[str, Any] = {"Name": escaped(self.name), "Type": self.type}
+        """boto3's ``ResourceRecordSet`` shape (names escaped as Route53 returns them: the
+        form they are kept in, so no second pass of :func:`escaped`, which the state file
+        would pay for on every record set at every save); :meth:`from_wire` reads it back to
+        an equal record set."""
+        wire: dict[str, Any] = {"Name": self.name, "Type": self.type}
         if self.set_identifier is not None:
             wire["SetIdentifier"] = self.set_identifier
         if self.ttl is not None:
@@ -252,7 +255,7 @@ class RRSet:
         if self.alias is not None:
             wire["AliasTarget"] = {
                 "HostedZoneId": self.alias.hosted_zone_id,
-                "DNSName": escaped(self.alias.dns_name),
+                "DNSName": self.alias.dns_name,
                 "EvaluateTargetHealth": self.alias.evaluate_target_health,
             }
         wire.update(_unflatten(self.routing))
@@ -350,8 +353,11 @@ class AppliedBatch:
     foreign: bool = False  # applied by a fault that simulates another writer
     late: bool = False  # a held request (``hold``) that landed later
 
-    def to_json(self) -> dict[str, Any]:
-        """As the journal serves it (``GET /_sandbox/journal``)."""
+    @functools.cached_property
+    def json(self) -> dict[str, Any]:
+        """As the journal serves it (``GET /_sandbox/journal``) and the state file keeps it;
+        made once (a batch never changes), as every save writes every batch. Not to be
+        changed by a reader."""
         return {
             "change_id": self.change_id,
             "zone_id": self.zone_id,
@@ -453,7 +459,7 @@ class Route53:
                         "comment": zone.comment,
                         "private": zone.private,
                         "name_servers": zone.name_servers,
-                        "rrsets": [rrset.to_wire() for rrset in zone.sorted_rrsets()],
+                        "rrsets": [rrset.to_wire() for rrset in zone.rrsets.values()],
                     }
                     for zone in self._zones.values()
                 ],
@@ -467,7 +473,7 @@ class Route53:
                     }
                     for change in self._changes.values()
                 ],
-                "change_batches": [batch.to_json() for batch in self._batches],
+                "change_batches": [batch.json for batch in self._batches],
                 "late_batches": [late.to_json() for late in self._late],
             }
         )
@@ -532,7 +538,7 @@ class Route53:
         """The applied change batches and what became of the held ones, oldest first."""
         with self._lock:
             return {
-                "change_batches": [batch.to_json() for batch in self._batches],
+                "change_batches": [batch.json for batch in self._batches],
                 "late_batches": [late.to_json() for late in self._late],
             }
 

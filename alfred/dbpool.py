@@ -11,6 +11,13 @@ longer gets the full check anyway: a firewall, NAT or load balancer between the 
 remote PostgreSQL drops an idle flow without a word (AWS's network load balancer after 350
 s), and only a round trip finds that out.
 
+What no check before the loan can see is a goodbye not yet sent: a backend the server ends
+at the moment of the loan, but which has not run since to write it (``pg_terminate_backend``
+returns once it has signalled the backend; on a loaded machine the backend acts later), is
+lent, and the request on it fails, as it would on one ended just after the loan. A round
+trip would catch that one too, at the cost of one for every request; the quick check is the
+choice (docs/reliability.md).
+
 Django makes the pool (``ALFRED_DB_POOL_SIZE``) with its own check; ``alfred.asgi`` puts
 this one in its place (``pool_check_install``).
 """

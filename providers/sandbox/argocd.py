@@ -39,6 +39,11 @@ can count syncs, whether or not they succeeded.
 Nothing runs in the background: every request computes the state from timestamps (``clock``),
 so the state is monotonic and deterministic given the clock and the sequence of requests.
 
+With ``state`` (``make run``'s ``.alfred/sandbox/argocd.json``) the applications, their
+operations and history, and the resource versions are saved after every change and read back
+at the next start (:mod:`providers.sandbox.state`): a sync running at a restart goes on from
+its start time (wall clock), and an application keeps its uid.
+
 Faithful edges: bearer auth (``Authorization: Bearer`` or the ``argocd.token`` cookie; 401 with
 ``{"error", "code": 16, "message"}`` otherwise); a missing application is 404 only to a query
 that names a project (``?project=``) and 403 "permission denied" otherwise, as ArgoCD does so as
@@ -64,18 +69,20 @@ Faults (``standin.faults.arm(operation, kind, ...)`` or ``POST /_sandbox/faults`
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import unquote
 
 from providers.sandbox.server import Request, Response, StandIn, _Lost
+from providers.sandbox.state import StateFile
 
 logger = logging.getLogger(__name__)
 
@@ -156,6 +163,7 @@ class ArgoCDStandIn(StandIn):
         port: int = 0,
         repo_url_base: str = "https://github.com",
         clock: Callable[[], float] = time.time,
+        state: StateFile | None = None,
     ) -> None:
         super().__init__(host=host, port=port)
         self.heads = heads
@@ -168,6 +176,30 @@ class ArgoCDStandIn(StandIn):
         self._lock = threading.Lock()
         self._version = 0
         self._tree_cache: dict[tuple[str, str, str], str] = {}
+        self._state = state
+        saved = state.load() if state is not None else None
+        if saved is not None:
+            self._version = int(saved["version"])
+            for app in saved["applications"]:
+                restored = _application_from_json(app)
+                self._apps[restored.name] = restored
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[None]:
+        """The lock; on the way out, the state saved if anything changed under it (every
+        change moves ``_version``: it is ArgoCD's resourceVersion)."""
+        with self._lock:
+            before = self._version
+            try:
+                yield
+            finally:
+                if self._state is not None and self._version != before:
+                    self._state.save(
+                        {
+                            "version": self._version,
+                            "applications": [_application_json(a) for a in self._apps.values()],
+                        }
+                    )
 
     # -- in-process helpers ----------------------------------------------------------------
 
@@ -182,7 +214,7 @@ class ArgoCDStandIn(StandIn):
         auto_sync: bool = True,
     ) -> dict[str, Any]:
         """Register an application (``repo`` is ``owner/name``) running its branch head now."""
-        with self._lock:
+        with self._changing():
             now = self.clock()
             app = _Application(name, project, repo, branch, path, auto_sync, created_at=now)
             head = self._head(app)
@@ -205,7 +237,7 @@ class ArgoCDStandIn(StandIn):
 
     def application(self, name: str) -> dict[str, Any] | None:
         """The Application document as it is served now (None if not registered)."""
-        with self._lock:
+        with self._changing():
             app = self._apps.get(name)
             if app is None:
                 return None
@@ -216,25 +248,26 @@ class ArgoCDStandIn(StandIn):
     def drift(self, name: str) -> None:
         """The live state of ``name`` drifts from its manifests (a resource edited in the
         cluster): OutOfSync until a sync succeeds (auto-sync's selfHeal starts one)."""
-        with self._lock:
+        with self._changing():
             app = self._apps[name]
             self._advance(app, self.clock())
             app.drifted = True
             app.version = self._next_version()
 
     def remove_application(self, name: str) -> None:
-        with self._lock:
-            self._apps.pop(name, None)
+        with self._changing():
+            if self._apps.pop(name, None) is not None:
+                self._next_version()
 
     def names(self) -> list[str]:
-        with self._lock:
+        with self._changing():
             return sorted(self._apps)
 
     def operations(self, name: str) -> list[dict[str, Any]]:
         """Every operation started on ``name`` (the registration's included), oldest first:
         revision, initiated_by (``automated`` or ``alfred``), phase, started_at, finished_at,
         info (the sync request's ``infos``)."""
-        with self._lock:
+        with self._changing():
             app = self._apps.get(name)
             if app is None:
                 return []
@@ -250,6 +283,10 @@ class ArgoCDStandIn(StandIn):
                 }
                 for op in app.operations
             ]
+
+    def journal(self) -> dict[str, Any]:
+        """Every operation started on each application (:meth:`operations`)."""
+        return {"operations": {name: self.operations(name) for name in self.names()}}
 
     # -- requests --------------------------------------------------------------------------
 
@@ -279,7 +316,7 @@ class ArgoCDStandIn(StandIn):
             return refused
         projects = set(request.query.get("projects", []) + request.query.get("project", []))
         wanted = request.arg("name")
-        with self._lock:
+        with self._changing():
             now = self.clock()
             items = []
             for app in sorted(self._apps.values(), key=lambda a: a.name):
@@ -294,7 +331,7 @@ class ArgoCDStandIn(StandIn):
         operation = f"application:{name}"
         if refused := self._refused(operation):
             return refused
-        with self._lock:
+        with self._changing():
             app = self._find(name, request.arg("project"))
             if isinstance(app, Response):
                 return app
@@ -309,7 +346,7 @@ class ArgoCDStandIn(StandIn):
             return refused
         body = request.json() if request.body else {}
         body = body if isinstance(body, dict) else {}
-        with self._lock:
+        with self._changing():
             app = self._find(name, body.get("project") or request.arg("project"))
             if isinstance(app, Response):
                 return app
@@ -349,7 +386,7 @@ class ArgoCDStandIn(StandIn):
         operation = f"terminate:{name}"
         if refused := self._refused(operation):
             return refused
-        with self._lock:
+        with self._changing():
             app = self._find(name, request.arg("project"))
             if isinstance(app, Response):
                 return app
@@ -655,12 +692,31 @@ class ArgoCDStandIn(StandIn):
 
 
 def seed_demo(standin: ArgoCDStandIn) -> dict[str, str]:
-    """Register the demo applications (:data:`DEMO_APPLICATIONS`); returns name → source."""
+    """Register the demo applications (:data:`DEMO_APPLICATIONS`) that are not registered
+    yet (a restart keeps those it had); returns name → source."""
     summary = {}
+    registered = set(standin.names())
     for name, repo, path in DEMO_APPLICATIONS:
-        standin.add_application(name, repo=repo, path=path)
+        if name not in registered:
+            standin.add_application(name, repo=repo, path=path)
         summary[name] = f"{repo}:{path}"
     return summary
+
+
+def _application_json(app: _Application) -> dict[str, Any]:
+    document = asdict(app)
+    # The current operation is the last one started (``operations[-1]``), or none yet.
+    document["operation"] = app.operation is not None
+    return document
+
+
+def _application_from_json(document: dict[str, Any]) -> _Application:
+    fields = dict(document)
+    current = bool(fields.pop("operation"))
+    fields["operations"] = [_Operation(**op) for op in fields["operations"]]
+    app = _Application(**fields)
+    app.operation = app.operations[-1] if current and app.operations else None
+    return app
 
 
 def _error(status: int, code: int, message: str, headers: dict[str, str] | None = None) -> Response:

@@ -33,6 +33,17 @@ moto's state is process-global; each stand-in therefore uses its own AWS account
 ``x-moto-account-id``), so two stand-ins in one process (the contract suite, the devstack) do
 not see each other's certificates or functions. Route53 state belongs to the instance.
 
+**State across restarts** (``state_dir``, as ``make run`` gives it; none in most tests): Route53
+saves its state to ``route53.json`` (:class:`providers.sandbox.route53.Route53`), and the rest
+to ``aws.json``: the account id, every request that changed something in moto (2xx, not a
+``Get``/``List``/``Describe``/``Invoke``), the aliases' RevisionIds and the certificates issued
+here. moto's objects cannot be written out (private keys, locks), so a start replays those
+requests, in order, into a clean account, and gives each certificate back the ARN it had
+(moto draws a new one): ARNs, versions, aliases and their RevisionIds come back as they
+were. What is not kept: Lambda updates in progress (they have ended by the restart, each
+``Successful``, even one under ``fail_update``), ACM's record and issue delays (they start
+again), and :attr:`calls` (counted from this start).
+
 Faults: ``self.faults.arm(operation, kind, ...)``, ``operation`` an AWS operation name or
 ``*``; the kinds (``lose_response``, ``drop_request``, ``throttle``, ``server_error``,
 ``hold_request``, ``fail_update``, ``hold_update``) and the ``foreign_changes`` a Route53
@@ -46,6 +57,7 @@ change batches.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import logging
@@ -57,6 +69,7 @@ import uuid
 import zipfile
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode
 
@@ -67,6 +80,7 @@ from werkzeug.test import EnvironBuilder, run_wsgi_app
 from providers.sandbox.route53 import API as ROUTE53_API
 from providers.sandbox.route53 import Route53, Route53Error, error_response
 from providers.sandbox.server import LOST, Fault, Request, Response, StandIn, _Lost
+from providers.sandbox.state import StateFile
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +134,7 @@ class AwsStandIn(StandIn):
         acm_issue_delay: float = 3.0,
         acm_requires_dns: bool = True,
         account_id: str | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         super().__init__(host=host, port=port)
         from moto.moto_server.werkzeug_app import (  # a sandbox-only dependency
@@ -127,12 +142,21 @@ class AwsStandIn(StandIn):
             create_backend_app,
         )
 
-        self.route53 = Route53(change_delay=route53_change_delay)
+        self.route53 = Route53(
+            change_delay=route53_change_delay,
+            state=None if state_dir is None else StateFile(state_dir / "route53.json"),
+        )
         self.lambda_update_delay = lambda_update_delay
         self.acm_record_delay = acm_record_delay
         self.acm_issue_delay = acm_issue_delay
         self.acm_requires_dns = acm_requires_dns
-        self.account_id = account_id or f"{uuid.uuid4().int % 10**12:012d}"
+        self._state = None if state_dir is None else StateFile(state_dir / "aws.json")
+        saved = self._state.load() if self._state is not None else None
+        self.account_id = (
+            account_id or (saved or {}).get("account_id") or f"{uuid.uuid4().int % 10**12:012d}"
+        )
+        self._moto_requests: list[dict[str, Any]] = []  # what a restart replays
+        self._issued: list[tuple[str, str]] = []  # (region, ARN) issued here
         self.calls: Counter[str] = Counter()
         self._calls_lock = threading.Lock()
         self._moto_app = DomainDispatcherApplication(create_backend_app)
@@ -147,11 +171,21 @@ class AwsStandIn(StandIn):
             from moto import settings as moto_settings
 
             moto_settings.ACM_VALIDATION_WAIT = 10**9
+        if saved is not None:
+            self._replay(saved)
+        self._save()  # the account id, from the first start on
 
     @property
     def moto_account(self) -> str:
         """The account moto files this stand-in's resources under (MOTO_ACCOUNT_ID wins)."""
         return os.environ.get("MOTO_ACCOUNT_ID") or self.account_id
+
+    def journal(self) -> dict[str, Any]:
+        """The operations that reached a backend (:attr:`calls`, since this start) and
+        Route53's change batches."""
+        with self._calls_lock:
+            calls = dict(sorted(self.calls.items()))
+        return {"calls": calls, "route53": self.route53.journal()}
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -229,10 +263,87 @@ class AwsStandIn(StandIn):
                     return refused
             response = self._forward(request)
             if service == "lambda":
-                return self._lambda_observe(request, region, operation, response)
-            if service == "acm":
-                return self._acm_observe(request, operation, response)
+                response = self._lambda_observe(request, region, operation, response)
+            elif service == "acm":
+                response = self._acm_observe(request, operation, response)
+            if 200 <= response.status < 300 and not operation.startswith(_READS):
+                self._record(request, service, region, operation, response)
             return response
+
+    # -- state on disk -------------------------------------------------------------------------
+
+    def _record(
+        self, request: Request, service: str, region: str, operation: str, response: Response
+    ) -> None:
+        """Keep a request that changed moto's state, for a restart to replay."""
+        if self._state is None:
+            return
+        entry: dict[str, Any] = {
+            "service": service,
+            "region": region,
+            "operation": operation,
+            "method": request.method,
+            "path": request.path,
+            "query": request.query,
+            "headers": dict(request.headers),
+            "body": base64.b64encode(request.body).decode(),
+        }
+        if operation == "RequestCertificate":
+            entry["certificate_arn"] = _json(response.body).get("CertificateArn")
+        self._moto_requests.append(entry)
+        self._save()
+
+    def _save(self) -> None:
+        if self._state is None:
+            return
+        self._state.save(
+            {
+                "account_id": self.account_id,
+                "moto_requests": self._moto_requests,
+                "alias_revisions": self._alias_revisions,
+                "issued_certificates": self._issued,
+            }
+        )
+
+    def _replay(self, saved: dict[str, Any]) -> None:
+        """Put moto back as ``saved`` left it: into a clean account (one this process used
+        before holds the objects of then), the saved requests in order."""
+        from moto.acm.models import acm_backends
+        from moto.backends import get_backend
+
+        requests: list[dict[str, Any]] = saved.get("moto_requests") or []
+        for service in {entry["service"] for entry in requests}:
+            get_backend(service)[self.moto_account].reset()
+        for entry in requests:
+            response = self._forward(
+                Request(
+                    method=entry["method"],
+                    path=entry["path"],
+                    query=entry["query"],
+                    headers=entry["headers"],
+                    body=base64.b64decode(entry["body"]),
+                )
+            )
+            if not 200 <= response.status < 300:
+                logger.warning(
+                    "aws: replaying %s gave %s: %s",
+                    entry["operation"],
+                    response.status,
+                    response.body[:200],
+                )
+                continue
+            kept = entry.get("certificate_arn")
+            drawn = _json(response.body).get("CertificateArn")
+            if kept and drawn and drawn != kept:
+                _rename_certificate(acm_backends[self.moto_account][entry["region"]], drawn, kept)
+        self._moto_requests = list(requests)
+        self._alias_revisions = dict(saved.get("alias_revisions") or {})
+        for region, arn in saved.get("issued_certificates") or []:
+            certificate = acm_backends[self.moto_account][region]._certificates.get(arn)
+            if certificate is not None:
+                certificate.status = "ISSUED"
+                self._issued.append((region, arn))
+        logger.info("aws: %d requests replayed from %s", len(requests), self._state)
 
     def _forward(
         self, request: Request, *, method: str | None = None, body: bytes | None = None
@@ -398,6 +509,8 @@ class AwsStandIn(StandIn):
                 seen = self._cert_dns_seen.setdefault(cert.arn, now)
                 if now - seen >= self.acm_issue_delay:
                     cert.status = "ISSUED"
+                    self._issued.append((region, cert.arn))
+                    self._save()
                     logger.info("aws: issued %s (its validation records are served)", cert.arn)
             else:
                 self._cert_dns_seen.pop(cert.arn, None)
@@ -425,6 +538,21 @@ class AwsStandIn(StandIn):
 
 
 # -- helpers -----------------------------------------------------------------------------------
+
+# Operations that change nothing: a restart need not replay them.
+_READS = ("Get", "List", "Describe", "Invoke")
+
+
+def _rename_certificate(backend: Any, drawn: str, kept: str) -> None:
+    """Give the certificate moto has just made under ``drawn`` the ARN it had (``kept``),
+    where moto's ACM backend keeps it: the object, its key in the backend, and the
+    idempotency tokens that name it."""
+    certificate = backend._certificates.pop(drawn)
+    certificate.arn = kept
+    backend._certificates[kept] = certificate
+    for token in backend._idempotency_tokens.values():
+        if token["arn"] == drawn:
+            token["arn"] = kept
 
 
 def _json(raw: bytes) -> dict[str, Any]:
@@ -559,7 +687,9 @@ def seed_aws(endpoint_url: str, *, region: str = "us-east-1") -> dict[str, Any]:
     """Seed a demo through boto3 against the stand-in at ``endpoint_url``: two hosted zones with
     apex aliases (and, in example.com, a CNAME and a plain A a subdomain request would have to
     overwrite), and two Lambda fleets with versions 1-3 and aliases staging -> 3,
-    production -> 2. Safe to run again on a seeded stand-in. Returns a summary."""
+    production -> 2. Safe to run again on a seeded stand-in: it adds only the zones and
+    functions that are missing, and leaves those there as they are (a restart of ``make run``
+    seeds again, and must not undo what Alfred changed). Returns a summary."""
     # Fixed credentials: the stand-in checks no signature, and a developer's real keys have
     # no business in requests to it.
     session = boto3.session.Session(
@@ -575,11 +705,14 @@ def seed_aws(endpoint_url: str, *, region: str = "us-east-1") -> dict[str, Any]:
     for zone in ("example.com", "acme.com"):
         found = route53.list_hosted_zones_by_name(DNSName=zone, MaxItems="1")["HostedZones"]
         if found and found[0]["Name"] == f"{zone}.":
-            zone_id = found[0]["Id"].removeprefix("/hostedzone/")
-        else:
-            zone_id = route53.create_hosted_zone(Name=zone, CallerReference=f"alfred-seed-{zone}")[
-                "HostedZone"
-            ]["Id"].removeprefix("/hostedzone/")
+            zones[zone] = found[0]["Id"].removeprefix("/hostedzone/")
+            continue
+        # A reference is never reusable, and the sandbox keeps them: a seeded zone deleted
+        # since is seeded again under a new one.
+        reference = f"alfred-seed-{zone}-{uuid.uuid4().hex[:8]}"
+        zone_id = route53.create_hosted_zone(Name=zone, CallerReference=reference)["HostedZone"][
+            "Id"
+        ].removeprefix("/hostedzone/")
         route53.change_resource_record_sets(
             HostedZoneId=zone_id,
             ChangeBatch={

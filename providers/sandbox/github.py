@@ -311,6 +311,16 @@ class GitHubStandIn(StandIn):
         with self._repos_lock:
             return [sha for repo, sha in self._created if repo == full_name]
 
+    def journal(self) -> dict[str, Any]:
+        """Every move of a branch (:meth:`ref_updates`) and every commit object POSTed."""
+        with self._repos_lock:
+            return {
+                "ref_updates": [dict(update) for update in self._ref_updates],
+                "created_commits": [
+                    {"repository": repository, "sha": sha} for repository, sha in self._created
+                ],
+            }
+
     def seed_demo(self) -> dict[str, Any]:
         """Create the demo repositories that do not exist yet (see
         :mod:`providers.sandbox.github_seed`); returns what is there."""

@@ -65,6 +65,7 @@ above, so a stale copy is refused; :attr:`Route53.late_batches` says what became
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import ipaddress
 import re
@@ -79,6 +80,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from providers.sandbox.server import Request, Response
+from providers.sandbox.state import StateFile
 
 NS = "https://route53.amazonaws.com/doc/2013-04-01/"
 API = "/2013-04-01"
@@ -238,6 +240,27 @@ class RRSet:
             routing=tuple(sorted(routing.items())),
         )
 
+    def to_wire(self) -> dict[str, Any]:
+        """boto3's ``ResourceRecordSet`` shape (names escaped as Route53 returns them: the
+        form they are kept in, so no second pass of :func:`escaped`, which the state file
+        would pay for on every record set at every save); :meth:`from_wire` reads it back to
+        an equal record set."""
+        wire: dict[str, Any] = {"Name": self.name, "Type": self.type}
+        if self.set_identifier is not None:
+            wire["SetIdentifier"] = self.set_identifier
+        if self.ttl is not None:
+            wire["TTL"] = self.ttl
+        if self.values:
+            wire["ResourceRecords"] = [{"Value": value} for value in self.values]
+        if self.alias is not None:
+            wire["AliasTarget"] = {
+                "HostedZoneId": self.alias.hosted_zone_id,
+                "DNSName": self.alias.dns_name,
+                "EvaluateTargetHealth": self.alias.evaluate_target_health,
+            }
+        wire.update(_unflatten(self.routing))
+        return wire
+
     def to_xml(self, parent: ET.Element) -> None:
         node = _sub(parent, "ResourceRecordSet")
         _sub(node, "Name", escaped(self.name))
@@ -330,6 +353,21 @@ class AppliedBatch:
     foreign: bool = False  # applied by a fault that simulates another writer
     late: bool = False  # a held request (``hold``) that landed later
 
+    @functools.cached_property
+    def json(self) -> dict[str, Any]:
+        """As the journal serves it (``GET /_sandbox/journal``) and the state file keeps it;
+        made once (a batch never changes), as every save writes every batch. Not to be
+        changed by a reader."""
+        return {
+            "change_id": self.change_id,
+            "zone_id": self.zone_id,
+            "comment": self.comment,
+            "changes": _changes_json(self.changes),
+            "submitted_at": _iso(self.submitted_at),
+            "foreign": self.foreign,
+            "late": self.late,
+        }
+
 
 @dataclass(frozen=True)
 class LateBatch:
@@ -340,6 +378,30 @@ class LateBatch:
     changes: tuple[tuple[str, RRSet], ...]
     change_id: str | None  # applied
     error: str | None  # refused: Route53's error code and message
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "zone_id": self.zone_id,
+            "comment": self.comment,
+            "changes": _changes_json(self.changes),
+            "change_id": self.change_id,
+            "error": self.error,
+        }
+
+
+def _changes_json(changes: Iterable[tuple[str, RRSet]]) -> list[dict[str, Any]]:
+    """boto3's ``Changes`` shape."""
+    return [{"Action": action, "ResourceRecordSet": rrset.to_wire()} for action, rrset in changes]
+
+
+def _changes_from_json(changes: Iterable[Mapping[str, Any]]) -> tuple[tuple[str, RRSet], ...]:
+    return tuple(
+        (str(change["Action"]), RRSet.from_wire(change["ResourceRecordSet"])) for change in changes
+    )
+
+
+def _iso(at: dt.datetime) -> str:
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -352,10 +414,20 @@ class _Held:
 # -- the service -------------------------------------------------------------------------------
 
 
-class Route53:
-    """In-memory Route53. Thread-safe: every request runs under one lock."""
+_MUTATIONS = frozenset({"CreateHostedZone", "DeleteHostedZone", "ChangeResourceRecordSets"})
 
-    def __init__(self, *, change_delay: float = 2.0) -> None:
+
+class Route53:
+    """In-memory Route53. Thread-safe: every request runs under one lock.
+
+    With ``state`` it starts from the state saved there and saves it after every request
+    that changed something (:mod:`providers.sandbox.state`): zones and their record sets,
+    caller references, changes (one still ``PENDING`` at a restart turns ``INSYNC`` when its
+    delay would have ended), and the journal of applied and late batches. Held requests are
+    not kept: they are in flight, and a restart drops the connections they travel on.
+    """
+
+    def __init__(self, *, change_delay: float = 2.0, state: StateFile | None = None) -> None:
         self.change_delay = change_delay
         self._lock = threading.RLock()
         self._zones: dict[str, HostedZone] = {}
@@ -364,6 +436,91 @@ class Route53:
         self._batches: list[AppliedBatch] = []
         self._held: list[_Held] = []
         self._late: list[LateBatch] = []
+        self._state = state
+        document = state.load() if state is not None else None
+        if document is not None:
+            self._restore(document)
+
+    # -- state on disk -----------------------------------------------------------------------
+
+    def _save(self) -> None:
+        if self._state is None:
+            return
+        # A change's end is kept as a wall-clock time: monotonic clocks do not survive the
+        # process.
+        now, wall = time.monotonic(), time.time()
+        self._state.save(
+            {
+                "zones": [
+                    {
+                        "id": zone.id,
+                        "name": zone.name,
+                        "caller_reference": zone.caller_reference,
+                        "comment": zone.comment,
+                        "private": zone.private,
+                        "name_servers": zone.name_servers,
+                        "rrsets": [rrset.to_wire() for rrset in zone.rrsets.values()],
+                    }
+                    for zone in self._zones.values()
+                ],
+                "caller_references": self._caller_references,
+                "changes": [
+                    {
+                        "id": change.id,
+                        "submitted_at": change.submitted_at.isoformat(),
+                        "insync_at": wall + (change.insync_at - now),
+                        "comment": change.comment,
+                    }
+                    for change in self._changes.values()
+                ],
+                "change_batches": [batch.json for batch in self._batches],
+                "late_batches": [late.to_json() for late in self._late],
+            }
+        )
+
+    def _restore(self, document: Mapping[str, Any]) -> None:
+        now, wall = time.monotonic(), time.time()
+        for zone in document["zones"]:
+            rrsets = (RRSet.from_wire(wire) for wire in zone["rrsets"])
+            self._zones[zone["id"]] = HostedZone(
+                id=zone["id"],
+                name=zone["name"],
+                caller_reference=zone["caller_reference"],
+                comment=zone["comment"],
+                private=zone["private"],
+                name_servers=list(zone["name_servers"]),
+                rrsets={rrset.key: rrset for rrset in rrsets},
+            )
+        self._caller_references = dict(document["caller_references"])
+        for change in document["changes"]:
+            self._changes[change["id"]] = Change(
+                id=change["id"],
+                submitted_at=dt.datetime.fromisoformat(change["submitted_at"]),
+                insync_at=now + (float(change["insync_at"]) - wall),
+                comment=change["comment"],
+            )
+        self._batches = [
+            AppliedBatch(
+                change_id=batch["change_id"],
+                zone_id=batch["zone_id"],
+                comment=batch["comment"],
+                changes=_changes_from_json(batch["changes"]),
+                submitted_at=dt.datetime.fromisoformat(batch["submitted_at"]),
+                foreign=batch["foreign"],
+                late=batch["late"],
+            )
+            for batch in document["change_batches"]
+        ]
+        self._late = [
+            LateBatch(
+                zone_id=late["zone_id"],
+                comment=late["comment"],
+                changes=_changes_from_json(late["changes"]),
+                change_id=late["change_id"],
+                error=late["error"],
+            )
+            for late in document["late_batches"]
+        ]
 
     # -- introspection (tests, the ACM issuance check) --------------------------------------
 
@@ -376,6 +533,14 @@ class Route53:
     def late_batches(self) -> list[LateBatch]:
         with self._lock:
             return list(self._late)
+
+    def journal(self) -> dict[str, Any]:
+        """The applied change batches and what became of the held ones, oldest first."""
+        with self._lock:
+            return {
+                "change_batches": [batch.json for batch in self._batches],
+                "late_batches": [late.to_json() for late in self._late],
+            }
 
     def lookup(self, name: str, rtype: str) -> list[str]:
         """The values of the plain record set (no set identifier) ``name``/``rtype`` in the
@@ -421,9 +586,13 @@ class Route53:
         }
         try:
             with self._lock:
-                if name == "ChangeResourceRecordSets":
-                    self._land_held(params["id"])
-                return handlers[name](request, params)
+                try:
+                    if name == "ChangeResourceRecordSets":
+                        self._land_held(params["id"])
+                    return handlers[name](request, params)
+                finally:
+                    if name in _MUTATIONS:  # a refused batch may follow a late one that landed
+                        self._save()
         except Route53Error as exc:
             return error_response(exc.status, exc.code, exc.message)
 
@@ -477,7 +646,9 @@ class Route53:
             parsed = [
                 (str(c["Action"]).upper(), RRSet.from_wire(c["ResourceRecordSet"])) for c in changes
             ]
-            return self._apply(zone, parsed, comment="foreign writer (fault)", foreign=True).id
+            change = self._apply(zone, parsed, comment="foreign writer (fault)", foreign=True)
+            self._save()
+            return change.id
 
     # -- zones -------------------------------------------------------------------------------
 

@@ -7,9 +7,13 @@ the control endpoints every stand-in shares, under ``/_sandbox/``:
 - ``GET /_sandbox/faults`` — the armed faults
 - ``POST /_sandbox/faults`` ``{"operation", "kind", "times", "params"}`` — arm one
 - ``DELETE /_sandbox/faults`` — clear them all
+- ``GET /_sandbox/journal`` — what the stand-in recorded of the requests it served (its
+  :meth:`StandIn.journal`: change batches, calls, commits, syncs); read-only, anything but
+  ``GET`` is 405
 
-so a test in another process (or an operator poking ``make run``) arms faults over HTTP, and a
-test in this process calls ``standin.faults.arm(...)`` directly.
+so a test in another process (or an operator poking ``make run``) arms faults and checks what
+Alfred really did over HTTP, and a test in this process calls ``standin.faults.arm(...)`` and
+reads the stand-in's attributes directly.
 
 A fault names an ``operation`` (the stand-in's own name for it: ``ChangeResourceRecordSets``,
 ``update_ref``, ``application:nginx``; ``*`` matches every operation) and a ``kind``. Kinds
@@ -177,6 +181,10 @@ class StandIn:
     def handle(self, request: Request) -> Response | _Lost:
         raise NotImplementedError
 
+    def journal(self) -> dict[str, Any]:
+        """What ``GET /_sandbox/journal`` serves: JSON, each list oldest first."""
+        return {}
+
     def deliver(self, operation: str, response: Response) -> Response | _Lost:
         """``response``, unless a ``lose_response`` fault is armed for ``operation``: call this
         after the operation took effect."""
@@ -197,6 +205,10 @@ class StandIn:
     def _control(self, request: Request) -> Response:
         if request.path == "/_sandbox/health":
             return Response.json(200, {"name": self.name, "ok": True})
+        if request.path == "/_sandbox/journal":
+            if request.method != "GET":
+                return Response.json(405, {"message": "the journal is read-only: GET"})
+            return Response.json(200, {"name": self.name, **self.journal()})
         if request.path != "/_sandbox/faults":
             return Response.json(404, {"message": "unknown control endpoint"})
         if request.method == "GET":

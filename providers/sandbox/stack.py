@@ -5,9 +5,14 @@ loopback ports and hands :meth:`Sandbox.environ` to web, worker and beat; the te
 one in-process on ephemeral ports. The ArgoCD stand-in reads branch heads straight from the
 GitHub stand-in, so its applications converge on what was actually committed.
 
-State: the Git repositories are real repositories under ``root`` and survive restarts (the
-demo seed is written only into repositories that do not exist yet). AWS (moto and the Route53
-stand-in) and ArgoCD live in memory and are seeded afresh at every start.
+State lives under ``root`` and survives restarts, as the database does, so that work in flight
+at a restart of ``make run`` finds the zones, certificates, aliases, commits and syncs it
+recorded: the Git repositories are real repositories under ``root/github``; AWS keeps its
+state in ``root/aws/`` (``route53.json``, ``aws.json``: :mod:`providers.sandbox.aws`) and
+ArgoCD in ``root/argocd.json``, each written after every change. The demo seed adds only what
+is missing (a zone, a function, a repository, an application), so it never undoes a change
+made since. A fresh ``root`` (every test's own directory) is a fresh sandbox; delete
+``.alfred/sandbox/`` to start ``make run``'s afresh.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from providers.sandbox.argocd import ArgoCDStandIn
 from providers.sandbox.argocd import seed_demo as seed_argocd
 from providers.sandbox.aws import ALB_ZONE_ID_US_EAST_1, AwsStandIn, seed_aws
 from providers.sandbox.github import GitHubStandIn
+from providers.sandbox.state import StateFile
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +66,11 @@ class Sandbox:
         ports = ports or Ports()
         self.root = root
         self.aws = aws_kind(
-            host=host, port=ports.aws, route53_change_delay=route53_change_delay, **aws_options
+            host=host,
+            port=ports.aws,
+            route53_change_delay=route53_change_delay,
+            state_dir=root / "aws",
+            **aws_options,
         )
         self.github = GitHubStandIn(
             root=root / "github", token=GITHUB_TOKEN, host=host, port=ports.github
@@ -72,6 +82,7 @@ class Sandbox:
             converge_delay=converge_delay,
             host=host,
             port=ports.argocd,
+            state=StateFile(root / "argocd.json"),
         )
         self.seeded: dict[str, Any] = {}
 

@@ -155,3 +155,62 @@ def test_seeding_aws_again_changes_nothing(providers, sandbox):
     assert route53.zone("example.com")["id"] == zone["id"]
     assert route53.records(zone["id"], "api.example.com") == records
     assert lambda_.fleet("checkout-api") == fleet
+
+
+def test_the_journals_say_over_http_what_the_stand_ins_were_asked_to_do(providers, sandbox):
+    # given: a change batch, a commit and a sync through the adapters, as Alfred makes them
+    route53 = providers.route53()
+    zone = route53.zone("example.com")
+    change = route53.change(
+        zone["id"],
+        [
+            {
+                "action": "CREATE",
+                "record": record("journal.example.com", "A", ttl=60, values=["192.0.2.81"]),
+            }
+        ],
+        operation="sbx-journal-1",
+    )
+    helm = providers.helm_repository()
+    commit = add_domain(helm, NGINX_HOSTS, "journal.example.com", branch="main", operation="j-1")
+    sha = str(commit["id"])
+    settle(providers.argocd().inspect, providers.argocd().watch(APP_NGINX_INGRESS, sha))
+
+    # when: an operator reads each stand-in's journal, as against `make run`
+    aws = httpx.get(f"{sandbox.aws.url}/_sandbox/journal").json()
+    github = httpx.get(f"{sandbox.github.url}/_sandbox/journal").json()
+    argocd = httpx.get(f"{sandbox.argocd.url}/_sandbox/journal").json()
+
+    # then: the batch as Route53 applied it, in boto3's shape, and the calls that reached AWS
+    [batch] = [b for b in aws["route53"]["change_batches"] if b["change_id"] == change["id"]]
+    assert batch["zone_id"] == zone["id"]
+    assert batch["changes"] == [
+        {
+            "Action": "CREATE",
+            "ResourceRecordSet": {
+                "Name": "journal.example.com.",
+                "Type": "A",
+                "TTL": 60,
+                "ResourceRecords": [{"Value": "192.0.2.81"}],
+            },
+        }
+    ]
+    assert aws["calls"]["ChangeResourceRecordSets"] >= 1
+    # and: the commit Alfred POSTed and the branch moved to it
+    assert {"repository": "platform/helm-values", "sha": sha} in github["created_commits"]
+    [moved] = [u for u in github["ref_updates"] if u["new"] == sha]
+    assert (moved["repository"], moved["branch"], moved["source"]) == (
+        "platform/helm-values",
+        "main",
+        "api",
+    )
+    # and: the sync ArgoCD ran to that commit
+    assert [op["revision"] for op in argocd["operations"][APP_NGINX_INGRESS]][-1] == sha
+    assert argocd["name"] == "argocd"
+
+
+def test_a_journal_is_read_only(sandbox):
+    response = httpx.delete(f"{sandbox.github.url}/_sandbox/journal")
+
+    assert response.status_code == 405
+    assert httpx.get(f"{sandbox.github.url}/_sandbox/journal").status_code == 200

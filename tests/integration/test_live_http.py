@@ -3,11 +3,15 @@ database, for what the in-process client cannot show."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -129,22 +133,70 @@ def test_requests_reuse_pooled_connections(live):
     assert _sessions_started() - before <= 3
 
 
-def test_pooled_connections_the_server_ended_are_replaced_before_a_request_uses_them(live):
-    # given: the web's pooled connections, all terminated by the server while idle
-    assert live.get("/api/v1/executions").status_code == 200
+def _client_backends() -> list[int]:
+    """The other client backends of the test database: the web process's pooled ones."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend'"
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'"
         )
-        assert cursor.fetchone()[0] >= 1
+        return [row[0] for row in cursor.fetchall()]
 
-    # then: no request fails for it: the pool's check finds each one closed and lends another
-    for i in range(12):
-        assert live.get("/api/v1/executions").status_code == 200, i
+
+@contextmanager
+def _slow_to_leave(pids: list[int], seconds: float = 0.5) -> Iterator[None]:
+    """The backends ``pids`` get no CPU for ``seconds`` (stopped, then continued), as on a
+    loaded machine where a terminated backend waits its turn to act on the signal: until it
+    runs, its socket says nothing, which is what the pool's quick check reads."""
+    resume = threading.Timer(seconds, _continue, [pids])
+    try:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        resume.start()
+        yield
+    finally:
+        resume.cancel()  # (a no-op once it has run: then it continues them again, harmlessly)
+        _continue(pids)
+
+
+def _continue(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+def _terminate(pids: list[int]) -> None:
+    """End the backends ``pids`` and wait until each has exited (its goodbye is then on its
+    socket). Without the timeout the server only signals them and returns: a backend not yet
+    scheduled has said nothing, and the pool's quick check (``alfred.dbpool``) rightly lends
+    a silent connection, as it would one the server ends a moment after the loan."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT bool_and(pg_terminate_backend(pid, 10000)) FROM unnest(%s::int[]) AS pid",
+            [pids],
+        )
+        assert cursor.fetchone()[0] is True
+
+
+def test_pooled_connections_the_server_ended_are_replaced_before_a_request_uses_them(live):
+    # given: the web's pooled connections, each lent a moment ago (the pool lends them in
+    # turn), all terminated by the server while idle, on a machine too busy to let the
+    # backends act on it at once
+    for _ in range(4):
+        assert live.get("/api/v1/executions").status_code == 200
+    pids = _client_backends()
+    assert pids
+    with _slow_to_leave(pids):
+        _terminate(pids)
+
+        # then: no request fails for it: the pool's check finds each one closed and lends
+        # another
+        for i in range(12):
+            assert live.get("/api/v1/executions").status_code == 200, i
 
 
 def test_the_web_process_keeps_what_it_starts_with_out_of_the_collectors_sight():

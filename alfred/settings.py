@@ -251,6 +251,9 @@ CELERY_BEAT_SCHEDULER = "alfred.beat:LeaderScheduler"
 ALFRED_BEAT_LEASE_SECONDS = env.float("ALFRED_BEAT_LEASE_SECONDS", default=5.0)
 if ALFRED_BEAT_LEASE_SECONDS < 1:
     raise ImproperlyConfigured("ALFRED_BEAT_LEASE_SECONDS: 1 or more")
+# A file every beat touches at each tick, leader or not (empty: none): its age is the beat's
+# liveness probe in the chart and compose (alfred/beat.py, docs/deploy.md).
+ALFRED_BEAT_ALIVE_FILE = env.str("ALFRED_BEAT_ALIVE_FILE", default="")
 # One message at a time per worker process: a long stage never holds others hostage.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Celery's Django fixup closes every database connection before and after each task unless

@@ -159,3 +159,63 @@ def test_worker_pod_answers_its_probes_on_its_port_and_fails_them_once_stopped(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
+
+
+def _probe_passes(probe: dict[str, Any], env: dict[str, str]) -> bool:
+    """An exec probe as the kubelet runs it: inside the container, zero is a pass."""
+    done = subprocess.run(
+        probe["exec"]["command"], env=env, capture_output=True, timeout=probe["timeoutSeconds"]
+    )
+    return done.returncode == 0
+
+
+def test_beat_pod_passes_its_probes_while_it_ticks_and_fails_them_once_stuck(
+    transactional_db, tmp_path
+):
+    # given: the chart's beat, its command and environment, its alive file in a directory of
+    # the test's (the pod's /tmp is its own; here the probe's path is pointed at it)
+    docs = render("-f", str(VALUES_FROM_VALUES))
+    deployment = one(docs, "Deployment", "alfred-beat")
+    box = container(deployment)
+    chart_file = pod_environment(docs, box)["ALFRED_BEAT_ALIVE_FILE"]
+    alive = tmp_path / "alfred-beat.alive"
+    env = pod_environment(docs, box) | {"ALFRED_BEAT_ALIVE_FILE": str(alive)}
+    argv = [
+        str(tmp_path / "schedule") if a.endswith("celerybeat-schedule") else a
+        for a in box["command"]
+    ]
+    probes = {
+        kind: {
+            **box[kind],
+            "exec": {
+                "command": [a.replace(chart_file, str(alive)) for a in box[kind]["exec"]["command"]]
+            },
+        }
+        for kind in ("startupProbe", "livenessProbe", "readinessProbe")
+    }
+    # before beat ever ticked, the startup probe fails
+    assert not _probe_passes(probes["startupProbe"], env)
+    proc = start(argv, env, "beat")
+    try:
+        # when: it runs, the probes pass
+        wait_for(lambda: _probe_passes(probes["startupProbe"], env), timeout=60, interval=0.5)
+        assert _probe_passes(probes["livenessProbe"], env)
+        assert _probe_passes(probes["readinessProbe"], env)
+        # when: its loop stops (frozen) and a minute passes without a tick (the file's age,
+        # set back rather than waited for)
+        os.killpg(proc.pid, signal.SIGSTOP)
+        past = time.time() - 61
+        os.utime(alive, (past, past))
+        time.sleep(2)  # longer than a tick (a fifth of the 5 s lease)
+        # then: liveness and readiness fail
+        assert not _probe_passes(probes["livenessProbe"], env)
+        assert not _probe_passes(probes["readinessProbe"], env)
+        # and once it turns again, they pass again
+        os.killpg(proc.pid, signal.SIGCONT)
+        wait_for(lambda: _probe_passes(probes["livenessProbe"], env), timeout=15, interval=0.5)
+        grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert stopped_within(proc, grace) < grace
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)

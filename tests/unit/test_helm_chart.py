@@ -129,6 +129,7 @@ def test_the_release_is_web_worker_beat_with_their_budgets_and_the_migration(doc
         ("Secret", "alfred-migrate"),
         ("Service", "alfred-web"),
         ("ServiceAccount", "alfred"),
+        ("ServiceAccount", "alfred-migrate"),
     ]
     # PostgreSQL and Redis are external: no StatefulSet, no PersistentVolumeClaim
     assert not [d for d in docs if d["kind"] in {"StatefulSet", "PersistentVolumeClaim"}]
@@ -271,7 +272,44 @@ def test_beat_runs_two_replicas_with_the_settings_scheduler(docs):
     assert not any(arg.startswith("--scheduler") or arg == "-S" for arg in command)
     assert command[command.index("--schedule") + 1].startswith(SCRATCH + "/")
     assert "--pidfile=" in command
-    assert "livenessProbe" not in container(beat)
+
+
+def test_beat_is_probed_by_the_age_of_the_file_each_tick_touches(docs):
+    beat = container(one(docs, "Deployment", "alfred-beat"))
+    alive = environment(beat)["ALFRED_BEAT_ALIVE_FILE"]
+
+    # then: every probe reads the file beat touches (alfred/beat.py), in its writable /tmp
+    assert alive.startswith(SCRATCH + "/")
+    for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+        command = beat[kind]["exec"]["command"]
+        assert command[:2] == ["python", "-c"] and repr(alive) in command[2]
+    # and a beat whose loop stopped is restarted only after minutes, not at one late tick
+    liveness = beat["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+
+
+def test_the_migration_job_runs_as_a_service_account_with_the_charts_annotations():
+    docs = render(
+        "-f",
+        str(VALUES_FROM_VALUES),
+        "--set",
+        "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/alfred",
+    )
+    job = one(docs, "Job", "alfred-migrate")
+    name = job["spec"]["template"]["spec"]["serviceAccountName"]
+    account = one(docs, "ServiceAccount", name)
+    hooks = job["metadata"]["annotations"]
+
+    # then: not `default`, but one made as a hook of the same step, before the Job, carrying
+    # the release's annotations (IRSA's role)
+    assert name == "alfred-migrate"
+    assert account["metadata"]["annotations"]["helm.sh/hook"] == hooks["helm.sh/hook"]
+    assert int(account["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+        hooks["helm.sh/hook-weight"]
+    )
+    role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert role == "arn:aws:iam::1:role/alfred"
+    assert account["automountServiceAccountToken"] is False
 
 
 def test_containers_run_as_the_images_user_on_a_read_only_root(docs):
@@ -345,8 +383,8 @@ def environment(box: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in box["env"] if "value" in e}
 
 
-# Each component's own: where its metrics go (web, worker), the worker's port.
-OWN_SETTINGS = {"PROMETHEUS_MULTIPROC_DIR", "ALFRED_WORKER_HTTP_PORT"}
+# Each component's own: where its metrics go (web, worker), the worker's port, beat's file.
+OWN_SETTINGS = {"PROMETHEUS_MULTIPROC_DIR", "ALFRED_WORKER_HTTP_PORT", "ALFRED_BEAT_ALIVE_FILE"}
 
 
 def test_every_container_runs_production_against_the_same_settings(docs):

@@ -37,6 +37,15 @@ app.kubernetes.io/part-of: alfred
 {{- end -}}
 {{- end -}}
 
+{{/* The migration Job's: the chart's own is not there yet when a pre-install hook runs. */}}
+{{- define "alfred.migrateServiceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- printf "%s-migrate" (include "alfred.serviceAccountName" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- include "alfred.serviceAccountName" . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "alfred.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}

@@ -137,7 +137,7 @@ def test_the_release_is_web_worker_beat_with_their_budgets_and_the_migration(doc
 
 def test_web_probes_are_healthz_and_readyz_on_the_uvicorn_port_with_the_public_host(docs):
     web = container(one(docs, "Deployment", "alfred-web"))
-    (port,) = web["ports"]
+    (port,) = [p for p in web["ports"] if p["name"] == "http"]
     command = web["command"]
 
     # then: uvicorn listens on the port the probes name, and every probe asks for the public
@@ -151,6 +151,35 @@ def test_web_probes_are_healthz_and_readyz_on_the_uvicorn_port_with_the_public_h
         get = web[kind]["httpGet"]
         assert get["port"] == "http"
         assert get["httpHeaders"] == [{"name": "Host", "value": "alfred.example.com"}]
+
+
+def test_metrics_are_on_a_web_port_that_neither_the_ingress_nor_the_service_routes(docs):
+    deployment = one(docs, "Deployment", "alfred-web")
+    web = container(deployment)
+    ports = {p["name"]: p["containerPort"] for p in web["ports"]}
+    env = environment(web)
+    service = one(docs, "Service", "alfred-web")
+    ingress = one(docs, "Ingress", "alfred")
+    routed = [
+        path["backend"]["service"]
+        for rule in ingress["spec"]["rules"]
+        for path in rule["http"]["paths"]
+    ]
+
+    # then: the web serves /metrics on a port of its own (its own port answers 404 there)...
+    assert env["ALFRED_METRICS_PORT"] == str(ports["metrics"])
+    assert ports["metrics"] != ports["http"]
+    # ...which Prometheus scrapes on the pod...
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(ports["metrics"])
+    # ...and which nothing the Ingress reaches names: it routes to the Service's http port
+    # only, and the Service forwards to the container's http port only
+    assert routed == [{"name": "alfred-web", "port": {"name": "http"}}]
+    assert [(p["name"], p["targetPort"]) for p in service["spec"]["ports"]] == [("http", "http")]
+    # and uvicorn believes no forwarded header by itself: Alfred does, from the proxies the
+    # operator declares (none by default)
+    assert "--no-proxy-headers" in web["command"]
+    assert env["ALFRED_TRUSTED_PROXIES"] == ""
 
 
 def test_the_port_and_the_probes_are_values(docs):
@@ -383,8 +412,15 @@ def environment(box: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in box["env"] if "value" in e}
 
 
-# Each component's own: where its metrics go (web, worker), the worker's port, beat's file.
-OWN_SETTINGS = {"PROMETHEUS_MULTIPROC_DIR", "ALFRED_WORKER_HTTP_PORT", "ALFRED_BEAT_ALIVE_FILE"}
+# Each component's own: where its metrics go (web, worker), the worker's and the web's metrics
+# ports, the worker's stop, beat's file.
+OWN_SETTINGS = {
+    "PROMETHEUS_MULTIPROC_DIR",
+    "ALFRED_WORKER_HTTP_PORT",
+    "ALFRED_WORKER_STOP_SECONDS",
+    "ALFRED_METRICS_PORT",
+    "ALFRED_BEAT_ALIVE_FILE",
+}
 
 
 def test_every_container_runs_production_against_the_same_settings(docs):
@@ -438,6 +474,7 @@ def test_the_rendered_environment_passes_djangos_deployment_checks(docs, tmp_pat
         (["--set", "secret.values.ALFRED_SECRET_KEY=" + "a" * 60], "50 or more random characters"),
         (["--set", "worker.replica=3"], "additional properties 'replica' not allowed"),
         (["--set", "worker.queues={reports}"], "worker/queues/0"),
+        (["--set", "web.metricsPort=8000"], "web.metricsPort must differ from web.port"),
     ],
 )
 def test_a_release_that_could_not_start_is_refused_at_render(change, message):
@@ -524,3 +561,36 @@ def test_compose_config_accepts_the_file_where_docker_compose_exists():
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_compose_and_the_chart_stop_a_worker_within_its_grace_and_restart_a_stuck_one(docs):
+    worker = compose()["services"]["worker"]
+    deployment = one(docs, "Deployment", "alfred-worker")
+    box = container(deployment)
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    liveness = box["livenessProbe"]
+
+    # then: a worker asked to stop cancels what still runs in time to end within its grace
+    # (alfred/worker_stop.py), under compose as in the pod
+    stop = float(worker["environment"]["ALFRED_WORKER_STOP_SECONDS"])
+    assert 0 < stop <= compose_grace("worker") - 10
+    assert 0 < float(environment(box)["ALFRED_WORKER_STOP_SECONDS"]) <= grace - 10
+    # and a worker that stopped consuming for the pod's liveness window stops on its own, so
+    # compose (which restarts on exit only, never on a failed health check) restarts it too
+    assert worker["restart"] in {"unless-stopped", "always"}
+    window = liveness["periodSeconds"] * liveness["failureThreshold"]
+    assert window == settings.ALFRED_WORKER_LIVENESS_SECONDS
+    assert float(worker["environment"].get("ALFRED_WORKER_LIVENESS_SECONDS", window)) == window
+
+
+def test_compose_web_serves_metrics_on_a_port_it_does_not_publish_and_believes_no_proxy():
+    web = compose()["services"]["web"]
+    command = " ".join(web["command"])
+    published = [port.rsplit(":", 1)[-1] for port in web["ports"]]
+
+    # then: /metrics is on its own port, which is not published (only 8000, for the proxy),
+    # and uvicorn takes no forwarded header by itself (ALFRED_TRUSTED_PROXIES decides)
+    assert web["environment"]["ALFRED_METRICS_PORT"] == "9100"
+    assert published == ["8000"]
+    assert "--port 8000" in command and "--no-proxy-headers" in command
+    assert web["environment"]["ALFRED_TRUSTED_PROXIES"] == "${ALFRED_TRUSTED_PROXIES:-}"

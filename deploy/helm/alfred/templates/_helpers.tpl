@@ -102,6 +102,8 @@ app.kubernetes.io/part-of: alfred
   value: {{ .Values.alfred.logLevel | quote }}
 - name: ALFRED_METRICS_NETWORKS
   value: {{ join "," .Values.metrics.networks | quote }}
+- name: ALFRED_TRUSTED_PROXIES
+  value: {{ join "," .Values.alfred.trustedProxies | quote }}
 {{- range $name, $value := .Values.alfred.env }}
 - name: {{ $name }}
   value: {{ $value | toString | quote }}

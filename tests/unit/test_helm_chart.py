@@ -536,6 +536,12 @@ def test_compose_beats_use_the_settings_scheduler_and_write_only_tmp():
     assert not any(arg.startswith("--scheduler") or arg == "-S" for arg in command)
     assert command[command.index("--schedule") + 1].startswith(SCRATCH + "/")
     assert compose_grace("beat") > 0
+    # its health check is the chart's beat probe: the age of the file each tick touches
+    probe = beat["healthcheck"]["test"]
+    assert probe[:4] == ["CMD", "python", "-c", probe[3]]
+    assert repr(beat["environment"]["ALFRED_BEAT_ALIVE_FILE"]) in probe[3]
+    chart_beat = container(one(render("-f", str(VALUES_FROM_VALUES)), "Deployment", "alfred-beat"))
+    assert probe[2:] == chart_beat["livenessProbe"]["exec"]["command"][1:]
 
 
 def test_compose_config_accepts_the_file_where_docker_compose_exists():

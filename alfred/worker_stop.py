@@ -36,6 +36,7 @@ from typing import Any
 from celery.signals import worker_ready, worker_shutting_down
 from django.conf import settings
 
+from alfred.logs import stdout_is_json
 from alfred.worker_http import worker_ready_check
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ def _timer(seconds: float, function: Any, *args: Any) -> None:
 @worker_shutting_down.connect
 def _stop_bounded(how: str = "", **_: Any) -> None:
     """In the main process, from the signal handler of a warm shutdown: bound it."""
+    if stdout_is_json():  # Celery's own line went nowhere (alfred.logs.JsonStdout)
+        log.info("worker: %s shutdown (MainProcess)", how)
     if how != "Warm" or _stopping.is_set():
         return
     _stopping.set()

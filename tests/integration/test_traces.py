@@ -6,6 +6,7 @@ endpoint nothing is exported."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +19,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
+from alfred.logs import SCAN_TASKS, SILENT_TASKS
+from alfred.telemetry import ScansSampled
 from engine.models import Execution, StepReceipt
 from engine.runtime.registry import definition_get
 from providers.sandbox.aws import AwsStandIn
@@ -105,7 +109,11 @@ def collector() -> Iterator[Collector]:
     found.stop()
 
 
-TRACED = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_TRACES_SAMPLER": "always_on"}
+TRACED = {
+    "OTEL_BSP_SCHEDULE_DELAY": "100",
+    "OTEL_TRACES_SAMPLER": "always_on",
+    "ALFRED_TRACE_SCANS_RATIO": "0",
+}
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +200,34 @@ def test_one_trace_from_the_request_through_every_stage_step_and_route53_call(
     for span in aws:
         parent = by_id[span.parent_id]
         assert parent.name.startswith(("step ", "wait ")), parent.name
+
+
+def test_idle_scans_and_heartbeats_make_no_trace(collector, traced_worker):
+    # given: the traced worker, whose embedded beat sends the timer scan and the relay every
+    # second (and the recovery scan, the lane reconciler, its heartbeat every few seconds)
+    wait_for(lambda: "ready" in traced_worker.output(), timeout=60)
+    began = len(collector.spans)
+
+    # when: some seconds pass with nothing to do
+    time.sleep(6)
+
+    # then: none of those ticks was exported as a trace of its own (ALFRED_TRACE_SCANS_RATIO=0)
+    scans = [
+        s
+        for s in collector.spans[began:]
+        if s.name.rsplit("/", 1)[-1] in SCAN_TASKS | SILENT_TASKS
+        or (not s.parent_id and s.service == "alfred-worker")
+    ]
+    assert scans == [], sorted({s.name for s in scans})
+
+
+def test_a_scan_is_a_trace_at_its_sampling_ratio():
+    # given: the sampler with every scan kept, and with none
+    base = ALWAYS_ON
+    kept, dropped = ScansSampled(base, 1.0), ScansSampled(base, 0.0)
+    name = "run/executions.tasks.timers_scan"
+
+    # then: a scan with no parent is sampled at the ratio; any other span as the SDK's says
+    assert kept.should_sample(None, 1, name).decision.is_sampled()
+    assert not dropped.should_sample(None, 1, name).decision.is_sampled()
+    assert dropped.should_sample(None, 1, "run/executions.tasks.run_stage").decision.is_sampled()

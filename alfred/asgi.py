@@ -34,6 +34,8 @@ import django
 from a2wsgi import WSGIMiddleware
 from django.core.asgi import get_asgi_application
 from django.core.wsgi import get_wsgi_application
+from opentelemetry import propagate, trace
+from opentelemetry.trace import SpanKind
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "alfred.settings")
@@ -51,7 +53,7 @@ django.setup(set_prefix=False)
 from alfred.telemetry import telemetry_setup  # noqa: E402 - after django.setup()
 
 # Before the handlers load the middleware: Django's instrumentation adds its own.
-telemetry_setup("alfred-web")
+_tracing = telemetry_setup("alfred-web")
 _streams = get_asgi_application()
 
 from django.conf import settings  # noqa: E402 - after django.setup()
@@ -114,10 +116,38 @@ async def _with_length(scope: Scope, receive: Receive) -> tuple[Scope, Receive]:
     return {**scope, "headers": headers}, replay
 
 
+_tracer = trace.get_tracer("alfred.asgi")
+
+
+async def _traced(scope: Scope, receive: Receive, send: Send) -> None:
+    """With tracing on, a request's server span covers the whole ASGI call, response
+    included: uvicorn writes its access line as the response starts, on the event loop, after
+    Django's own span (on a WSGI thread) has ended, so without it the access line carried no
+    ``trace_id``. Django's span becomes its child (a2wsgi runs Django in this context)."""
+    if scope["type"] != "http":
+        await _application(scope, receive, send)
+        return
+    carrier = {name.decode("latin1"): value.decode("latin1") for name, value in scope["headers"]}
+    with _tracer.start_as_current_span(
+        scope["method"],
+        context=propagate.extract(carrier),
+        kind=SpanKind.SERVER,
+        attributes={"http.request.method": scope["method"], "url.path": scope["path"]},
+    ) as span:
+
+        async def send_observed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                span.set_attribute("http.response.status_code", message["status"])
+            await send(message)
+
+        await _application(scope, receive, send_observed)
+
+
+_served = _traced if _tracing else _application
 application: Any = (
-    ProxyHeadersMiddleware(_application, trusted_hosts=settings.ALFRED_TRUSTED_PROXIES)  # type: ignore[arg-type]
+    ProxyHeadersMiddleware(_served, trusted_hosts=settings.ALFRED_TRUSTED_PROXIES)  # type: ignore[arg-type]
     if settings.ALFRED_TRUSTED_PROXIES
-    else _application
+    else _served
 )
 
 

@@ -5,6 +5,7 @@ endpoint nothing is exported."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -231,3 +232,29 @@ def test_a_scan_is_a_trace_at_its_sampling_ratio():
     assert kept.should_sample(None, 1, name).decision.is_sampled()
     assert not dropped.should_sample(None, 1, name).decision.is_sampled()
     assert dropped.should_sample(None, 1, "run/executions.tasks.run_stage").decision.is_sampled()
+
+
+def test_an_access_line_carries_its_requests_trace_id(collector):
+    # given: a traced web process writing JSON lines
+    web = WebServer(
+        "traced-access",
+        ALFRED_LOG_FORMAT="json",
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint,
+        **TRACED,
+    ).start()
+    try:
+        # when: a request is answered
+        assert httpx.get(f"{web.base}/healthz?traced", timeout=10).status_code == 200
+        wait_for(lambda: "/healthz?traced" in web.output(), timeout=10)
+    finally:
+        web.stop()
+
+    # then: uvicorn's access line names the trace, which is the request's exported trace
+    (access,) = [
+        json.loads(line) for line in web.output().splitlines() if "/healthz?traced" in line
+    ]
+    assert access["logger"] == "uvicorn.access"
+    wait_for(lambda: any(s.trace_id == access["trace_id"] for s in collector.spans), timeout=10)
+    (root,) = [s for s in collector.spans if s.trace_id == access["trace_id"] and not s.parent_id]
+    assert root.service == "alfred-web" and root.name == "GET"
+    assert root.attributes["http.response.status_code"] == 200

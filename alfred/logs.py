@@ -142,7 +142,9 @@ def stdout_as_json_lines(logger: str) -> None:
     """Every line this process prints to stdout from now on, as a JSON line, and its Python
     warnings as log records (Celery warns of a worker run as root)."""
     if not stdout_is_json():
-        sys.stdout = sys.__stdout__ = JsonStdout(sys.__stdout__ or sys.stdout, logger)
+        wrapper = JsonStdout(sys.__stdout__ or sys.stdout, logger)
+        # sys.__stdout__ too: Celery prints its banners there, past any sys.stdout.
+        sys.stdout = sys.__stdout__ = wrapper  # type: ignore[misc,assignment]
         logging.captureWarnings(True)
 
 

@@ -94,9 +94,9 @@ def test_web_and_worker_write_json_lines_one_per_refusal_and_per_transition(api)
         beat.stop()
     # then every line of the worker and of beat is JSON, their banners and shutdown lines too
     for process in (worker, beat):
-        lines = [line for line in process.output().splitlines() if line.strip()]
-        assert lines and all(line.startswith("{") for line in lines), [
-            line for line in lines if not line.startswith("{")
+        printed = [line for line in process.output().splitlines() if line.strip()]
+        assert printed and all(line.startswith("{") for line in printed), [
+            line for line in printed if not line.startswith("{")
         ]
     banner = [line for line in json_lines(worker.output()) if line["logger"] == "celery.worker"]
     assert any("[queues]" in line["message"] for line in banner), banner

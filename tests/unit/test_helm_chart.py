@@ -8,6 +8,7 @@ real processes: tests/integration/test_deploy_probes.py."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import platform
 import re
@@ -180,6 +181,9 @@ def test_metrics_are_on_a_web_port_that_neither_the_ingress_nor_the_service_rout
     # operator declares (none by default)
     assert "--no-proxy-headers" in web["command"]
     assert env["ALFRED_TRUSTED_PROXIES"] == ""
+    # as the image serves it by default
+    cmd = re.search(r"^CMD (\[.*\])$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    assert cmd is not None and "--no-proxy-headers" in json.loads(cmd.group(1))
 
 
 def test_the_port_and_the_probes_are_values(docs):

@@ -163,7 +163,14 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         if message["type"] == "lifespan.startup":
             await asyncio.to_thread(_release_ready_lanes)
             if settings.ALFRED_METRICS_PORT:
-                metrics = metrics_port_start("0.0.0.0", settings.ALFRED_METRICS_PORT)  # noqa: S104
+                try:
+                    metrics = metrics_port_start("0.0.0.0", settings.ALFRED_METRICS_PORT)  # noqa: S104
+                except OSError as exc:  # uvicorn --workers: another process serves it
+                    logging.getLogger(__name__).warning(
+                        "/metrics not served on port %d: %s",
+                        settings.ALFRED_METRICS_PORT,
+                        exc.strerror,
+                    )
             await send({"type": "lifespan.startup.complete"})
         elif message["type"] == "lifespan.shutdown":
             if metrics is not None:

@@ -12,8 +12,9 @@ The server is a thread of the web process (started and stopped by uvicorn's life
 ``alfred.asgi``): it reads the same multiprocess directory and the same state gauges as the
 web's ``/metrics`` did, and lets a scrape in by the same rule (``scrape_allowed``: the token,
 or the connection's own address, never a forwarded one). One uvicorn process per pod or
-container, as the chart and compose run it; with ``--workers`` only the first to bind the port
-would serve it.
+container, as the chart and compose run it; with ``--workers`` the first to bind the port
+serves it (the multiprocess directory makes its answer every process's) and the others log
+that they do not.
 """
 
 from __future__ import annotations

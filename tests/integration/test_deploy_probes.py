@@ -278,3 +278,25 @@ def test_beat_pod_passes_its_probes_while_it_ticks_and_fails_them_once_stuck(
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(5)
+
+
+def test_web_pod_with_several_uvicorn_processes_serves_metrics_from_one(transactional_db):
+    # given: the web pod run with two uvicorn worker processes sharing the metrics port
+    command = "python,-m,uvicorn,alfred.asgi:application,--host,0.0.0.0,--lifespan,on"
+    box, port, proc = web_pod(f"web.command={{{command},--no-proxy-headers,--workers=2}}")
+    metrics = next(p["containerPort"] for p in box["ports"] if p["name"] == "metrics")
+    try:
+        # when: both have started
+        wait_for(lambda: log_of("web").read_text().count("Application startup complete") == 2)
+        # then: one serves the metrics, the other says it does not, and both answer
+        log = log_of("web").read_text()
+        assert "Application startup failed" not in log, log
+        assert log.count(f"/metrics not served on port {metrics}") == 1, log
+        scraped = httpx.get(f"http://127.0.0.1:{metrics}/metrics", timeout=10)
+        assert scraped.status_code == 200
+        for _ in range(4):
+            assert _answers(port, box["livenessProbe"]) == 200
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)

@@ -38,4 +38,4 @@ RUN useradd --system --uid 10001 --no-create-home --home-dir /app --shell /usr/s
 USER alfred
 
 EXPOSE 8000
-CMD ["python", "-m", "uvicorn", "alfred.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "on", "--timeout-graceful-shutdown", "20"]
+CMD ["python", "-m", "uvicorn", "alfred.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--lifespan", "on", "--timeout-graceful-shutdown", "20", "--no-proxy-headers"]

@@ -11,6 +11,11 @@ Two leaders can only overlap by the width of one tick, and that costs nothing: e
 task is a scan that is safe to run twice (SKIP LOCKED claims, compare-and-swap writes). The
 lease is what keeps the schedule's rate: N beats send each task once per interval, not N times.
 
+Beat serves no port, so its liveness is a file: every tick (every fifth of the lease at most,
+leader or not, database up or down) touches ``ALFRED_BEAT_ALIVE_FILE``; the chart's probes and
+compose's health check fail once it is older than a minute, i.e. once the scheduler's loop
+stopped turning (a hung statement, a deadlock), which no lease can show from the outside: a
+stuck follower holds no lease, and a stuck leader's lease just runs out.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -78,6 +84,17 @@ def beat_lease_release(holder: str) -> None:
         cursor.execute(_RELEASE, {"name": LEASE, "holder": holder})
 
 
+def beat_alive_touch() -> None:
+    """Say this beat's loop still turns (its liveness probe reads the file's age)."""
+    path = settings.ALFRED_BEAT_ALIVE_FILE
+    if not path:
+        return
+    try:
+        Path(path).touch()
+    except OSError as exc:
+        log.warning("beat: %s not touched (%s): its liveness probe will fail", path, exc)
+
+
 class LeaderScheduler(DatabaseScheduler):
     """django-celery-beat's database scheduler, ticking only while it holds the lease."""
 
@@ -89,6 +106,7 @@ class LeaderScheduler(DatabaseScheduler):
         super().__init__(*args, **kwargs)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
+        beat_alive_touch()
         epoch = self._lease()
         if epoch is None:
             if self.epoch is not None:

@@ -1,6 +1,7 @@
 """The Celery application of the worker and beat processes."""
 
 import os
+import sys
 from typing import Any
 
 from celery import Celery
@@ -11,9 +12,26 @@ from celery.signals import (
     worker_process_shutdown,
 )
 
+from alfred.logs import stdout_as_json_lines
 from alfred.telemetry import telemetry_flush, telemetry_setup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "alfred.settings")
+
+
+def _celery_service() -> str | None:
+    """``worker`` or ``beat`` when this process is ``celery … worker`` or ``celery … beat``
+    (``python -m celery`` or the ``celery`` script), else None (web, manage.py, the tests)."""
+    if not sys.argv[0].endswith(("celery", os.path.join("celery", "__main__.py"))):
+        return None
+    return next((arg for arg in sys.argv[1:] if arg in ("worker", "beat")), None)
+
+
+# Celery prints its banners and shutdown lines instead of logging them: under JSON logging,
+# each becomes a JSON line too (alfred.logs.JsonStdout). Only in Celery's own processes: a
+# command's output (a token printed) stays as it is. Read from the environment as the
+# settings read it, before Celery prints anything.
+if os.environ.get("ALFRED_LOG_FORMAT") == "json" and (service := _celery_service()):
+    stdout_as_json_lines(f"celery.{service}")
 
 app = Celery("alfred")
 app.config_from_object("django.conf:settings", namespace="CELERY")

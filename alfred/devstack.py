@@ -359,6 +359,8 @@ def children_for(host: str, port: str, state: Path) -> list[Child]:
                 "on",
                 "--timeout-graceful-shutdown",
                 "5",
+                # Forwarded headers only from ALFRED_TRUSTED_PROXIES (alfred/asgi.py).
+                "--no-proxy-headers",
             ],
             environ={"PROMETHEUS_MULTIPROC_DIR": metrics_dir(state, "web")},
         ),
@@ -383,6 +385,9 @@ def children_for(host: str, port: str, state: Path) -> list[Child]:
             environ={
                 "PROMETHEUS_MULTIPROC_DIR": metrics_dir(state, "worker"),
                 "ALFRED_WORKER_HTTP_PORT": worker_port,
+                # A stage still running then is cancelled (and redone later), so the worker
+                # ends within GRACE_SECONDS (alfred/worker_stop.py).
+                "ALFRED_WORKER_STOP_SECONDS": str(GRACE_SECONDS - 5),
             },
         ),
         Child(

@@ -17,12 +17,15 @@ its "succeeded" line; warnings and errors are never dropped.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
+from typing import TextIO
 
 from celery.app.trace import LOG_RECEIVED
 from opentelemetry import trace
@@ -41,7 +44,7 @@ SCAN_TASKS = frozenset(
 SILENT_TASKS = frozenset({"alfred.tasks.worker_heartbeat"})
 UNRECEIVED_TASKS = frozenset({"executions.tasks.run_stage"})
 
-FIELDS = ("execution", "run", "stage", "trace_id", "span_id")
+FIELDS = ("execution", "run", "stage", "error_code", "trace_id", "span_id")
 _context: ContextVar[dict[str, str]] = ContextVar("alfred_log_context", default={})  # noqa: B039
 
 
@@ -92,6 +95,61 @@ class JsonLines(logging.Formatter):
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
         return json.dumps(line, default=str)
+
+
+class JsonStdout(io.TextIOBase):
+    """Text printed to stdout, as JSON lines (``ALFRED_LOG_FORMAT=json``): one object a
+    non-blank line, at INFO, from ``logger``.
+
+    Celery prints, rather than logs, its worker's and beat's start-up banners and its "Warm
+    shutdown" lines (to ``sys.__stdout__``, before and beside its logging): under JSON logging
+    those were dozens of plain-text lines a log pipeline cannot parse. ``alfred.celery``
+    puts this in front of a worker's or beat's stdout. Written straight to the stream it
+    wraps, never through logging (whose handler may write to stdout too)."""
+
+    def __init__(self, stream: TextIO, logger: str) -> None:
+        super().__init__()
+        self.stream, self.logger, self._partial = stream, logger, ""
+        self._format = JsonLines()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        *lines, self._partial = (self._partial + text).split("\n")
+        for line in lines:
+            if line.strip():
+                record = logging.LogRecord(
+                    self.logger, logging.INFO, __file__, 0, line.rstrip(), None, None
+                )
+                self.stream.write(self._format.format(record) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def fileno(self) -> None:  # type: ignore[override]
+        """None, as Celery's own stdout proxy says: a writer to the descriptor itself (Celery's
+        ``safe_say``, its "Warm shutdown" line) would bypass the JSON, so it writes nothing
+        and the line is logged instead (``alfred.worker_stop``)."""
+        return None
+
+    def isatty(self) -> bool:
+        return False  # no colours
+
+
+def stdout_as_json_lines(logger: str) -> None:
+    """Every line this process prints to stdout from now on, as a JSON line, and its Python
+    warnings as log records (Celery warns of a worker run as root)."""
+    if not stdout_is_json():
+        wrapper = JsonStdout(sys.__stdout__ or sys.stdout, logger)
+        # sys.__stdout__ too: Celery prints its banners there, past any sys.stdout.
+        sys.stdout = sys.__stdout__ = wrapper  # type: ignore[misc,assignment]
+        logging.captureWarnings(True)
+
+
+def stdout_is_json() -> bool:
+    return isinstance(sys.__stdout__, JsonStdout)
 
 
 class QuietScans(logging.Filter):

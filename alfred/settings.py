@@ -93,11 +93,25 @@ ALFRED_SSE_CLIENT_BUFFER = env.int("ALFRED_SSE_CLIENT_BUFFER", default=1000)
 # address: scrape the pod, not through the proxy).
 ALFRED_METRICS_TOKEN = env.str("ALFRED_METRICS_TOKEN", default="")
 ALFRED_METRICS_NETWORKS = env.list("ALFRED_METRICS_NETWORKS", default=["127.0.0.0/8", "::1/128"])
+# The web's /metrics on a port of its own (alfred/metrics_port.py), which nothing in front of
+# the web routes to; the web's port then answers /metrics with 404. 0 (the default, `make
+# run`): on the web's port. The chart and compose set it: an Ingress or a proxy routing "/"
+# would otherwise let the internet in as the proxy's (private) address.
+ALFRED_METRICS_PORT = env.int("ALFRED_METRICS_PORT", default=0)
 # A worker proves it consumes by running a task it sends to its own queue this often
 # (alfred/worker_http.py); its /readyz fails once the last one is three periods old.
 ALFRED_WORKER_HEARTBEAT_SECONDS = env.float("ALFRED_WORKER_HEARTBEAT_SECONDS", default=10.0)
 # Where a worker serves /healthz, /readyz and /metrics; unset: nowhere (the heartbeat runs).
 ALFRED_WORKER_HTTP_PORT = env.int("ALFRED_WORKER_HTTP_PORT", default=0)
+# How long a worker asked to stop (SIGTERM) lets its running tasks finish before it cancels
+# them (their messages go back to the queue) and exits: under the grace of whatever stops it
+# (the chart and compose: 60 s; `make run`: 10 s), with a few seconds to spare
+# (alfred/worker_stop.py).
+ALFRED_WORKER_STOP_SECONDS = env.float("ALFRED_WORKER_STOP_SECONDS", default=45.0)
+# A worker that has not been ready (consumed its heartbeat) for this long stops on its own, so
+# that its restart policy starts a new one: the chart's liveness window, for compose too. 0:
+# never (alfred/worker_stop.py).
+ALFRED_WORKER_LIVENESS_SECONDS = env.float("ALFRED_WORKER_LIVENESS_SECONDS", default=180.0)
 # Each worker also consumes a queue of its own (<name>.dq2): the heartbeat's.
 CELERY_WORKER_DIRECT = True
 
@@ -114,6 +128,11 @@ CSRF_TRUSTED_ORIGINS = env.list("ALFRED_CSRF_TRUSTED_ORIGINS", default=[ALFRED_P
 # login lockout and the throttles' fallback count by). Off everywhere unless asked for: without
 # a proxy that overwrites them, a client could claim https or any address.
 ALFRED_TRUST_PROXY_HEADERS = env.bool("ALFRED_TRUST_PROXY_HEADERS", default=False)
+# The proxies in front of the web process (addresses or networks; empty, the default: none)
+# whose X-Forwarded-For and X-Forwarded-Proto it believes for the connection's client and
+# scheme (alfred/asgi.py): what the access log, the throttles and /metrics' network check see.
+# A connection from anywhere else is taken at its own address, whatever it sends.
+ALFRED_TRUSTED_PROXIES = env.list("ALFRED_TRUSTED_PROXIES", default=[])
 
 if PRODUCTION:
     if len(SECRET_KEY) < 50 or len(set(SECRET_KEY)) < 5:
@@ -251,6 +270,9 @@ CELERY_BEAT_SCHEDULER = "alfred.beat:LeaderScheduler"
 ALFRED_BEAT_LEASE_SECONDS = env.float("ALFRED_BEAT_LEASE_SECONDS", default=5.0)
 if ALFRED_BEAT_LEASE_SECONDS < 1:
     raise ImproperlyConfigured("ALFRED_BEAT_LEASE_SECONDS: 1 or more")
+# A file every beat touches at each tick, leader or not (empty: none): its age is the beat's
+# liveness probe in the chart and compose (alfred/beat.py, docs/deploy.md).
+ALFRED_BEAT_ALIVE_FILE = env.str("ALFRED_BEAT_ALIVE_FILE", default="")
 # One message at a time per worker process: a long stage never holds others hostage.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Celery's Django fixup closes every database connection before and after each task unless

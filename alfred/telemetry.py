@@ -14,6 +14,15 @@ takes its parent's stage as its own parent. The Celery message carries the conte
 a wake from the timer scan or the recovery scan starts from the scan's task, not the
 request: the row is what ties them.
 
+The periodic scans are not traced, but sampled (``ALFRED_TRACE_SCANS_RATIO``, 0.01 by
+default; 0: never): the timer scan and the relay run every second, the recovery scan and the
+lane reconciler every few, each worker sends itself a heartbeat every ten, and on an idle stack
+they made three traces in four, each the same few statements finding nothing. What a scan
+sets going is traced where it matters: a stage it wakes is a child of its execution's trace
+(above), not of the scan's. The rule is a sampler (:class:`ScansSampled`) in front of the
+SDK's own (``OTEL_TRACES_SAMPLER``): a span with no parent, named for a scan's task, is kept
+at that ratio; its statements follow it (parent-based).
+
 Workers set the SDK up in each pool process (``worker_process_init``: its exporter's thread
 would not survive the fork) and flush it when the process ends.
 """
@@ -22,11 +31,59 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    Sampler,
+    SamplingResult,
+    TraceIdRatioBased,
+)
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.util.types import Attributes
+
+from alfred.logs import SCAN_TASKS, SILENT_TASKS
 
 log = logging.getLogger(__name__)
+
+# Celery's instrumentation names a task's spans "run/<task>" and "apply_async/<task>".
+_SCAN_SUFFIXES = tuple(f"/{task}" for task in sorted(SCAN_TASKS | SILENT_TASKS))
+
+
+class ScansSampled(Sampler):
+    """The periodic scans' traces at ``ratio``; every other span as ``base`` decides."""
+
+    def __init__(self, base: Sampler, ratio: float) -> None:
+        self.base, self.ratio = base, ratio
+        self.scans = TraceIdRatioBased(ratio)
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: trace.TraceState | None = None,
+    ) -> SamplingResult:
+        parent = trace.get_current_span(parent_context).get_span_context()
+        if not parent.is_valid and name.endswith(_SCAN_SUFFIXES):
+            if self.ratio <= 0:
+                return SamplingResult(Decision.DROP)
+            return self.scans.should_sample(
+                parent_context, trace_id, name, kind, attributes, links, trace_state
+            )
+        return self.base.should_sample(
+            parent_context, trace_id, name, kind, attributes, links, trace_state
+        )
+
+    def get_description(self) -> str:
+        return f"ScansSampled{{{self.ratio}, {self.base.get_description()}}}"
+
 
 _provider: Any = None
 
@@ -59,7 +116,11 @@ def telemetry_setup(service: str) -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     name = os.environ.get("OTEL_SERVICE_NAME") or service
-    _provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    base = TracerProvider().sampler  # the SDK's, from OTEL_TRACES_SAMPLER
+    ratio = float(os.environ.get("ALFRED_TRACE_SCANS_RATIO", "0.01"))
+    _provider = TracerProvider(
+        resource=Resource.create({"service.name": name}), sampler=ScansSampled(base, ratio)
+    )
     _provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(_provider)
     DjangoInstrumentor().instrument()

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from celery import current_app
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
@@ -49,7 +50,15 @@ def readyz(request: HttpRequest) -> JsonResponse:
 
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus' scrape: what happened (every process of this host's web) and what waits
-    (the database's state). ``alfred.metrics.scrape_allowed`` says who may read it."""
+    (the database's state). ``alfred.metrics.scrape_allowed`` says who may read it. With
+    ``ALFRED_METRICS_PORT`` they are served there only (``alfred.metrics_port``): whatever
+    routes to this port (an Ingress) must not reach them."""
+    if settings.ALFRED_METRICS_PORT:
+        return problem_response(
+            "not_found",
+            "Metrics are served on ALFRED_METRICS_PORT, not here.",
+            instance=request.path,
+        )
     if not scrape_allowed(
         request.headers.get("Authorization", ""), str(request.META.get("REMOTE_ADDR", ""))
     ):

@@ -62,7 +62,7 @@ _EMIT_SQL = f"""
                fresh.payload, now()
         FROM locked, fresh
         ON CONFLICT (key) DO NOTHING
-        RETURNING id, execution_id, sequence, type
+        RETURNING id, execution_id, sequence, type, payload->'error'->>'code' AS error_code
     ), owed AS (
         INSERT INTO {WebhookDelivery._meta.db_table}
             (endpoint_id, event_id, status, attempts, round_attempts, next_attempt_at,
@@ -82,7 +82,8 @@ _EMIT_SQL = f"""
     SELECT inserted.sequence,
            pg_notify('{CHANNEL}', %(execution)s || ' ' || inserted.sequence),
            (SELECT count(*) FROM owed),
-           inserted.type, inserted.execution_id, (SELECT workflow FROM locked)
+           inserted.type, inserted.execution_id, (SELECT workflow FROM locked),
+           inserted.error_code
     FROM inserted ORDER BY inserted.sequence
 """  # noqa: S608
 
@@ -153,17 +154,33 @@ def _emitted(rows: Sequence[Sequence[Any]]) -> list[int]:
     if any(row[2] for row in rows):
         for owed in _ON_OWED:
             transaction.on_commit(owed)
-    for _, _, _, type, execution_id, workflow in rows:
+    for _, _, _, type, execution_id, workflow, error_code in rows:
         status = type.removeprefix("execution.")
         if status in STATUSES and status != type:
-            transaction.on_commit(partial(_transitioned, execution_id, workflow, status))
+            transaction.on_commit(
+                partial(_transitioned, execution_id, workflow, status, error_code)
+            )
     return [int(row[0]) for row in rows]
 
 
-def _transitioned(execution_id: str, workflow: str, status: str) -> None:
+def _transitioned(
+    execution_id: str, workflow: str, status: str, error_code: str | None = None
+) -> None:
     """One line per transition (the outbox sees every one, in the transaction that made it),
-    and the count of executions that reached each status."""
+    and the count of executions that reached each status. A transition with an error (failed,
+    canceled) names its code, the API's ``error.code``: what an operator greps and counts by
+    (a JSON line carries it as ``error_code`` too)."""
     TRANSITIONS.labels(workflow, status).inc()
+    if error_code:
+        log.info(
+            "%s %s (%s): %s",
+            execution_id,
+            status,
+            workflow,
+            error_code,
+            extra={"execution": execution_id, "error_code": error_code},
+        )
+        return
     log.info("%s %s (%s)", execution_id, status, workflow, extra={"execution": execution_id})
 
 

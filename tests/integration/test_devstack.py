@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from django.conf import settings
 
-from alfred.devstack import READY, free_port_base
+from alfred.devstack import GRACE_SECONDS, READY, free_port_base
 from providers.config import ProviderConfig
 from providers.factory import Providers
 from tests.conftest import ROOT, subprocess_database_url
@@ -146,10 +146,16 @@ def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack
         scans = [line for line in launcher.lines if "timers_scan[" in line or "timers-scan" in line]
         assert scans == [], "\n".join(scans[:10])
     finally:
+        began = time.monotonic()
         code = launcher.stop()
+        took = time.monotonic() - began
         shutil.rmtree(state, ignore_errors=True)
-    # and: Ctrl-C stops everything cleanly, stand-ins included
+    # and: Ctrl-C stops everything cleanly, stand-ins included: each child within the grace,
+    # none of them killed
     assert code == 0, "\n".join(launcher.lines[-40:])
+    killed = [line for line in launcher.lines if "SIGKILL" in line]
+    assert killed == [], "\n".join(launcher.lines[-40:])
+    assert took < GRACE_SECONDS, "\n".join(launcher.lines[-40:])
     for offset in (1, 2, 3, 4):
         with socket.socket() as probe:
             # as a server binds (TIME_WAIT of closed connections does not count)

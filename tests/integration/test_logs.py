@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from alfred.logs import JsonLines, LogContext, log_context
 from engine.models import Execution
-from tests.conftest import WorkerProcess, wait_for
+from tests.conftest import BeatProcess, WorkerProcess, wait_for
 from tests.support.helpers import submit
 from tests.support.live import WebServer
 
@@ -23,8 +23,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 
 def json_lines(output: str) -> list[dict[str, Any]]:
-    """The log's lines that are JSON (a process's banner, printed before logging is set up,
-    is not a log line)."""
+    """The log's lines that are JSON."""
     return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
 
 
@@ -69,8 +68,14 @@ def test_a_line_carries_its_context_and_the_current_spans_ids(capsys):
 def test_web_and_worker_write_json_lines_one_per_refusal_and_per_transition(api):
     web = WebServer("logs-web", ALFRED_LOG_FORMAT="json").start()
     worker = WorkerProcess("logs").start(environ={"ALFRED_LOG_FORMAT": "json"})
+    beat = BeatProcess("logs-beat").start(environ={"ALFRED_LOG_FORMAT": "json"})
     try:
         wait_for(lambda: "ready" in worker.output(), timeout=60)
+        wait_for(lambda: "leads" in beat.output() or "lease" in beat.output(), timeout=60)
+        # and an execution that fails
+        crashed = submit(api, "test-crashing", {"label": "crashes"}).json()
+        wait_for(lambda: Execution.objects.get(pk=crashed["id"]).terminal, timeout=30)
+        wait_for(lambda: f"{crashed['id']} failed" in worker.output(), timeout=10)
         # given a token for the web process, and a request it refuses
         token = api._credentials["HTTP_AUTHORIZATION"]
         refused = httpx.post(
@@ -86,6 +91,24 @@ def test_web_and_worker_write_json_lines_one_per_refusal_and_per_transition(api)
     finally:
         web.stop()
         worker.stop()
+        beat.stop()
+    # then every line of the worker and of beat is JSON, their banners and shutdown lines too
+    for process in (worker, beat):
+        printed = [line for line in process.output().splitlines() if line.strip()]
+        assert printed and all(line.startswith("{") for line in printed), [
+            line for line in printed if not line.startswith("{")
+        ]
+    banner = [line for line in json_lines(worker.output()) if line["logger"] == "celery.worker"]
+    assert any("[queues]" in line["message"] for line in banner), banner
+    # and the failed execution's line names its error's code
+    error = Execution.objects.get(pk=crashed["id"]).error
+    (failed,) = [
+        line
+        for line in json_lines(worker.output())
+        if line.get("execution") == crashed["id"] and " failed (" in line["message"]
+    ]
+    assert failed["message"] == f"{crashed['id']} failed (test-crashing): {error['code']}"
+    assert failed["error_code"] == error["code"]
     # then the refusal is one line (uvicorn's access line), and every web line is JSON
     web_lines = [line for line in web.output().splitlines() if line.strip()]
     mentions = [line for line in web_lines if "k-refused" in line or "executions" in line]
@@ -104,8 +127,12 @@ def test_web_and_worker_write_json_lines_one_per_refusal_and_per_transition(api)
         f"{body['id']} succeeded (test-counter)",
     ]
     # logged while a stage ran: its run and stage too
-    staged = [line for line in lines if line.get("stage")]
+    staged = [line for line in lines if line.get("stage") and line["execution"] != crashed["id"]]
     assert staged and all(line["execution"] == body["id"] and line["run"] for line in staged)
     # and a stage's task adds one line of Celery's (when it ended), not two
-    tasks = [line["message"] for line in lines if "run_stage" in line["message"]]
+    tasks = [
+        line["message"]
+        for line in lines
+        if "run_stage" in line["message"] and line["logger"] != "celery.worker"  # the banner's
+    ]
     assert tasks and all(" succeeded in " in message for message in tasks)

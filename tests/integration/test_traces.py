@@ -5,7 +5,9 @@ endpoint nothing is exported."""
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +20,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
+from alfred.logs import SCAN_TASKS, SILENT_TASKS
+from alfred.telemetry import ScansSampled
 from engine.models import Execution, StepReceipt
 from engine.runtime.registry import definition_get
 from providers.sandbox.aws import AwsStandIn
@@ -105,7 +110,11 @@ def collector() -> Iterator[Collector]:
     found.stop()
 
 
-TRACED = {"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_TRACES_SAMPLER": "always_on"}
+TRACED = {
+    "OTEL_BSP_SCHEDULE_DELAY": "100",
+    "OTEL_TRACES_SAMPLER": "always_on",
+    "ALFRED_TRACE_SCANS_RATIO": "0",
+}
 
 
 @pytest.fixture(scope="module")
@@ -192,3 +201,60 @@ def test_one_trace_from_the_request_through_every_stage_step_and_route53_call(
     for span in aws:
         parent = by_id[span.parent_id]
         assert parent.name.startswith(("step ", "wait ")), parent.name
+
+
+def test_idle_scans_and_heartbeats_make_no_trace(collector, traced_worker):
+    # given: the traced worker, whose embedded beat sends the timer scan and the relay every
+    # second (and the recovery scan, the lane reconciler, its heartbeat every few seconds)
+    wait_for(lambda: "ready" in traced_worker.output(), timeout=60)
+    began = len(collector.spans)
+
+    # when: some seconds pass with nothing to do
+    time.sleep(6)
+
+    # then: none of those ticks was exported as a trace of its own (ALFRED_TRACE_SCANS_RATIO=0)
+    scans = [
+        s
+        for s in collector.spans[began:]
+        if s.name.rsplit("/", 1)[-1] in SCAN_TASKS | SILENT_TASKS
+        or (not s.parent_id and s.service == "alfred-worker")
+    ]
+    assert scans == [], sorted({s.name for s in scans})
+
+
+def test_a_scan_is_a_trace_at_its_sampling_ratio():
+    # given: the sampler with every scan kept, and with none
+    base = ALWAYS_ON
+    kept, dropped = ScansSampled(base, 1.0), ScansSampled(base, 0.0)
+    name = "run/executions.tasks.timers_scan"
+
+    # then: a scan with no parent is sampled at the ratio; any other span as the SDK's says
+    assert kept.should_sample(None, 1, name).decision.is_sampled()
+    assert not dropped.should_sample(None, 1, name).decision.is_sampled()
+    assert dropped.should_sample(None, 1, "run/executions.tasks.run_stage").decision.is_sampled()
+
+
+def test_an_access_line_carries_its_requests_trace_id(collector):
+    # given: a traced web process writing JSON lines
+    web = WebServer(
+        "traced-access",
+        ALFRED_LOG_FORMAT="json",
+        OTEL_EXPORTER_OTLP_ENDPOINT=collector.endpoint,
+        **TRACED,
+    ).start()
+    try:
+        # when: a request is answered
+        assert httpx.get(f"{web.base}/healthz?traced", timeout=10).status_code == 200
+        wait_for(lambda: "/healthz?traced" in web.output(), timeout=10)
+    finally:
+        web.stop()
+
+    # then: uvicorn's access line names the trace, which is the request's exported trace
+    (access,) = [
+        json.loads(line) for line in web.output().splitlines() if "/healthz?traced" in line
+    ]
+    assert access["logger"] == "uvicorn.access"
+    wait_for(lambda: any(s.trace_id == access["trace_id"] for s in collector.spans), timeout=10)
+    (root,) = [s for s in collector.spans if s.trace_id == access["trace_id"] and not s.parent_id]
+    assert root.service == "alfred-web" and root.name == "GET"
+    assert root.attributes["http.response.status_code"] == 200

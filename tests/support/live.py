@@ -57,6 +57,9 @@ class WebServer:
                 "warning",
                 "--timeout-graceful-shutdown",
                 "1",
+                # as every launcher serves it: Alfred reads forwarded headers itself, from
+                # ALFRED_TRUSTED_PROXIES only (alfred/asgi.py)
+                "--no-proxy-headers",
             ],
             cwd=ROOT,
             env=env,

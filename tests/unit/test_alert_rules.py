@@ -70,6 +70,8 @@ def test_the_alert_rules_check_and_pass_their_unit_tests():
     }
     covered = set(re.findall(r"alertname: (\w+)", (OBSERVABILITY / "alerts.test.yml").read_text()))
     assert {"AlfredRunNotStarting", "AlfredLaneBlocked", "AlfredNoBeatTick"} <= covered <= alerts
+    # executions failing, and a target Prometheus cannot scrape, are alerted on (tested)
+    assert {"AlfredExecutionsFailing", "AlfredScrapeTargetDown"} <= covered
 
 
 @needs_promtool

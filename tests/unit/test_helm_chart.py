@@ -8,6 +8,7 @@ real processes: tests/integration/test_deploy_probes.py."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import platform
 import re
@@ -129,6 +130,7 @@ def test_the_release_is_web_worker_beat_with_their_budgets_and_the_migration(doc
         ("Secret", "alfred-migrate"),
         ("Service", "alfred-web"),
         ("ServiceAccount", "alfred"),
+        ("ServiceAccount", "alfred-migrate"),
     ]
     # PostgreSQL and Redis are external: no StatefulSet, no PersistentVolumeClaim
     assert not [d for d in docs if d["kind"] in {"StatefulSet", "PersistentVolumeClaim"}]
@@ -136,7 +138,7 @@ def test_the_release_is_web_worker_beat_with_their_budgets_and_the_migration(doc
 
 def test_web_probes_are_healthz_and_readyz_on_the_uvicorn_port_with_the_public_host(docs):
     web = container(one(docs, "Deployment", "alfred-web"))
-    (port,) = web["ports"]
+    (port,) = [p for p in web["ports"] if p["name"] == "http"]
     command = web["command"]
 
     # then: uvicorn listens on the port the probes name, and every probe asks for the public
@@ -150,6 +152,38 @@ def test_web_probes_are_healthz_and_readyz_on_the_uvicorn_port_with_the_public_h
         get = web[kind]["httpGet"]
         assert get["port"] == "http"
         assert get["httpHeaders"] == [{"name": "Host", "value": "alfred.example.com"}]
+
+
+def test_metrics_are_on_a_web_port_that_neither_the_ingress_nor_the_service_routes(docs):
+    deployment = one(docs, "Deployment", "alfred-web")
+    web = container(deployment)
+    ports = {p["name"]: p["containerPort"] for p in web["ports"]}
+    env = environment(web)
+    service = one(docs, "Service", "alfred-web")
+    ingress = one(docs, "Ingress", "alfred")
+    routed = [
+        path["backend"]["service"]
+        for rule in ingress["spec"]["rules"]
+        for path in rule["http"]["paths"]
+    ]
+
+    # then: the web serves /metrics on a port of its own (its own port answers 404 there)...
+    assert env["ALFRED_METRICS_PORT"] == str(ports["metrics"])
+    assert ports["metrics"] != ports["http"]
+    # ...which Prometheus scrapes on the pod...
+    annotations = deployment["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(ports["metrics"])
+    # ...and which nothing the Ingress reaches names: it routes to the Service's http port
+    # only, and the Service forwards to the container's http port only
+    assert routed == [{"name": "alfred-web", "port": {"name": "http"}}]
+    assert [(p["name"], p["targetPort"]) for p in service["spec"]["ports"]] == [("http", "http")]
+    # and uvicorn believes no forwarded header by itself: Alfred does, from the proxies the
+    # operator declares (none by default)
+    assert "--no-proxy-headers" in web["command"]
+    assert env["ALFRED_TRUSTED_PROXIES"] == ""
+    # as the image serves it by default
+    cmd = re.search(r"^CMD (\[.*\])$", (ROOT / "Dockerfile").read_text(), re.MULTILINE)
+    assert cmd is not None and "--no-proxy-headers" in json.loads(cmd.group(1))
 
 
 def test_the_port_and_the_probes_are_values(docs):
@@ -271,7 +305,44 @@ def test_beat_runs_two_replicas_with_the_settings_scheduler(docs):
     assert not any(arg.startswith("--scheduler") or arg == "-S" for arg in command)
     assert command[command.index("--schedule") + 1].startswith(SCRATCH + "/")
     assert "--pidfile=" in command
-    assert "livenessProbe" not in container(beat)
+
+
+def test_beat_is_probed_by_the_age_of_the_file_each_tick_touches(docs):
+    beat = container(one(docs, "Deployment", "alfred-beat"))
+    alive = environment(beat)["ALFRED_BEAT_ALIVE_FILE"]
+
+    # then: every probe reads the file beat touches (alfred/beat.py), in its writable /tmp
+    assert alive.startswith(SCRATCH + "/")
+    for kind in ("startupProbe", "livenessProbe", "readinessProbe"):
+        command = beat[kind]["exec"]["command"]
+        assert command[:2] == ["python", "-c"] and repr(alive) in command[2]
+    # and a beat whose loop stopped is restarted only after minutes, not at one late tick
+    liveness = beat["livenessProbe"]
+    assert liveness["periodSeconds"] * liveness["failureThreshold"] >= 60
+
+
+def test_the_migration_job_runs_as_a_service_account_with_the_charts_annotations():
+    docs = render(
+        "-f",
+        str(VALUES_FROM_VALUES),
+        "--set",
+        "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/alfred",
+    )
+    job = one(docs, "Job", "alfred-migrate")
+    name = job["spec"]["template"]["spec"]["serviceAccountName"]
+    account = one(docs, "ServiceAccount", name)
+    hooks = job["metadata"]["annotations"]
+
+    # then: not `default`, but one made as a hook of the same step, before the Job, carrying
+    # the release's annotations (IRSA's role)
+    assert name == "alfred-migrate"
+    assert account["metadata"]["annotations"]["helm.sh/hook"] == hooks["helm.sh/hook"]
+    assert int(account["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+        hooks["helm.sh/hook-weight"]
+    )
+    role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert role == "arn:aws:iam::1:role/alfred"
+    assert account["automountServiceAccountToken"] is False
 
 
 def test_containers_run_as_the_images_user_on_a_read_only_root(docs):
@@ -349,8 +420,15 @@ def environment(box: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e["value"] for e in box["env"] if "value" in e}
 
 
-# Each component's own: where its metrics go (web, worker), the worker's port.
-OWN_SETTINGS = {"PROMETHEUS_MULTIPROC_DIR", "ALFRED_WORKER_HTTP_PORT"}
+# Each component's own: where its metrics go (web, worker), the worker's and the web's metrics
+# ports, the worker's stop, beat's file.
+OWN_SETTINGS = {
+    "PROMETHEUS_MULTIPROC_DIR",
+    "ALFRED_WORKER_HTTP_PORT",
+    "ALFRED_WORKER_STOP_SECONDS",
+    "ALFRED_METRICS_PORT",
+    "ALFRED_BEAT_ALIVE_FILE",
+}
 
 
 def test_every_container_runs_production_against_the_same_settings(docs):
@@ -404,6 +482,7 @@ def test_the_rendered_environment_passes_djangos_deployment_checks(docs, tmp_pat
         (["--set", "secret.values.ALFRED_SECRET_KEY=" + "a" * 60], "50 or more random characters"),
         (["--set", "worker.replica=3"], "additional properties 'replica' not allowed"),
         (["--set", "worker.queues={reports}"], "worker/queues/0"),
+        (["--set", "web.metricsPort=8000"], "web.metricsPort must differ from web.port"),
     ],
 )
 def test_a_release_that_could_not_start_is_refused_at_render(change, message):
@@ -474,6 +553,12 @@ def test_compose_beats_use_the_settings_scheduler_and_write_only_tmp():
     assert not any(arg.startswith("--scheduler") or arg == "-S" for arg in command)
     assert command[command.index("--schedule") + 1].startswith(SCRATCH + "/")
     assert compose_grace("beat") > 0
+    # its health check is the chart's beat probe: the age of the file each tick touches
+    probe = beat["healthcheck"]["test"]
+    assert probe[:4] == ["CMD", "python", "-c", probe[3]]
+    assert repr(beat["environment"]["ALFRED_BEAT_ALIVE_FILE"]) in probe[3]
+    chart_beat = container(one(render("-f", str(VALUES_FROM_VALUES)), "Deployment", "alfred-beat"))
+    assert probe[2:] == chart_beat["livenessProbe"]["exec"]["command"][1:]
 
 
 def test_compose_config_accepts_the_file_where_docker_compose_exists():
@@ -499,3 +584,36 @@ def test_compose_config_accepts_the_file_where_docker_compose_exists():
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_compose_and_the_chart_stop_a_worker_within_its_grace_and_restart_a_stuck_one(docs):
+    worker = compose()["services"]["worker"]
+    deployment = one(docs, "Deployment", "alfred-worker")
+    box = container(deployment)
+    grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    liveness = box["livenessProbe"]
+
+    # then: a worker asked to stop cancels what still runs in time to end within its grace
+    # (alfred/worker_stop.py), under compose as in the pod
+    stop = float(worker["environment"]["ALFRED_WORKER_STOP_SECONDS"])
+    assert 0 < stop <= compose_grace("worker") - 10
+    assert 0 < float(environment(box)["ALFRED_WORKER_STOP_SECONDS"]) <= grace - 10
+    # and a worker that stopped consuming for the pod's liveness window stops on its own, so
+    # compose (which restarts on exit only, never on a failed health check) restarts it too
+    assert worker["restart"] in {"unless-stopped", "always"}
+    window = liveness["periodSeconds"] * liveness["failureThreshold"]
+    assert window == settings.ALFRED_WORKER_LIVENESS_SECONDS
+    assert float(worker["environment"].get("ALFRED_WORKER_LIVENESS_SECONDS", window)) == window
+
+
+def test_compose_web_serves_metrics_on_a_port_it_does_not_publish_and_believes_no_proxy():
+    web = compose()["services"]["web"]
+    command = " ".join(web["command"])
+    published = [port.rsplit(":", 1)[-1] for port in web["ports"]]
+
+    # then: /metrics is on its own port, which is not published (only 8000, for the proxy),
+    # and uvicorn takes no forwarded header by itself (ALFRED_TRUSTED_PROXIES decides)
+    assert web["environment"]["ALFRED_METRICS_PORT"] == "9100"
+    assert published == ["8000"]
+    assert "--port 8000" in command and "--no-proxy-headers" in command
+    assert web["environment"]["ALFRED_TRUSTED_PROXIES"] == "${ALFRED_TRUSTED_PROXIES:-}"

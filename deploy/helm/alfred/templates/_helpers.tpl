@@ -37,6 +37,15 @@ app.kubernetes.io/part-of: alfred
 {{- end -}}
 {{- end -}}
 
+{{/* The migration Job's: the chart's own is not there yet when a pre-install hook runs. */}}
+{{- define "alfred.migrateServiceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- printf "%s-migrate" (include "alfred.serviceAccountName" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- include "alfred.serviceAccountName" . -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "alfred.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
@@ -93,6 +102,8 @@ app.kubernetes.io/part-of: alfred
   value: {{ .Values.alfred.logLevel | quote }}
 - name: ALFRED_METRICS_NETWORKS
   value: {{ join "," .Values.metrics.networks | quote }}
+- name: ALFRED_TRUSTED_PROXIES
+  value: {{ join "," .Values.alfred.trustedProxies | quote }}
 {{- range $name, $value := .Values.alfred.env }}
 - name: {{ $name }}
   value: {{ $value | toString | quote }}

@@ -15,7 +15,18 @@ from alfred.fields import PlannedSerializer, StrictBooleanField
 from alfred.principals import Caller
 from alfred.text import FreeTextField
 from engine import selectors
-from engine.controls import CONTROLS, execution_controls
+from engine.controls import (
+    APPROVE,
+    CANCEL,
+    CONTROLS,
+    PLAN_HASH_EXPECTED,
+    PLAN_HASH_PATTERN,
+    REJECT,
+    RETRY,
+    ROLLBACK,
+    Control,
+    execution_controls,
+)
 from engine.models import AuditEntry, Execution, OutboxEvent, Stage
 
 
@@ -23,37 +34,57 @@ def _url(name: str, **kwargs: Any) -> str:
     return reverse(name, kwargs=kwargs)
 
 
+def _reason(control: Control) -> FreeTextField:
+    """A control's ``reason``, required or not as the control declares it (the admin and the
+    commands read the same declaration)."""
+    if control.reason_required:
+        return FreeTextField(help_text="Why (audit log). Required.")
+    return FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
+
+
+def _plan_hash(help_text: str) -> serializers.RegexField:
+    return serializers.RegexField(
+        PLAN_HASH_PATTERN, help_text=help_text, error_messages={"invalid": PLAN_HASH_EXPECTED}
+    )
+
+
 class CancelRequestSerializer(serializers.Serializer):
     """The optional body of a cancel: ``{"reason": "..."}``, kept in the audit log."""
 
-    reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
+    reason = _reason(CANCEL)
+
+
+class RetryRequestSerializer(serializers.Serializer):
+    """The optional body of a retry: ``{"reason": "..."}``, kept in the audit log."""
+
+    reason = _reason(RETRY)
 
 
 class ApproveRequestSerializer(serializers.Serializer):
     """``{"plan_hash": "...", "force": false, "reason": "..."}``: consent to exactly the plan
     of that hash."""
 
-    plan_hash = serializers.RegexField(
-        r"^[0-9a-f]{64}\Z",
-        help_text="The hash of the pending plan (pending_approval.plan_hash).",
-        error_messages={
-            "invalid": "Expected the pending plan's hash as the execution shows it "
-            "(pending_approval.plan_hash): 64 lower-case hex digits, e.g. "
-            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08."
-        },
-    )
+    plan_hash = _plan_hash("The hash of the pending plan (pending_approval.plan_hash).")
     force = StrictBooleanField(
         default=False,
         help_text="Lift the blast-radius guard for this batch: required (and only honoured) "
         "when pending_approval.force_required.",
     )
-    reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
+    reason = _reason(APPROVE)
+
+
+class RejectRequestSerializer(serializers.Serializer):
+    """``{"plan_hash": "...", "reason": "..."}``: reject exactly the plan of that hash (the
+    execution is canceled)."""
+
+    plan_hash = _plan_hash("The hash of the pending plan you reject (pending_approval.plan_hash).")
+    reason = _reason(REJECT)
 
 
 class RollbackRequestSerializer(serializers.Serializer):
     """``{"reason": "..."}``: required, kept in the audit log."""
 
-    reason = FreeTextField(help_text="Why (audit log).")
+    reason = _reason(ROLLBACK)
 
 
 class StageSerializer(PlannedSerializer):

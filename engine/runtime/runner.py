@@ -23,8 +23,8 @@ gone from this host, else once its lease runs out). A caller that delivers each 
 (``onward=False``) leaves the run between stages, leased to no one for a short grace: if no
 one claims the next stage, the recovery scan takes the run on.
 
-Around each stage it sends ``engine.runtime.signals`` (instrumentation: tracing, the tests' kill
-points between and after stages).
+Around each stage it sends ``engine.runtime.signals`` (the tests' kill points between and after
+stages listen; tracing is the runner's own ``stage_span``).
 """
 
 from __future__ import annotations

@@ -234,13 +234,23 @@ def test_bulk_rollback_lists_each_compensation_then_queues_with_the_reason(appro
     )
 
 
-def test_a_confirmation_without_a_reason_asks_again_and_changes_nothing(paused):
+def test_a_confirmation_without_a_reason_it_requires_asks_again_and_changes_nothing(approved):
+    # rollback requires a reason (engine.controls.ROLLBACK); cancel and retry do not
+    response = _action(
+        _login("operator"), "executions_execution", "rollback", [approved.pk], confirm="yes"
+    )
+
+    assert response.status_code == 200 and b"A reason is required" in response.content
+    assert Execution.objects.get(pk=approved.pk).current_run.kind != "rollback"
+
+
+def test_a_cancel_needs_no_reason_as_on_the_api(paused):
     response = _action(
         _login("operator"), "executions_execution", "cancel", [paused.pk], confirm="yes"
     )
 
-    assert response.status_code == 200 and b"This field is required" in response.content
-    assert Execution.objects.get(pk=paused.pk).status == ExecutionStatus.PAUSED
+    assert response.status_code == 302
+    assert Execution.objects.get(pk=paused.pk).status == ExecutionStatus.CANCELED
 
 
 def test_a_lane_recovery_expects_the_owner_the_page_named(paused, approved):

@@ -1,5 +1,9 @@
-"""``manage.py alfred_executions list|show|approve|rollback|cancel|retry``: the executions and
-their controls from a shell, as the operator ``cli:<actor>`` (audited like any other caller's).
+"""``manage.py alfred_executions list|show|approve|reject|rollback|cancel|retry``: the executions
+and their controls from a shell, as the operator ``cli:<actor>`` (audited like any other
+caller's). Their arguments follow the API's rules: ``--plan-hash`` is refused unless it is a
+plan hash (64 lower-case hex digits, the API's message), and ``--reason`` by the one rule of
+every face (``alfred.text.reason_problem``), required only where the control says so
+(``Control.reason_required``); a refusal is argparse's usage error (exit status 2).
 
 ``list`` prints the newest first, a line each (``--status``, ``--workflow`` and ``--awaiting
 approval|lane`` filter, ``--limit`` bounds it), and says on standard error how many it showed
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import time
 from typing import Any
@@ -28,14 +33,23 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from alfred.principals import Caller, Role, cli_actor, cli_caller
+from alfred.text import reason_argument
 from engine import selectors
 from engine.api.serializers import ExecutionSerializer
 from engine.controls import (
+    APPROVE,
+    CANCEL,
+    PLAN_HASH_EXPECTED,
+    PLAN_HASH_PATTERN,
     REFUSALS,
+    REJECT,
+    RETRY,
+    ROLLBACK,
     StalePlan,
     execution_approve,
     execution_cancel,
     execution_controls,
+    execution_reject,
     execution_retry,
     execution_rollback,
 )
@@ -44,7 +58,7 @@ from lanes.models import Lane, LaneState
 
 
 class Command(BaseCommand):
-    help = "List executions, show one, or approve, roll back, cancel or retry it (audited)."
+    help = "List executions, show one, or approve, reject, roll back, cancel or retry it (audited)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -59,20 +73,29 @@ class Command(BaseCommand):
         listing.add_argument("--limit", type=_positive, default=50, help="at most (default 50)")
         show = sub.add_parser("show", help="the execution resource, as JSON")
         show.add_argument("execution")
-        for name, text in [
-            ("approve", "approve the pending plan, named by its hash"),
-            ("rollback", "undo what the execution changed, from its receipts"),
-            ("cancel", "cancel (a running step finishes first)"),
-            ("retry", "a new run on a failed or canceled execution"),
+        for rule, text in [
+            (APPROVE, "approve the pending plan, named by its hash"),
+            (REJECT, "reject the pending plan, named by its hash: the execution is canceled"),
+            (ROLLBACK, "undo what the execution changed, from its receipts"),
+            (CANCEL, "cancel (a running step finishes first)"),
+            (RETRY, "a new run on a failed or canceled execution"),
         ]:
+            name = rule.name
             control = sub.add_parser(name, help=text)
             control.add_argument("execution")
-            control.add_argument("--reason", required=name in ("approve", "rollback"), default="")
+            control.add_argument(
+                "--reason",
+                type=reason_argument(required=rule.reason_required),
+                required=rule.reason_required,
+                default="",
+                help="why, for the audit log" + ("" if rule.reason_required else " (optional)"),
+            )
             control.add_argument(
                 "--actor", type=cli_actor, help="your name in the audit log (default: the OS user)"
             )
+            if name in ("approve", "reject"):
+                control.add_argument("--plan-hash", type=_plan_hash, required=True)
             if name == "approve":
-                control.add_argument("--plan-hash", required=True)
                 control.add_argument(
                     "--wait",
                     type=float,
@@ -125,6 +148,13 @@ class Command(BaseCommand):
                     force=options["force"],
                     reason=reason,
                 )
+            elif action == "reject":
+                execution_reject(
+                    execution_id=execution_id,
+                    caller=caller,
+                    plan_hash=options["plan_hash"],
+                    reason=reason,
+                )
             elif action == "rollback":
                 execution_rollback(execution_id=execution_id, caller=caller, reason=reason)
             elif action == "cancel":
@@ -134,9 +164,11 @@ class Command(BaseCommand):
         except Execution.DoesNotExist:
             raise CommandError(f"no execution {execution_id}") from None
         except StalePlan as exc:
+            if not exc.current:
+                raise CommandError(f"{execution_id}: no plan waits for approval") from None
             raise CommandError(
                 f"{exc}: the pending plan's hash is {exc.current}. Review it with "
-                f"`manage.py alfred_executions show {execution_id}`, then approve it with "
+                f"`manage.py alfred_executions show {execution_id}`, then {action} it with "
                 f"--plan-hash {exc.current}"
             ) from None
         except REFUSALS as exc:
@@ -150,6 +182,16 @@ class Command(BaseCommand):
         else:
             status = Execution.objects.values_list("status", flat=True).get(pk=execution_id)
             self.stdout.write(f"{execution_id}: {action} recorded; now {status}")
+
+
+def _plan_hash(text: str) -> str:
+    """``--plan-hash``: a hash as the API takes it, refused with the API's message."""
+    if re.match(PLAN_HASH_PATTERN, text) is None:
+        raise argparse.ArgumentTypeError(PLAN_HASH_EXPECTED)
+    return text
+
+
+_plan_hash.__name__ = "plan hash"
 
 
 def _positive(text: str) -> int:

@@ -11,6 +11,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
+from engine.controls import PLAN_HASH_EXPECTED
 from engine.models import AuditEntry, Execution, ExecutionStatus, Hook, HookStatus
 from tests.support.helpers import SUBDOMAIN, assert_problem, paused_on_a_plan, submit
 
@@ -113,4 +114,16 @@ def test_the_command_refuses_a_stale_hash_and_names_the_one_waiting(paused):
 
     assert f"the pending plan's hash is {PLAN}" in str(refused.value)
     assert f"then reject it with --plan-hash {PLAN}" in str(refused.value)
+    assert _status(paused) == ExecutionStatus.PAUSED
+
+
+@pytest.mark.parametrize("control", ["approve", "reject"])
+def test_a_malformed_hash_is_the_apis_format_error_on_the_command_line(paused, control):
+    # the issue: `approve --plan-hash zz` said "has another hash", as if a plan had changed
+    with pytest.raises(CommandError) as refused:
+        _command(control, paused, "--plan-hash", "zz", *(["--wait", "0"] * (control == "approve")))
+
+    assert "argument --plan-hash" in str(refused.value)
+    assert PLAN_HASH_EXPECTED in str(refused.value)
+    assert "another hash" not in str(refused.value)
     assert _status(paused) == ExecutionStatus.PAUSED

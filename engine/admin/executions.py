@@ -35,6 +35,7 @@ from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
 from alfred.admin_confirm import (
@@ -219,7 +220,7 @@ class DeliveryKeyInline(ReadOnlyInline):
 
 @admin.register(Execution)
 class ExecutionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "workflow", "status", "subject", "created_at"]
+    list_display = ["id", "workflow", "status_shown", "subject", "waits_for", "created_at"]
     list_filter = [
         "workflow",
         "status",
@@ -241,6 +242,27 @@ class ExecutionAdmin(ReadOnlyAdmin):
     @admin.display(description="Subject")
     def subject(self, execution: Execution) -> str:
         return pages.execution_subject(execution)
+
+    @admin.display(description="Status", ordering="status")
+    def status_shown(self, execution: Execution) -> str:
+        """In its colour (the page header's), a dry run said as such."""
+        return format_html(
+            '<span class="alfred-status status-{}">{}</span>{}',
+            execution.status,
+            execution.status,
+            format_html(' <span class="alfred-dry-run">dry run</span>')
+            if execution.dry_run
+            else "",
+        )
+
+    @admin.display(description="Waits for")
+    def waits_for(self, execution: Execution) -> str:
+        """What it waits for and who can act (``selectors.waits_for_mark``)."""
+        return selectors.waits_for_mark(execution) or "—"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Execution]:
+        # The list's "waits for" marks, one EXISTS each in the list's own query.
+        return selectors.executions_marked(super().get_queryset(request))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Execution], search_term: str

@@ -124,6 +124,7 @@ def execution_title(execution: Execution) -> str:
 
 def execution_header(execution: Execution) -> dict[str, Any]:
     lane = selectors.execution_lane(execution)
+    waiting = selectors.execution_waiting(execution, lane, _pending_hook(execution))
     related = [
         ("predecessor", execution.predecessor),
         ("parent", execution.parent),
@@ -149,6 +150,16 @@ def execution_header(execution: Execution) -> dict[str, Any]:
             "state": lane.state or "no lane row",
             "position": lane.position,
             "url": reverse("admin:lanes_lane_change", args=[quote(lane.key)]) if lane.state else "",
+        },
+        "waiting": None
+        if waiting is None
+        else {
+            "code": waiting.code,
+            "who": waiting.who,
+            "detail": waiting.detail,
+            "lane_url": reverse("admin:lanes_lane_change", args=[quote(waiting.lane)])
+            if waiting.lane
+            else "",
         },
         "related": [
             {"relation": relation, "execution": other, "url": change_url(other)}

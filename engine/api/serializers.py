@@ -100,6 +100,42 @@ class LaneViewSerializer(serializers.Serializer):
     position = serializers.IntegerField(allow_null=True, help_text="1-based, when queued.")
 
 
+class WaitingSerializer(serializers.Serializer):
+    """What the execution waits for that someone else must give (``selectors.Waiting``)."""
+
+    code = serializers.ChoiceField(
+        choices=["approval", "lane", "lane_recovery"],
+        help_text="approval: an operator approves or rejects the plan; lane: queued, its "
+        "lane's owner must finish; lane_recovery: its lane is recovery_required, which only "
+        "an operator clears.",
+    )
+    who = serializers.ChoiceField(choices=["operator", "lane owner"], help_text="Who can act.")
+    detail = serializers.CharField(help_text="For people: what, why, and how to act.")
+    lane = serializers.CharField(allow_null=True)
+    command = serializers.CharField(
+        allow_null=True, help_text="The manage.py command that acts (lane_recovery)."
+    )
+    links = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Where to act: the lane and its recover (lane_recovery, lane), or the "
+        "approve and reject controls (approval).",
+    )
+
+
+def _waiting_links(execution: Execution, waiting: selectors.Waiting) -> dict[str, str]:
+    if waiting.code == "approval":
+        return {
+            name: _url(f"execution-{name}", execution_id=execution.id)
+            for name in ("approve", "reject")
+        }
+    if waiting.lane is None:
+        return {}
+    links = {"lane": _url("lane-detail", key=waiting.lane)}
+    if waiting.code == "lane_recovery":
+        links["recover"] = _url("lane-recover", key=waiting.lane)
+    return links
+
+
 class RunSummarySerializer(serializers.Serializer):
     id = serializers.CharField()
     number = serializers.IntegerField()
@@ -162,6 +198,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
     lane = serializers.SerializerMethodField()
     current_run = serializers.SerializerMethodField()
     pending_approval = serializers.SerializerMethodField()
+    waiting_for = serializers.SerializerMethodField()
     children = serializers.SerializerMethodField()
     acceptance = serializers.SerializerMethodField()
 
@@ -179,6 +216,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             "lane",
             "current_run",
             "pending_approval",
+            "waiting_for",
             "assistance",
             "predecessor",
             "parent",
@@ -246,6 +284,22 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             "requested_at": hook.created_at,
             "expires_at": hook.expires_at,
             "force_required": bool(hook.payload.get("force_required")),
+        }
+
+    @extend_schema_field(WaitingSerializer(allow_null=True))
+    def get_waiting_for(self, obj: Execution) -> dict[str, Any] | None:
+        """Null when nothing (or only a worker) is awaited; else what, and who can act."""
+        parts = self._parts(obj)
+        waiting = selectors.execution_waiting(obj, parts.lane, parts.pending_approval)
+        if waiting is None:
+            return None
+        return {
+            "code": waiting.code,
+            "who": waiting.who,
+            "detail": waiting.detail,
+            "lane": waiting.lane,
+            "command": waiting.recover or None,
+            "links": _waiting_links(obj, waiting),
         }
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))

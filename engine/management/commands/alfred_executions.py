@@ -6,8 +6,11 @@ every face (``alfred.text.reason_problem``), required only where the control say
 (``Control.reason_required``); a refusal is argparse's usage error (exit status 2).
 
 ``list`` prints the newest first, a line each (``--status``, ``--workflow`` and ``--awaiting
-approval|lane`` filter, ``--limit`` bounds it), and says on standard error how many it showed
-and whether there are more; what an execution waits for is its last column.
+approval|lane|recovery`` filter, ``--limit`` bounds it), and says on standard error how many
+it showed and whether there are more; what an execution waits for, and who can act, is its
+last column (``lane recovery (operator)``: its lane is recovery_required). ``show`` prints the
+resource (its ``waiting_for`` says the same, with the command that acts) and, on standard
+error, the controls the caller may use and what it waits for.
 
 Each says what happens next and, where the operator must act again, what to run:
 
@@ -68,7 +71,8 @@ class Command(BaseCommand):
         listing.add_argument(
             "--awaiting",
             choices=list(selectors.AWAITING),
-            help="only those waiting for an operator's approval, or queued on their lane",
+            help="only those waiting for an operator's approval, queued on their lane, or held "
+            "up by a lane only an operator can recover",
         )
         listing.add_argument("--limit", type=_positive, default=50, help="at most (default 50)")
         show = sub.add_parser("show", help="the execution resource, as JSON")
@@ -136,6 +140,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(data, indent=2, default=str))
             allowed = ", ".join(sorted(execution_controls(execution, caller))) or "none"
             self.stderr.write(f"controls now: {allowed}")
+            waiting = data["waiting_for"]
+            if waiting is not None:
+                self.stderr.write(f"waits for ({waiting['who']}): {waiting['detail']}")
             return
         caller = cli_caller(options["actor"])
         reason = options["reason"]
@@ -221,13 +228,9 @@ def _table(executions: list[Execution]) -> str:
     )
 
 
-def _waits_for(execution: Any) -> str:
-    """From :func:`engine.selectors.execution_rows`' marks."""
-    if execution.awaits_approval:
-        return "approval"
-    if execution.awaits_lane:
-        return "lane"
-    return "-"
+def _waits_for(execution: Execution) -> str:
+    """From :func:`engine.selectors.execution_rows`' marks: what, and who can act."""
+    return selectors.waits_for_mark(execution) or "-"
 
 
 def _pending_plan(execution_id: str) -> Hook | None:

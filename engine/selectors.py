@@ -10,13 +10,15 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.urls import reverse
 
 from alfred.db import Rows, Statement, columns, instance, instances, statements_run
-from alfred.principals import Caller
+from alfred.principals import Caller, principal_name
 from engine.catalog import workflows_all
 from engine.models import (
     ACTIVE_STATUSES,
     TERMINAL_STATUSES,
+    AuditEntry,
     DeliveryKey,
     Execution,
+    ExecutionStatus,
     Hook,
     HookStatus,
     OutboxEvent,
@@ -118,6 +120,15 @@ def waits_for_mark(execution: Execution) -> str:
     return ""
 
 
+def execution_assistance(execution: Execution) -> list[Any]:
+    """The assistance a person still owes the execution (its ``assistance`` as recorded,
+    docs/contract.md): none once it is rolled back, whose rollback undid what was asked for
+    (a production nginx deployment for a domain that is gone asks nothing of Platform)."""
+    if execution.status == ExecutionStatus.ROLLED_BACK:
+        return []
+    return list(execution.assistance or [])
+
+
 def execution_get(execution_id: str) -> Execution:
     """The execution with its current run, whoever asks (a caller's read goes through
     :func:`execution_detail`)."""
@@ -164,8 +175,7 @@ def execution_waiting(
         why = f": {lane.reason}" if lane.reason else ""
         owner = lane.owner or "none"
         recover = (
-            f"manage.py alfred_lanes recover {shlex.quote(lane.key)} --owner {owner} "
-            '--reason "…"'
+            f'manage.py alfred_lanes recover {shlex.quote(lane.key)} --owner {owner} --reason "…"'
         )
         return Waiting(
             code="lane_recovery",
@@ -350,6 +360,12 @@ def execution_events_visible(
         ]
     )
     return events
+
+
+def audit_entries() -> QuerySet[AuditEntry]:
+    """The audit log, each entry with ``actor_name``: the name people know its actor by (a
+    user's username for ``user:<pk>``, a token's name), read now (one subquery per page)."""
+    return AuditEntry.objects.annotate(actor_name=principal_name("actor"))
 
 
 def workflow_names() -> list[str]:

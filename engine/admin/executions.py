@@ -36,6 +36,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
 from alfred.admin_confirm import (
@@ -250,9 +251,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
             '<span class="alfred-status status-{}">{}</span>{}',
             execution.status,
             execution.status,
-            format_html(' <span class="alfred-dry-run">dry run</span>')
-            if execution.dry_run
-            else "",
+            mark_safe(' <span class="alfred-dry-run">dry run</span>') if execution.dry_run else "",
         )
 
     @admin.display(description="Waits for")

@@ -199,6 +199,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
     current_run = serializers.SerializerMethodField()
     pending_approval = serializers.SerializerMethodField()
     waiting_for = serializers.SerializerMethodField()
+    assistance = serializers.SerializerMethodField()
     children = serializers.SerializerMethodField()
     acceptance = serializers.SerializerMethodField()
 
@@ -302,6 +303,11 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             "links": _waiting_links(obj, waiting),
         }
 
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_assistance(self, obj: Execution) -> list[Any]:
+        """What a person still owes it: none once rolled back (``execution_assistance``)."""
+        return selectors.execution_assistance(obj)
+
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_children(self, obj: Execution) -> list[str]:
         return self._parts(obj).children
@@ -345,11 +351,14 @@ class WorkflowSerializer(serializers.Serializer):
 
 
 class AuditEntrySerializer(PlannedSerializer):
+    actor_name = serializers.SerializerMethodField()
+
     class Meta:
         model = AuditEntry
         fields = [
             "id",
             "actor",
+            "actor_name",
             "action",
             "target_type",
             "target_id",
@@ -357,3 +366,12 @@ class AuditEntrySerializer(PlannedSerializer):
             "data",
             "created_at",
         ]
+
+    @extend_schema_field(serializers.CharField())
+    def get_actor_name(self, entry: AuditEntry) -> str:
+        """Who acted, as people know them: the user's username, the token's name (read now,
+        ``selectors.audit_entries``), else the name recorded with the entry, else the actor
+        (``cli:<actor>`` and Alfred's own actors are names already)."""
+        now = getattr(entry, "actor_name", None)
+        recorded = entry.data.get("actor_name") if isinstance(entry.data, dict) else None
+        return str(now or recorded or entry.actor)

@@ -460,7 +460,7 @@ def superseded_plan(execution: Execution, plan_hash: str) -> dict[str, Any] | No
 
 # What became of a plan, in an operator's words (a hook's status is the engine's: "signalled"
 # says a signal reached the wait, not what the operator did).
-PLAN_FATES = {
+PLAN_FATES: dict[str, str] = {
     HookStatus.SIGNALLED: "already approved",
     HookStatus.SUPERSEDED: "superseded",
     HookStatus.EXPIRED: "expired: nobody approved it in time",

@@ -308,6 +308,25 @@ def test_redelivery_asks_first_then_puts_failed_deliveries_back(approved):
     assert entry.reason == "receiver fixed"
 
 
+def test_a_redelivery_needs_no_reason_as_on_the_api(approved):
+    endpoint = WebhookEndpoint.objects.create(url="https://hooks.example.com/a", secret="whsec_x")
+    event = OutboxEvent.objects.filter(execution=approved)[0]
+    delivery = WebhookDelivery.objects.create(
+        endpoint=endpoint, event=event, status="failed", attempts=8
+    )
+
+    _action(
+        _login("operator"),
+        "executions_webhookdelivery",
+        "redeliver",
+        [str(delivery.pk)],
+        confirm="yes",
+    )
+
+    assert WebhookDelivery.objects.get(pk=delivery.pk).status == "pending"
+    assert AuditEntry.objects.get(action="webhook.redeliver", target_id=endpoint.pk).reason == ""
+
+
 def test_redelivery_sends_a_backing_off_delivery_now_and_leaves_one_in_flight(approved):
     # given a delivery waiting an hour for its next attempt, and one being sent right now
     endpoint = WebhookEndpoint.objects.create(url="https://hooks.example.com/a", secret="whsec_x")

@@ -170,10 +170,16 @@ def execution_waiting(
     parts, :func:`execution_parts`): None when nothing, or only a worker (running, a timer)."""
     if execution.status in TERMINAL_STATUSES:
         return None
+    # The holder as read with the lane; an acceptance's own answer knows only the lane's key,
+    # role and state (as its transaction left them): the owner is then named by the lane.
+    holder = execution.id if lane is not None and lane.role == "owner" else None
+    holder = holder or (lane.owner if lane is not None else None)
     if lane is not None and lane.state == LaneState.RECOVERY_REQUIRED and lane.role:
-        behind = "it holds" if lane.role == "owner" else f"it queues on (behind {lane.owner})"
+        behind = (
+            "it holds" if lane.role == "owner" else f"it queues on (behind {holder or 'its owner'})"
+        )
         why = f": {lane.reason}" if lane.reason else ""
-        owner = lane.owner or "none"
+        owner = holder or "OWNER"
         recover = (
             f'manage.py alfred_lanes recover {shlex.quote(lane.key)} --owner {owner} --reason "…"'
         )
@@ -199,7 +205,7 @@ def execution_waiting(
             code="lane",
             who="lane owner",
             detail=f"Its turn on the lane {lane.key} (position {lane.position}, behind "
-            f"{lane.owner}): it starts when the lane is handed to it.",
+            f"{holder or 'its owner'}): it starts when the lane is handed to it.",
             lane=lane.key,
         )
     return None

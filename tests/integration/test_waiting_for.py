@@ -140,3 +140,13 @@ def test_the_failed_owner_itself_waits_for_nothing(api):
         "alfred_executions", "list", "--awaiting", "recovery", stdout=out, stderr=io.StringIO()
     )
     assert out.getvalue().splitlines()[1:] == []
+
+
+def test_the_acceptances_own_answer_says_it_queues(api):
+    # the answer to the POST knows the lane as its transaction left it (not its owner's id)
+    submit(api, "add-domain", {"domain": "one.example"})
+
+    answer = submit(api, "add-domain", {"domain": "two.example"}).json()
+
+    assert answer["waiting_for"]["code"] == "lane"
+    assert "behind None" not in answer["waiting_for"]["detail"]

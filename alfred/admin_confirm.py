@@ -23,30 +23,45 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from alfred.text import MAX_REASON_LENGTH, free_text_problem
+from alfred.text import MAX_REASON_LENGTH, REASON_REQUIRED, reason_problem
 
 CONFIRM = "confirm"
 
 
 class ReasonField(forms.CharField):
-    """An operator's reason typed in the admin, under the API's rule (``alfred.text``): at
-    most ``MAX_REASON_LENGTH`` characters, no control character but tab and newline."""
+    """An operator's reason typed in the admin, under the rule of every face
+    (:func:`alfred.text.reason_problem`): judged as typed (at most ``MAX_REASON_LENGTH``
+    characters, no control character but tab and newline), stored trimmed; a required one
+    must hold something besides whitespace. Whether it is required is the control's
+    (``required``), as on the API and the command line."""
 
     def __init__(self, **kwargs: Any) -> None:
         kwargs.setdefault("max_length", MAX_REASON_LENGTH)
         kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 3, "cols": 80}))
         kwargs.setdefault("help_text", "Recorded in the audit log with your name.")
+        # Judged as typed, trimmed after (clean): trimmed first, 1,000 characters and a
+        # trailing space would pass here and fail on the API.
+        kwargs["strip"] = False
         super().__init__(**kwargs)
+        self.validators = []  # the length is reason_problem's, measured the same way
 
-    def validate(self, value: Any) -> None:
-        super().validate(value)
-        problem = free_text_problem(value)
+    def clean(self, value: Any) -> Any:
+        text = "" if value in self.empty_values else str(value)
+        problem = reason_problem(text, required=self.required)
         if problem is not None:
-            raise forms.ValidationError(problem, code="free_text")
+            code = "required" if problem == REASON_REQUIRED else "free_text"
+            raise forms.ValidationError(problem, code=code)
+        return text.strip()
 
 
 class ReasonForm(forms.Form):
     reason = ReasonField()
+
+
+class OptionalReasonForm(forms.Form):
+    """For a control whose reason is optional (``Control.reason_required`` false)."""
+
+    reason = ReasonField(required=False)
 
 
 @dataclass(frozen=True)
@@ -60,10 +75,13 @@ class ConfirmItem:
     skipped: bool = False  # the action will not touch it (said in ``lines``)
 
 
-def reason_confirmed(request: HttpRequest) -> tuple[ReasonForm, str | None]:
+def reason_confirmed(
+    request: HttpRequest, *, required: bool = True
+) -> tuple[forms.Form, str | None]:
     """The reason form of a confirmation POST, and its reason once valid (None on the
-    changelist's first POST, which only asks)."""
-    form = ReasonForm(request.POST if CONFIRM in request.POST else None)
+    changelist's first POST, which only asks; "" for an optional reason left empty)."""
+    form_class = ReasonForm if required else OptionalReasonForm
+    form = form_class(request.POST if CONFIRM in request.POST else None)
     reason = form.cleaned_data["reason"] if form.is_bound and form.is_valid() else None
     return form, reason
 
@@ -76,7 +94,7 @@ def confirmation_page(
     title: str,
     intro: str,
     items: Sequence[ConfirmItem],
-    form: ReasonForm,
+    form: forms.Form,
     submit: str,
 ) -> TemplateResponse:
     opts = model_admin.model._meta

@@ -1,9 +1,15 @@
-"""Free text a client sends (an operator's reason for the audit log), as every API of the
-project accepts it: executions' controls and lanes' recovery alike."""
+"""Free text a client sends (an operator's reason for the audit log), as every face of the
+project accepts it: the API's serializers (:class:`FreeTextField`), the admin's reason field
+(``alfred.admin_confirm.ReasonField``) and the management commands' ``--reason``
+(:func:`reason_argument`) all judge it by :func:`reason_problem`: one rule, one notion of
+required (something besides whitespace). Which controls require a reason is declared once, on
+the control (``engine.controls.Control.reason_required``); a lane's recovery always does."""
 
 from __future__ import annotations
 
+import argparse
 import re
+from collections.abc import Callable
 from typing import Any
 
 from rest_framework import serializers
@@ -36,6 +42,47 @@ def free_text_problem(value: str) -> str | None:
         f"Control characters other than tab and newline are not allowed "
         f"(found U+{ord(found.group()):04X})."
     )
+
+
+REASON_REQUIRED = "A reason is required: say why, in something besides whitespace."
+
+
+def reason_problem(value: str, *, required: bool) -> str | None:
+    """What is wrong with ``value`` as a reason, judged as sent (as the API judges it): longer
+    than :data:`MAX_REASON_LENGTH` (refused, never cut), a character
+    :func:`free_text_problem` refuses, or, ``required``, nothing besides whitespace. None:
+    fine; it is stored trimmed (:func:`reason_clean`)."""
+    if len(value) > MAX_REASON_LENGTH:
+        return f"At most {MAX_REASON_LENGTH:,} characters (this has {len(value):,})."
+    problem = free_text_problem(value)
+    if problem is not None:
+        return problem
+    if required and not value.strip():
+        return REASON_REQUIRED
+    return None
+
+
+def reason_clean(value: str, *, required: bool) -> str:
+    """``value`` trimmed, once :func:`reason_problem` finds nothing wrong (else ValueError
+    with what it found)."""
+    problem = reason_problem(value, required=required)
+    if problem is not None:
+        raise ValueError(problem)
+    return value.strip()
+
+
+def reason_argument(*, required: bool) -> Callable[[str], str]:
+    """An argparse ``type`` for a command's ``--reason``: the rule above, a refusal being
+    argparse's usage error (exit status 2) with what is wrong."""
+
+    def parse(text: str) -> str:
+        try:
+            return reason_clean(text, required=required)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = "reason"  # argparse names the type in its messages
+    return parse
 
 
 def check_free_text(value: str) -> None:

@@ -176,7 +176,8 @@ class WebhookEndpointAdmin(WritableAdmin):
     @admin.action(description="Send every failed delivery again…", permissions=["change"])
     def redeliver_failed(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> Any:
         endpoints = list(queryset.order_by("created_at"))
-        form, reason = reason_confirmed(request)
+        # Optional, as on the API (``ReasonSerializer``): one notion of required everywhere.
+        form, reason = reason_confirmed(request, required=False)
         if reason is None:
             failed = dict(
                 WebhookDelivery.objects.filter(endpoint__in=endpoints, status=DeliveryStatus.FAILED)
@@ -319,7 +320,8 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
     @admin.action(description="Send the selected deliveries again…", permissions=["change"])
     def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> Any:
         deliveries = list(queryset.select_related("endpoint", "event").order_by("id"))
-        form, reason = reason_confirmed(request)
+        # Optional, as on the API (``ReasonSerializer``): one notion of required everywhere.
+        form, reason = reason_confirmed(request, required=False)
         if reason is None:
             now = db_now()
             items = [_redelivery_item(delivery, now) for delivery in deliveries]

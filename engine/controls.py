@@ -11,7 +11,12 @@ one who may read but not act ``NotPermitted`` (403).
 
 Which states each control acts in is one :class:`Control` rule, checked by the service under
 the row lock and read by :func:`execution_controls` for the resource's links and the admin,
-so what is offered and what is done cannot disagree."""
+so what is offered and what is done cannot disagree. The same rule says whether the control
+needs a reason (``reason_required``), which the API, the admin and the commands ask for alike
+(docs/contract.md, "Input rules": free text): a reason is required where an operator undoes
+work (rollback; the lanes' recovery, ``lanes.services``), optional elsewhere: on cancel and
+retry, which integrations use, and on approve and reject, whose plan hash is the consent the
+audit entry records."""
 
 from __future__ import annotations
 
@@ -80,12 +85,14 @@ def retry_allowed(execution: Execution) -> bool:
 
 @dataclass(frozen=True)
 class Control:
-    """A control, the rule for the states it acts in (``allows``) and who may use it: an
-    operator, or (unless ``operators_only``) the execution's owner."""
+    """A control, the rule for the states it acts in (``allows``), who may use it (an
+    operator, or unless ``operators_only`` the execution's owner) and whether its caller must
+    say why (``reason_required``: something besides whitespace, ``alfred.text``)."""
 
     name: str
     allows: Callable[[Execution], bool]
     operators_only: bool = False
+    reason_required: bool = False
 
     def usable_by(self, caller: Caller, execution: Execution) -> bool:
         return caller.may_act_on(execution.principal) and (
@@ -113,8 +120,19 @@ def rollback_allowed(execution: Execution) -> bool:
 CANCEL = Control("cancel", cancel_allowed)
 RETRY = Control("retry", retry_allowed)
 APPROVE = Control("approve", approve_allowed, operators_only=True)
-ROLLBACK = Control("rollback", rollback_allowed, operators_only=True)
-CONTROLS: tuple[Control, ...] = (CANCEL, RETRY, APPROVE, ROLLBACK)
+# The cancel of a paused execution bound, like approve, to the plan the operator saw.
+REJECT = Control("reject", approve_allowed, operators_only=True)
+ROLLBACK = Control("rollback", rollback_allowed, operators_only=True, reason_required=True)
+CONTROLS: tuple[Control, ...] = (CANCEL, RETRY, APPROVE, REJECT, ROLLBACK)
+
+# A plan hash as the engine makes them (sha256, hex): what approve and reject name. Anything
+# else is a typo, said as such on every face (never "another hash is waiting").
+PLAN_HASH_PATTERN = r"^[0-9a-f]{64}\Z"
+PLAN_HASH_EXPECTED = (
+    "Expected the pending plan's hash as the execution shows it "
+    "(pending_approval.plan_hash): 64 lower-case hex digits, e.g. "
+    "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08."
+)
 
 
 def execution_controls(execution: Execution, caller: Caller) -> frozenset[str]:
@@ -159,29 +177,42 @@ class CancelResult:
     immediate: bool  # False: the running step finishes, the run stops at the next boundary
 
 
-def execution_cancel(
-    *, execution_id: str, caller: Caller, reason: str = "", rejecting: str | None = None
-) -> CancelResult:
+def execution_cancel(*, execution_id: str, caller: Caller, reason: str = "") -> CancelResult:
     """A suspended or not yet started run is canceled at once; a running one at its next step
-    boundary (the request is recorded on the run, which the step boundary checks).
-
-    ``rejecting``: a plan hash: the cancel rejects that plan, and only that one. Checked
-    under the row lock (a checkpoint is opened or superseded under it too), so a plan that
-    changed since the operator read it is never rejected unseen: ``StalePlan``."""
+    boundary (the request is recorded on the run, which the step boundary checks)."""
     with transaction.atomic(durable=True):
         execution = _locked_for(caller, execution_id, CANCEL)
         if not CANCEL.allows(execution):
             raise InvalidState(execution, CANCEL.name)
-        if rejecting is not None:
-            current = _pending_plan_hash(execution)
-            if current != rejecting:
-                raise StalePlan(execution, current)
-        extra = {} if rejecting is None else {"rejected_plan": rejecting}
-        audit_record(caller, "execution.cancel", execution.id, reason, **extra)
-        # A queued execution leaves its lane's queue with the cancel, not at the next handover.
-        lane_leave(execution_id=execution.id)
-        immediate = execution_stop(execution, actor=caller.principal, reason=reason)
-        return CancelResult(execution, immediate=immediate)
+        audit_record(caller, "execution.cancel", execution.id, reason)
+        return _stopped(execution, caller, reason)
+
+
+def execution_reject(
+    *, execution_id: str, caller: Caller, plan_hash: str, reason: str = ""
+) -> CancelResult:
+    """Reject the plan a paused execution waits on, and only that one (operators only): the
+    execution is canceled at once. The hash is checked under the row lock (a checkpoint is
+    opened or superseded under it too), so a plan that changed since the operator read it is
+    never rejected unseen: ``StalePlan``. Audited as the cancel it is (``execution.cancel``,
+    ``rejected_plan``), the reason saying which plan was rejected."""
+    with transaction.atomic(durable=True):
+        execution = _locked_for(caller, execution_id, REJECT)
+        if not REJECT.allows(execution):
+            raise InvalidState(execution, REJECT.name)
+        current = _pending_plan_hash(execution)
+        if current != plan_hash:
+            raise StalePlan(execution, current)
+        said = f"rejected the plan {plan_hash}" + (f": {reason}" if reason else "")
+        audit_record(caller, "execution.cancel", execution.id, said, rejected_plan=plan_hash)
+        return _stopped(execution, caller, said)
+
+
+def _stopped(execution: Execution, caller: Caller, reason: str) -> CancelResult:
+    # A queued execution leaves its lane's queue with the cancel, not at the next handover.
+    lane_leave(execution_id=execution.id)
+    immediate = execution_stop(execution, actor=caller.principal, reason=reason)
+    return CancelResult(execution, immediate=immediate)
 
 
 def execution_retry(*, execution_id: str, caller: Caller, reason: str = "") -> Execution:
@@ -362,6 +393,9 @@ __all__ = [
     "APPROVE",
     "CANCEL",
     "CONTROLS",
+    "PLAN_HASH_EXPECTED",
+    "PLAN_HASH_PATTERN",
+    "REJECT",
     "RETRY",
     "ROLLBACK",
     "ApprovalExpired",
@@ -380,6 +414,7 @@ __all__ = [
     "execution_approve",
     "execution_cancel",
     "execution_controls",
+    "execution_reject",
     "execution_retry",
     "execution_rollback",
     "retry_allowed",

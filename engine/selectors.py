@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.urls import reverse
 
 from alfred.db import Rows, Statement, columns, instance, instances, statements_run
-from alfred.principals import Caller
+from alfred.principals import Caller, principal_name
 from engine.catalog import workflows_all
 from engine.models import (
+    ACTIVE_STATUSES,
     TERMINAL_STATUSES,
+    AuditEntry,
     DeliveryKey,
     Execution,
     ExecutionStatus,
@@ -25,8 +29,14 @@ from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.selectors import POSITION_SQL
 
 # What an execution can be waiting for that someone else must give: the filters of the admin's
-# list, of its attention panel and of ``alfred_executions list``.
-AWAITING = {"approval": "an operator's approval", "lane": "their lane (queued)"}
+# list, of its attention panel and of ``alfred_executions list``. "recovery": its lane is
+# recovery_required (it owns it, asked for again, or queues behind it), which only an operator
+# clears; without that, nothing it waits for ever comes.
+AWAITING = {
+    "approval": "an operator's approval",
+    "lane": "their lane (queued)",
+    "recovery": "an operator's lane recovery",
+}
 
 
 def executions_visible(caller: Caller) -> QuerySet[Execution]:
@@ -61,6 +71,15 @@ def _awaits(what: str) -> Exists:
         return Exists(Hook.objects.filter(execution=OuterRef("pk")).awaiting_operator())
     if what == "lane":
         return Exists(LaneWaiter.objects.filter(execution=OuterRef("pk")))
+    if what == "recovery":
+        # An owner still active (a retry or rollback asked for on its blocked lane), or a
+        # waiter behind a blocked owner; a failed owner ended and waits for nothing.
+        return Exists(
+            Lane.objects.filter(state=LaneState.RECOVERY_REQUIRED).filter(
+                Q(owner=OuterRef("pk"), owner__status__in=ACTIVE_STATUSES)
+                | Q(waiters__execution=OuterRef("pk"))
+            )
+        )
     raise ValueError(f"awaiting {what!r}: one of {', '.join(AWAITING)}")
 
 
@@ -76,13 +95,38 @@ def execution_rows(
     status: str | None = None,
     awaiting: str | None = None,
 ) -> QuerySet[Execution]:
-    """A list's rows, newest first, each marked ``awaits_approval`` and ``awaits_lane``."""
+    """A list's rows, newest first, marked as :func:`executions_marked` says."""
     qs = execution_list(caller, workflow=workflow, status=status)
     if awaiting is not None:
         qs = executions_awaiting(qs, awaiting)
-    return qs.annotate(awaits_approval=_awaits("approval"), awaits_lane=_awaits("lane")).order_by(
-        "-created_at", "-id"
-    )
+    return executions_marked(qs).order_by("-created_at", "-id")
+
+
+def executions_marked(queryset: QuerySet[Execution]) -> QuerySet[Execution]:
+    """Each row marked ``awaits_<what>`` for every key of :data:`AWAITING` (what a list's
+    "waits for" column reads: :func:`waits_for_mark`)."""
+    return queryset.annotate(**{f"awaits_{what}": _awaits(what) for what in AWAITING})
+
+
+def waits_for_mark(execution: Execution) -> str:
+    """A list row's "waits for", from :func:`executions_marked`'s marks: who must act first
+    (a blocked lane before anything else: nothing else moves until it is recovered)."""
+    if getattr(execution, "awaits_recovery", False):
+        return "lane recovery (operator)"
+    if getattr(execution, "awaits_approval", False):
+        return "approval (operator)"
+    if getattr(execution, "awaits_lane", False):
+        return "lane (its owner first)"
+    return ""
+
+
+def execution_assistance(execution: Execution) -> list[Any]:
+    """The assistance a person still owes the execution (its ``assistance`` as recorded,
+    docs/contract.md): none once it is rolled back, whose rollback undid what was asked for
+    (a production nginx deployment for a domain that is gone asks nothing of Platform)."""
+    if execution.status == ExecutionStatus.ROLLED_BACK:
+        return []
+    return list(execution.assistance or [])
 
 
 def execution_get(execution_id: str) -> Execution:
@@ -97,6 +141,74 @@ class LaneView:
     role: str | None  # owner | queued | None (not holding nor waiting)
     state: str | None
     position: int | None
+    owner: str | None = None  # who holds the lane
+    reason: str = ""  # the lane's: why it is recovery_required
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """What an active execution waits for that someone else must give, and who can give it
+    (docs/runbook.md, "A lane is recovery_required"): the execution's resource, its admin
+    page and list, and ``alfred_executions show|list`` all say this one thing.
+
+    ``code``: ``approval`` (an operator approves or rejects the plan), ``lane`` (queued: the
+    lane's owner must finish) or ``lane_recovery`` (its lane is recovery_required: only an
+    operator can release it). ``who``: ``operator`` or ``lane owner``. ``recover``: for
+    ``lane_recovery``, the command that releases the lane to this execution's side."""
+
+    code: str
+    who: str
+    detail: str
+    lane: str | None = None
+    recover: str = ""
+
+
+def execution_waiting(
+    execution: Execution, lane: LaneView | None, pending_approval: Hook | None
+) -> Waiting | None:
+    """What ``execution`` (active) waits for, from its lane and its pending approval (its
+    parts, :func:`execution_parts`): None when nothing, or only a worker (running, a timer)."""
+    if execution.status in TERMINAL_STATUSES:
+        return None
+    # The holder as read with the lane; an acceptance's own answer knows only the lane's key,
+    # role and state (as its transaction left them): the owner is then named by the lane.
+    holder = execution.id if lane is not None and lane.role == "owner" else None
+    holder = holder or (lane.owner if lane is not None else None)
+    if lane is not None and lane.state == LaneState.RECOVERY_REQUIRED and lane.role:
+        behind = (
+            "it holds" if lane.role == "owner" else f"it queues on (behind {holder or 'its owner'})"
+        )
+        why = f": {lane.reason}" if lane.reason else ""
+        owner = holder or "OWNER"
+        recover = (
+            f'manage.py alfred_lanes recover {shlex.quote(lane.key)} --owner {owner} --reason "…"'
+        )
+        return Waiting(
+            code="lane_recovery",
+            who="operator",
+            detail=f"The lane {lane.key} {behind} is recovery_required{why}. Nothing on it "
+            "starts until an operator has checked what its owner left behind and recovered "
+            f"the lane: the API (POST {reverse('lane-recover', kwargs={'key': lane.key})}), "
+            f"the admin (the lane's page, Recover…) or `{recover}`.",
+            lane=lane.key,
+            recover=recover,
+        )
+    if pending_approval is not None:
+        plan = str((pending_approval.payload or {}).get("plan_hash", ""))
+        return Waiting(
+            code="approval",
+            who="operator",
+            detail=f"An operator's answer to the plan {plan}: approve or reject it.",
+        )
+    if lane is not None and lane.role == "queued":
+        return Waiting(
+            code="lane",
+            who="lane owner",
+            detail=f"Its turn on the lane {lane.key} (position {lane.position}, behind "
+            f"{holder or 'its owner'}): it starts when the lane is handed to it.",
+            lane=lane.key,
+        )
+    return None
 
 
 def execution_lane(execution: Execution) -> LaneView | None:
@@ -163,7 +275,7 @@ _CHILDREN_SQL = f"""
 # The execution's lane key, the lane's state and holder (NULL when the lane has no row), and
 # the execution's place in its queue; no row for an execution on no lane.
 _LANE_SQL = f"""
-    SELECT e.lane_key, l.state, l.owner_id, ({POSITION_SQL})
+    SELECT e.lane_key, l.state, l.owner_id, l.reason, ({POSITION_SQL})
     FROM {_EXECUTION} AS e LEFT JOIN {Lane._meta.db_table} AS l ON l.key = e.lane_key
     WHERE e.id = %s AND e.lane_key <> ''
 """  # noqa: S608 - names from model metadata; the values are bound
@@ -173,10 +285,11 @@ def _lane_statement(execution_id: str) -> Statement:
     def view(rows: Rows) -> LaneView | None:
         if not rows:
             return None
-        key, state, owner, position = rows[0]
+        key, state, owner, reason, position = rows[0]
         if owner == execution_id:
-            return LaneView(key, "owner", state, None)
-        return LaneView(key, "queued" if position is not None else None, state, position)
+            return LaneView(key, "owner", state, None, owner, reason or "")
+        role = "queued" if position is not None else None
+        return LaneView(key, role, state, position, owner, reason or "")
 
     return Statement(_LANE_SQL, [execution_id, execution_id], view)  # in the order of the %s
 
@@ -305,6 +418,12 @@ def execution_events_standing(execution_id: str, caller: Caller) -> EventsStandi
     params = {**_visible_params(execution_id, caller), **execution_settled_params(execution_id)}
     (found,) = statements_run([Statement(_STREAM_START_SQL, params, standing)])
     return found if isinstance(found, EventsStanding) else None
+
+
+def audit_entries() -> QuerySet[AuditEntry]:
+    """The audit log, each entry with ``actor_name``: the name people know its actor by (a
+    user's username for ``user:<pk>``, a token's name), read now (one subquery per page)."""
+    return AuditEntry.objects.annotate(actor_name=principal_name("actor"))
 
 
 def workflow_names() -> list[str]:

@@ -214,7 +214,8 @@ def _invalid(exc: DjangoValidationError) -> Problem:
     return Problem(
         "invalid_input",
         "; ".join(exc.messages),
-        errors=[{"field": "url", "message": message} for message in exc.messages],
+        # A JSON Pointer into the body, as every other invalid_input names its field.
+        errors=[{"field": "/url", "message": message} for message in exc.messages],
     )
 
 

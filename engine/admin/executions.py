@@ -35,19 +35,37 @@ from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
-from alfred.admin_confirm import ConfirmItem, ReasonForm, confirmation_page, reason_confirmed
+from alfred.admin_confirm import (
+    ConfirmItem,
+    OptionalReasonForm,
+    ReasonField,
+    ReasonForm,
+    confirmation_page,
+    reason_confirmed,
+)
 from alfred.principals import Caller
 from alfred.readonly import read_only
 from engine import selectors
 from engine.admin import pages
 from engine.controls import (
+    APPROVE,
+    CANCEL,
+    CONTROLS,
+    PLAN_HASH_PATTERN,
     REFUSALS,
+    REJECT,
+    RETRY,
+    ROLLBACK,
+    Control,
     ForceRequired,
     StalePlan,
     execution_approve,
     execution_cancel,
+    execution_reject,
     execution_retry,
     execution_rollback,
 )
@@ -63,8 +81,14 @@ from lanes.models import Lane
 SEARCHED_INPUT = ("domain", "zone", "subdomain", "target", "certificate_arn", "ticket_ids")
 
 
-class ApproveForm(ReasonForm):
-    plan_hash = forms.RegexField(regex=r"^[0-9a-f]{64}\Z", widget=forms.HiddenInput)
+def _reason_form(control: Control) -> type[forms.Form]:
+    """The confirmation form of a control: its reason, required as the control declares."""
+    return ReasonForm if control.reason_required else OptionalReasonForm
+
+
+class ApproveForm(forms.Form):
+    reason = ReasonField(required=APPROVE.reason_required)
+    plan_hash = forms.RegexField(regex=PLAN_HASH_PATTERN, widget=forms.HiddenInput)
     force = forms.BooleanField(
         required=False,
         help_text="Lift the blast-radius guard for this batch: needed (and only honoured) "
@@ -72,8 +96,9 @@ class ApproveForm(ReasonForm):
     )
 
 
-class RejectForm(ReasonForm):
-    plan_hash = forms.RegexField(regex=r"^[0-9a-f]{64}\Z", widget=forms.HiddenInput)
+class RejectForm(forms.Form):
+    reason = ReasonField(required=REJECT.reason_required)
+    plan_hash = forms.RegexField(regex=PLAN_HASH_PATTERN, widget=forms.HiddenInput)
 
 
 @dataclass(frozen=True)
@@ -98,13 +123,13 @@ def _approve(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
 
 
 def _reject(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
-    """A cancel of the paused execution that rejects the plan the page showed, and only that
-    one: the service checks the hash under the row lock (``StalePlan`` otherwise)."""
-    execution_cancel(
+    """Rejects the plan the page showed, and only that one: the service checks the hash under
+    the row lock (``StalePlan`` otherwise)."""
+    execution_reject(
         execution_id=execution_id,
         caller=caller,
-        reason=f"rejected the plan {data['plan_hash']}: {data['reason']}",
-        rejecting=data["plan_hash"],
+        plan_hash=data["plan_hash"],
+        reason=data["reason"],
     )
     return f"rejected the plan {data['plan_hash']}: the execution is canceled"
 
@@ -127,19 +152,15 @@ def _retry(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
 CONTROL_PAGES: dict[str, ControlPage] = {
     "approve": ControlPage("Approve the plan", ApproveForm, _approve),
     "reject": ControlPage("Reject the plan", RejectForm, _reject),
-    "rollback": ControlPage("Roll back", ReasonForm, _rollback),
-    "cancel": ControlPage("Cancel", ReasonForm, _cancel),
-    "retry": ControlPage("Retry", ReasonForm, _retry),
+    "rollback": ControlPage("Roll back", _reason_form(ROLLBACK), _rollback),
+    "cancel": ControlPage("Cancel", _reason_form(CANCEL), _cancel),
+    "retry": ControlPage("Retry", _reason_form(RETRY), _retry),
 }
 
 
 def offered(execution: Execution, caller: Caller) -> list[str]:
-    """The confirmation pages to offer: the controls, and reject beside approve (a paused
-    execution the caller may both approve and cancel)."""
-    controls = pages.offered_controls(execution, caller)
-    if "approve" in controls and "cancel" in controls:
-        controls.insert(controls.index("approve") + 1, "reject")
-    return controls
+    """The confirmation pages to offer: the controls this caller may use now."""
+    return pages.offered_controls(execution, caller)
 
 
 def execution_page(execution: Execution, caller: Caller) -> dict[str, Any]:
@@ -200,7 +221,7 @@ class DeliveryKeyInline(ReadOnlyInline):
 
 @admin.register(Execution)
 class ExecutionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "workflow", "status", "subject", "created_at"]
+    list_display = ["id", "workflow", "status_shown", "subject", "waits_for", "created_at"]
     list_filter = [
         "workflow",
         "status",
@@ -222,6 +243,25 @@ class ExecutionAdmin(ReadOnlyAdmin):
     @admin.display(description="Subject")
     def subject(self, execution: Execution) -> str:
         return pages.execution_subject(execution)
+
+    @admin.display(description="Status", ordering="status")
+    def status_shown(self, execution: Execution) -> str:
+        """In its colour (the page header's), a dry run said as such."""
+        return format_html(
+            '<span class="alfred-status status-{}">{}</span>{}',
+            execution.status,
+            execution.status,
+            mark_safe(' <span class="alfred-dry-run">dry run</span>') if execution.dry_run else "",
+        )
+
+    @admin.display(description="Waits for")
+    def waits_for(self, execution: Execution) -> str:
+        """What it waits for and who can act (``selectors.waits_for_mark``)."""
+        return selectors.waits_for_mark(execution) or "—"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Execution]:
+        # The list's "waits for" marks, one EXISTS each in the list's own query.
+        return selectors.executions_marked(super().get_queryset(request))
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Execution], search_term: str
@@ -437,7 +477,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
     ) -> TemplateResponse | None:
         caller = admin_caller(request)
         executions = list(queryset.select_related("current_run").order_by("created_at", "id"))
-        form, reason = reason_confirmed(request)
+        required = next(c for c in CONTROLS if c.name == control).reason_required
+        form, reason = reason_confirmed(request, required=required)
         if reason is None:
             items = [
                 describe(execution)

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.admin.utils import quote
+from django.db.models import Max
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.http import urlencode
@@ -33,7 +34,9 @@ from engine.models import (
     TERMINAL_STATUSES,
     Execution,
     Hook,
+    HookStatus,
     Run,
+    RunKind,
     Stage,
     StepReceipt,
     Timer,
@@ -122,8 +125,33 @@ def execution_title(execution: Execution) -> str:
     return f"{execution.workflow} {subject} · {execution.pk}" if subject else execution.pk
 
 
+def _timing(execution: Execution) -> dict[str, str]:
+    """What the header says the execution took: from its acceptance to the end of its work,
+    and, once a rollback was asked for, what the rollback took apart (from its request to its
+    end): a rollback's time is not the work's, however long after the work it was asked
+    for. ``so far`` for what has not ended."""
+    now = timezone.now()
+    terminal = execution.status in TERMINAL_STATUSES
+    rollback = execution.runs.filter(kind=RunKind.ROLLBACK).order_by("number").first()
+    if rollback is None:
+        end = execution.finished_at or now
+        return {"took": _took(execution.created_at, end), "took_label": _label(terminal)}
+    work = execution.runs.exclude(kind=RunKind.ROLLBACK).aggregate(end=Max("finished_at"))
+    return {
+        "took": _took(execution.created_at, work["end"] or rollback.created_at),
+        "took_label": "took",
+        "rollback_took": _took(rollback.created_at, execution.finished_at or now),
+        "rollback_label": _label(terminal),
+    }
+
+
+def _label(ended: bool) -> str:
+    return "took" if ended else "so far"
+
+
 def execution_header(execution: Execution) -> dict[str, Any]:
     lane = selectors.execution_lane(execution)
+    waiting = selectors.execution_waiting(execution, lane, _pending_hook(execution))
     related = [
         ("predecessor", execution.predecessor),
         ("parent", execution.parent),
@@ -131,7 +159,7 @@ def execution_header(execution: Execution) -> dict[str, Any]:
     children = list(
         execution.children.order_by("created_at", "id").only("id", "status", "workflow")
     )
-    end = execution.finished_at or timezone.now()
+    recorded = execution.assistance if isinstance(execution.assistance, list) else []
     return {
         "status": execution.status,
         "terminal": execution.status in TERMINAL_STATUSES,
@@ -140,7 +168,7 @@ def execution_header(execution: Execution) -> dict[str, Any]:
         "dry_run": execution.dry_run,
         "start_state": execution.start_state,
         "start_error": pretty(execution.start_error),
-        "took": _took(execution.created_at, end),
+        **_timing(execution),
         "lane": None
         if lane is None
         else {
@@ -149,6 +177,16 @@ def execution_header(execution: Execution) -> dict[str, Any]:
             "state": lane.state or "no lane row",
             "position": lane.position,
             "url": reverse("admin:lanes_lane_change", args=[quote(lane.key)]) if lane.state else "",
+        },
+        "waiting": None
+        if waiting is None
+        else {
+            "code": waiting.code,
+            "who": waiting.who,
+            "detail": waiting.detail,
+            "lane_url": reverse("admin:lanes_lane_change", args=[quote(waiting.lane)])
+            if waiting.lane
+            else "",
         },
         "related": [
             {"relation": relation, "execution": other, "url": change_url(other)}
@@ -164,9 +202,11 @@ def execution_header(execution: Execution) -> dict[str, Any]:
                 "stage": str(item.get("stage", "")),
                 "detail": pretty(item),
             }
-            for item in execution.assistance or []
+            for item in recorded
             if isinstance(item, Mapping)
         ],
+        # Asked for once, no longer owed: its rollback undid what it was asked for.
+        "assistance_withdrawn": bool(recorded) and not selectors.execution_assistance(execution),
         "input": pretty(execution.input),
         "error": pretty(execution.error),
         "result": pretty(execution.result),
@@ -410,7 +450,22 @@ def superseded_plan(execution: Execution, plan_hash: str) -> dict[str, Any] | No
     )
     if earlier is None:
         return None
-    return {"plan_hash": plan_hash, "status": earlier.status, "current_hash": current_hash}
+    return {
+        "plan_hash": plan_hash,
+        "status": PLAN_FATES.get(earlier.status, earlier.status),
+        "hook_status": earlier.status,
+        "current_hash": current_hash,
+    }
+
+
+# What became of a plan, in an operator's words (a hook's status is the engine's: "signalled"
+# says a signal reached the wait, not what the operator did).
+PLAN_FATES: dict[str, str] = {
+    HookStatus.SIGNALLED: "already approved",
+    HookStatus.SUPERSEDED: "superseded",
+    HookStatus.EXPIRED: "expired: nobody approved it in time",
+    HookStatus.CANCELED: "no longer waiting: rejected, or the execution was canceled",
+}
 
 
 def approvals_pending() -> dict[str, Any]:

@@ -15,7 +15,18 @@ from alfred.fields import PlannedSerializer, StrictBooleanField
 from alfred.principals import Caller
 from alfred.text import FreeTextField
 from engine import selectors
-from engine.controls import CONTROLS, execution_controls
+from engine.controls import (
+    APPROVE,
+    CANCEL,
+    CONTROLS,
+    PLAN_HASH_EXPECTED,
+    PLAN_HASH_PATTERN,
+    REJECT,
+    RETRY,
+    ROLLBACK,
+    Control,
+    execution_controls,
+)
 from engine.models import AuditEntry, Execution, OutboxEvent, Stage
 
 
@@ -23,37 +34,57 @@ def _url(name: str, **kwargs: Any) -> str:
     return reverse(name, kwargs=kwargs)
 
 
+def _reason(control: Control) -> FreeTextField:
+    """A control's ``reason``, required or not as the control declares it (the admin and the
+    commands read the same declaration)."""
+    if control.reason_required:
+        return FreeTextField(help_text="Why (audit log). Required.")
+    return FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
+
+
+def _plan_hash(help_text: str) -> serializers.RegexField:
+    return serializers.RegexField(
+        PLAN_HASH_PATTERN, help_text=help_text, error_messages={"invalid": PLAN_HASH_EXPECTED}
+    )
+
+
 class CancelRequestSerializer(serializers.Serializer):
     """The optional body of a cancel: ``{"reason": "..."}``, kept in the audit log."""
 
-    reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
+    reason = _reason(CANCEL)
+
+
+class RetryRequestSerializer(serializers.Serializer):
+    """The optional body of a retry: ``{"reason": "..."}``, kept in the audit log."""
+
+    reason = _reason(RETRY)
 
 
 class ApproveRequestSerializer(serializers.Serializer):
     """``{"plan_hash": "...", "force": false, "reason": "..."}``: consent to exactly the plan
     of that hash."""
 
-    plan_hash = serializers.RegexField(
-        r"^[0-9a-f]{64}\Z",
-        help_text="The hash of the pending plan (pending_approval.plan_hash).",
-        error_messages={
-            "invalid": "Expected the pending plan's hash as the execution shows it "
-            "(pending_approval.plan_hash): 64 lower-case hex digits, e.g. "
-            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08."
-        },
-    )
+    plan_hash = _plan_hash("The hash of the pending plan (pending_approval.plan_hash).")
     force = StrictBooleanField(
         default=False,
         help_text="Lift the blast-radius guard for this batch: required (and only honoured) "
         "when pending_approval.force_required.",
     )
-    reason = FreeTextField(default="", allow_blank=True, help_text="Why (audit log).")
+    reason = _reason(APPROVE)
+
+
+class RejectRequestSerializer(serializers.Serializer):
+    """``{"plan_hash": "...", "reason": "..."}``: reject exactly the plan of that hash (the
+    execution is canceled)."""
+
+    plan_hash = _plan_hash("The hash of the pending plan you reject (pending_approval.plan_hash).")
+    reason = _reason(REJECT)
 
 
 class RollbackRequestSerializer(serializers.Serializer):
     """``{"reason": "..."}``: required, kept in the audit log."""
 
-    reason = FreeTextField(help_text="Why (audit log).")
+    reason = _reason(ROLLBACK)
 
 
 class StageSerializer(PlannedSerializer):
@@ -67,6 +98,42 @@ class LaneViewSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=["owner", "queued"], allow_null=True)
     state = serializers.CharField(allow_null=True)
     position = serializers.IntegerField(allow_null=True, help_text="1-based, when queued.")
+
+
+class WaitingSerializer(serializers.Serializer):
+    """What the execution waits for that someone else must give (``selectors.Waiting``)."""
+
+    code = serializers.ChoiceField(
+        choices=["approval", "lane", "lane_recovery"],
+        help_text="approval: an operator approves or rejects the plan; lane: queued, its "
+        "lane's owner must finish; lane_recovery: its lane is recovery_required, which only "
+        "an operator clears.",
+    )
+    who = serializers.ChoiceField(choices=["operator", "lane owner"], help_text="Who can act.")
+    detail = serializers.CharField(help_text="For people: what, why, and how to act.")
+    lane = serializers.CharField(allow_null=True)
+    command = serializers.CharField(
+        allow_null=True, help_text="The manage.py command that acts (lane_recovery)."
+    )
+    links = serializers.DictField(
+        child=serializers.CharField(),
+        help_text="Where to act: the lane and its recover (lane_recovery, lane), or the "
+        "approve and reject controls (approval).",
+    )
+
+
+def _waiting_links(execution: Execution, waiting: selectors.Waiting) -> dict[str, str]:
+    if waiting.code == "approval":
+        return {
+            name: _url(f"execution-{name}", execution_id=execution.id)
+            for name in ("approve", "reject")
+        }
+    if waiting.lane is None:
+        return {}
+    links = {"lane": _url("lane-detail", key=waiting.lane)}
+    if waiting.code == "lane_recovery":
+        links["recover"] = _url("lane-recover", key=waiting.lane)
+    return links
 
 
 class RunSummarySerializer(serializers.Serializer):
@@ -131,6 +198,8 @@ class ExecutionSerializer(ExecutionSummarySerializer):
     lane = serializers.SerializerMethodField()
     current_run = serializers.SerializerMethodField()
     pending_approval = serializers.SerializerMethodField()
+    waiting_for = serializers.SerializerMethodField()
+    assistance = serializers.SerializerMethodField()
     children = serializers.SerializerMethodField()
     acceptance = serializers.SerializerMethodField()
 
@@ -148,6 +217,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             "lane",
             "current_run",
             "pending_approval",
+            "waiting_for",
             "assistance",
             "predecessor",
             "parent",
@@ -217,6 +287,27 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             "force_required": bool(hook.payload.get("force_required")),
         }
 
+    @extend_schema_field(WaitingSerializer(allow_null=True))
+    def get_waiting_for(self, obj: Execution) -> dict[str, Any] | None:
+        """Null when nothing (or only a worker) is awaited; else what, and who can act."""
+        parts = self._parts(obj)
+        waiting = selectors.execution_waiting(obj, parts.lane, parts.pending_approval)
+        if waiting is None:
+            return None
+        return {
+            "code": waiting.code,
+            "who": waiting.who,
+            "detail": waiting.detail,
+            "lane": waiting.lane,
+            "command": waiting.recover or None,
+            "links": _waiting_links(obj, waiting),
+        }
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_assistance(self, obj: Execution) -> list[Any]:
+        """What a person still owes it: none once rolled back (``execution_assistance``)."""
+        return selectors.execution_assistance(obj)
+
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_children(self, obj: Execution) -> list[str]:
         return self._parts(obj).children
@@ -260,11 +351,14 @@ class WorkflowSerializer(serializers.Serializer):
 
 
 class AuditEntrySerializer(PlannedSerializer):
+    actor_name = serializers.SerializerMethodField()
+
     class Meta:
         model = AuditEntry
         fields = [
             "id",
             "actor",
+            "actor_name",
             "action",
             "target_type",
             "target_id",
@@ -272,3 +366,12 @@ class AuditEntrySerializer(PlannedSerializer):
             "data",
             "created_at",
         ]
+
+    @extend_schema_field(serializers.CharField())
+    def get_actor_name(self, entry: AuditEntry) -> str:
+        """Who acted, as people know them: the user's username, the token's name (read now,
+        ``selectors.audit_entries``), else the name recorded with the entry, else the actor
+        (``cli:<actor>`` and Alfred's own actors are names already)."""
+        now = getattr(entry, "actor_name", None)
+        recorded = entry.data.get("actor_name") if isinstance(entry.data, dict) else None
+        return str(now or recorded or entry.actor)

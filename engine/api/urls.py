@@ -4,6 +4,7 @@ from engine.api.views.audit import AuditEntryListApi
 from engine.api.views.controls import (
     ExecutionApproveApi,
     ExecutionCancelApi,
+    ExecutionRejectApi,
     ExecutionRetryApi,
     ExecutionRollbackApi,
 )
@@ -40,6 +41,11 @@ urlpatterns = [
         "executions/<str:execution_id>/approve",
         ExecutionApproveApi.as_view(),
         name="execution-approve",
+    ),
+    path(
+        "executions/<str:execution_id>/reject",
+        ExecutionRejectApi.as_view(),
+        name="execution-reject",
     ),
     path(
         "executions/<str:execution_id>/rollback",

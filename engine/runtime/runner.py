@@ -25,8 +25,8 @@ instead. A caller that delivers each stage itself (``onward=False``) leaves the 
 stages, leased to no one for a short grace: if no one claims the next stage, the recovery
 scan takes the run on.
 
-Around each stage it sends ``engine.runtime.signals`` (instrumentation: tracing, the tests' kill
-points between and after stages).
+Around each stage it sends ``engine.runtime.signals`` (the tests' kill points between and after
+stages listen; tracing is the runner's own ``stage_span``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""What the stage path tells instrumentation (tracing, the tests' kill points), each sent
-with ``run_id`` and ``stage`` in the worker running the run:
+"""What the stage path tells whoever listens, each sent with ``run_id`` and ``stage`` in the
+worker running the run. Only the tests listen today (their kill points and their engine
+workflows, ``tests/support/``); tracing opens its spans in the runner itself
+(``engine.runtime.tracing.stage_span``), not here.
 
 - ``stage_claiming``: before a stage's code runs: before the claim of the stage a message
   names (a message naming a stage already done then stands for the run's next: sent again

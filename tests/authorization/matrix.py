@@ -135,6 +135,14 @@ API: tuple[ApiRow, ...] = (
         changes="approved",
     ),
     ApiRow(
+        "POST /executions/{id}/reject",
+        "POST",
+        "/api/v1/executions/{paused}/reject",
+        _OPERATORS_ONLY,
+        body={"plan_hash": "{plan_hash}", "reason": "matrix"},
+        changes="rejected",
+    ),
+    ApiRow(
         "POST /executions/{id}/rollback",
         "POST",
         "/api/v1/executions/{failed}/rollback",
@@ -364,6 +372,12 @@ COMMANDS: tuple[CommandRow, ...] = (
             "--wait",
             "0",
         ),
+        "ok",
+        "refused",
+    ),
+    CommandRow(
+        "alfred_executions reject",
+        ("alfred_executions", "reject", "{paused}", "--plan-hash", "{plan_hash}"),
         "ok",
         "refused",
     ),

@@ -550,11 +550,12 @@ def test_approving_an_expired_plan_is_a_message_not_a_500(paused):
     assert Hook.objects.get(execution=paused).status == HookStatus.PENDING
 
 
-def test_a_confirmation_without_a_reason_is_the_form_again(paused):
-    response = _login("operator").post(_control(paused, "cancel"), {"reason": "  "})
+def test_a_confirmation_without_a_reason_it_requires_is_the_form_again(failed_in_rollback):
+    # rollback requires a reason (engine.controls.ROLLBACK), as on the API
+    response = _login("operator").post(_control(failed_in_rollback, "rollback"), {"reason": "  "})
 
     assert response.status_code == 200 and "errorlist" in response.content.decode()
-    assert Execution.objects.get(pk=paused.pk).status == ExecutionStatus.PAUSED
+    assert not AuditEntry.objects.filter(action="execution.rollback").exists()
 
 
 @pytest.mark.parametrize(

@@ -234,13 +234,23 @@ def test_bulk_rollback_lists_each_compensation_then_queues_with_the_reason(appro
     )
 
 
-def test_a_confirmation_without_a_reason_asks_again_and_changes_nothing(paused):
+def test_a_confirmation_without_a_reason_it_requires_asks_again_and_changes_nothing(approved):
+    # rollback requires a reason (engine.controls.ROLLBACK); cancel and retry do not
+    response = _action(
+        _login("operator"), "executions_execution", "rollback", [approved.pk], confirm="yes"
+    )
+
+    assert response.status_code == 200 and b"A reason is required" in response.content
+    assert Execution.objects.get(pk=approved.pk).current_run.kind != "rollback"
+
+
+def test_a_cancel_needs_no_reason_as_on_the_api(paused):
     response = _action(
         _login("operator"), "executions_execution", "cancel", [paused.pk], confirm="yes"
     )
 
-    assert response.status_code == 200 and b"This field is required" in response.content
-    assert Execution.objects.get(pk=paused.pk).status == ExecutionStatus.PAUSED
+    assert response.status_code == 302
+    assert Execution.objects.get(pk=paused.pk).status == ExecutionStatus.CANCELED
 
 
 def test_a_lane_recovery_expects_the_owner_the_page_named(paused, approved):
@@ -296,6 +306,25 @@ def test_redelivery_asks_first_then_puts_failed_deliveries_back(approved):
     assert WebhookDelivery.objects.get(pk=delivery.pk).status == "pending"
     entry = AuditEntry.objects.get(action="webhook.redeliver", target_id=endpoint.pk)
     assert entry.reason == "receiver fixed"
+
+
+def test_a_redelivery_needs_no_reason_as_on_the_api(approved):
+    endpoint = WebhookEndpoint.objects.create(url="https://hooks.example.com/a", secret="whsec_x")
+    event = OutboxEvent.objects.filter(execution=approved)[0]
+    delivery = WebhookDelivery.objects.create(
+        endpoint=endpoint, event=event, status="failed", attempts=8
+    )
+
+    _action(
+        _login("operator"),
+        "executions_webhookdelivery",
+        "redeliver",
+        [str(delivery.pk)],
+        confirm="yes",
+    )
+
+    assert WebhookDelivery.objects.get(pk=delivery.pk).status == "pending"
+    assert AuditEntry.objects.get(action="webhook.redeliver", target_id=endpoint.pk).reason == ""
 
 
 def test_redelivery_sends_a_backing_off_delivery_now_and_leaves_one_in_flight(approved):

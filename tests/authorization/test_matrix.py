@@ -133,6 +133,7 @@ def _client(world: World, column: str, cls: type[Client] = APIClient) -> Client:
 EFFECTS: dict[str, Callable[[World], bool]] = {
     "canceled": lambda w: Execution.objects.get(pk=w.queued).status == ExecutionStatus.CANCELED,
     "approved": lambda w: Hook.objects.get(execution_id=w.paused).status == "signalled",
+    "rejected": lambda w: Execution.objects.get(pk=w.paused).status == ExecutionStatus.CANCELED,
     "rolling_back": lambda w: Execution.objects.get(pk=w.failed).current_run.kind == "rollback",
     "retried": lambda w: Execution.objects.get(pk=w.failed).status == ExecutionStatus.QUEUED,
     "continued": lambda w: Execution.objects.get(pk=w.failed).status == ExecutionStatus.QUEUED,

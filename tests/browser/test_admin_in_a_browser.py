@@ -417,7 +417,14 @@ def long_rows(records: None) -> None:  # noqa: F811
 
 # What an operator reads in each list, to be seen without scrolling sideways.
 NEEDED = {
-    "executions_execution": ["id", "workflow", "status", "subject", "created_at"],
+    "executions_execution": [
+        "id",
+        "workflow",
+        "status_shown",
+        "subject",
+        "waits_for",
+        "created_at",
+    ],
     "executions_webhookdelivery": ["id", "endpoint_url", "event_type", "status", "attempts"],
     "executions_auditentry": ["created_at", "who", "action", "target", "reason_summary"],
     "lanes_lane": ["key", "state", "owner_link", "owner_status", "queued", "reason_summary"],

@@ -27,7 +27,8 @@ PASSWORD = "Zq8!x7pLm2#v"
 
 # The rule, written out: cancel while not terminal, retry when failed or canceled (its owner
 # or an operator); for operators only, rollback once succeeded, failed or canceled (approve
-# needs a pending checkpoint, which these executions do not have: test_add_subdomain).
+# and reject need a pending checkpoint, which these executions do not have: test_add_subdomain,
+# test_reject).
 EXPECTED = {
     ExecutionStatus.QUEUED: {"cancel"},
     ExecutionStatus.RUNNING: {"cancel"},
@@ -43,7 +44,11 @@ OPERATOR_ONLY = {
     ExecutionStatus.FAILED: {"rollback"},
     ExecutionStatus.CANCELED: {"rollback"},
 }
-BODIES = {"approve": {"plan_hash": "a" * 64}, "rollback": {"reason": "test"}}
+BODIES = {
+    "approve": {"plan_hash": "a" * 64},
+    "reject": {"plan_hash": "a" * 64},
+    "rollback": {"reason": "test"},
+}
 RUN_STATUS = {
     ExecutionStatus.QUEUED: RunStatus.PENDING,
     ExecutionStatus.RUNNING: RunStatus.RUNNING,

@@ -3,7 +3,7 @@ service's refusal is answered by the exception handler from the problem table
 (:mod:`engine.api.problems`), never caught here.
 
 - :mod:`.executions`: create, list, detail, events;
-- :mod:`.controls`: cancel, retry (and the controls to come: approve, rollback);
+- :mod:`.controls`: cancel, retry, approve, reject, rollback (``engine.controls.CONTROLS``);
 - :mod:`.workflows`: the workflows and their input schemas;
 - :mod:`.audit`: the audit log.
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics
 from rest_framework.request import Request
@@ -9,6 +10,7 @@ from rest_framework.response import Response
 
 from alfred.openapi import JSON, problems
 from alfred.permissions import ReadsAll
+from engine import selectors
 from engine.api.params import AuditEntryCursorPagination
 from engine.api.serializers import AuditEntrySerializer
 from engine.models import AuditEntry
@@ -20,7 +22,9 @@ class AuditEntryListApi(generics.ListAPIView):
     serializer_class = AuditEntrySerializer
     pagination_class = AuditEntryCursorPagination
     permission_classes = [ReadsAll]
-    queryset = AuditEntry.objects.all()
+
+    def get_queryset(self) -> QuerySet[AuditEntry]:
+        return selectors.audit_entries()
 
     @extend_schema(
         operation_id="audit_list",

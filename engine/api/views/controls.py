@@ -20,15 +20,20 @@ from engine.api.serializers import (
     ApproveRequestSerializer,
     CancelRequestSerializer,
     ExecutionSerializer,
+    RejectRequestSerializer,
+    RetryRequestSerializer,
     RollbackRequestSerializer,
 )
 from engine.controls import (
     APPROVE,
     CANCEL,
+    REJECT,
+    RETRY,
     ROLLBACK,
     check_control_usable,
     execution_approve,
     execution_cancel,
+    execution_reject,
     execution_retry,
     execution_rollback,
 )
@@ -70,13 +75,18 @@ class ExecutionRetryApi(_ControlApi):
     @extend_schema(
         operation_id="executions_retry",
         summary="Retry a failed or canceled execution: a new run, no step cache",
-        request=None,
-        responses={**CONTROL_RESPONSES, **problems(422)},
+        request=RetryRequestSerializer,
+        responses={**CONTROL_RESPONSES, **problems(400, 415, 422)},
     )
     def post(self, request: Request, execution_id: str) -> Response:
         caller = request_caller(request)
         check_execution_id(execution_id)
-        execution = execution_retry(execution_id=execution_id, caller=caller)
+        check_control_usable(execution_id=execution_id, caller=caller, control=RETRY)
+        form = RetryRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        execution = execution_retry(
+            execution_id=execution_id, caller=caller, reason=form.validated_data["reason"]
+        )
         return self.respond(execution, caller)
 
 
@@ -101,6 +111,29 @@ class ExecutionApproveApi(_ControlApi):
             reason=form.validated_data["reason"],
         )
         return self.respond(execution, caller)
+
+
+class ExecutionRejectApi(_ControlApi):
+    @extend_schema(
+        operation_id="executions_reject",
+        summary="Reject the pending plan, by its hash (operator): the execution is canceled; "
+        "409 stale_plan for another",
+        request=RejectRequestSerializer,
+        responses={**CONTROL_RESPONSES, **problems(400, 415, 422)},
+    )
+    def post(self, request: Request, execution_id: str) -> Response:
+        caller = request_caller(request)
+        check_execution_id(execution_id)
+        check_control_usable(execution_id=execution_id, caller=caller, control=REJECT)
+        form = RejectRequestSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        result = execution_reject(
+            execution_id=execution_id,
+            caller=caller,
+            plan_hash=form.validated_data["plan_hash"],
+            reason=form.validated_data["reason"],
+        )
+        return self.respond(result.execution, caller)
 
 
 class ExecutionRollbackApi(_ControlApi):

@@ -1,9 +1,16 @@
-"""``manage.py alfred_executions list|show|approve|rollback|cancel|retry``: the executions and
-their controls from a shell, as the operator ``cli:<actor>`` (audited like any other caller's).
+"""``manage.py alfred_executions list|show|approve|reject|rollback|cancel|retry``: the executions
+and their controls from a shell, as the operator ``cli:<actor>`` (audited like any other
+caller's). Their arguments follow the API's rules: ``--plan-hash`` is refused unless it is a
+plan hash (64 lower-case hex digits, the API's message), and ``--reason`` by the one rule of
+every face (``alfred.text.reason_problem``), required only where the control says so
+(``Control.reason_required``); a refusal is argparse's usage error (exit status 2).
 
 ``list`` prints the newest first, a line each (``--status``, ``--workflow`` and ``--awaiting
-approval|lane`` filter, ``--limit`` bounds it), and says on standard error how many it showed
-and whether there are more; what an execution waits for is its last column.
+approval|lane|recovery`` filter, ``--limit`` bounds it), and says on standard error how many
+it showed and whether there are more; what an execution waits for, and who can act, is its
+last column (``lane recovery (operator)``: its lane is recovery_required). ``show`` prints the
+resource (its ``waiting_for`` says the same, with the command that acts) and, on standard
+error, the controls the caller may use and what it waits for.
 
 Each says what happens next and, where the operator must act again, what to run:
 
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import time
 from typing import Any
@@ -28,14 +36,23 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from alfred.principals import Caller, Role, cli_actor, cli_caller
+from alfred.text import reason_argument
 from engine import selectors
 from engine.api.serializers import ExecutionSerializer
 from engine.controls import (
+    APPROVE,
+    CANCEL,
+    PLAN_HASH_EXPECTED,
+    PLAN_HASH_PATTERN,
     REFUSALS,
+    REJECT,
+    RETRY,
+    ROLLBACK,
     StalePlan,
     execution_approve,
     execution_cancel,
     execution_controls,
+    execution_reject,
     execution_retry,
     execution_rollback,
 )
@@ -44,7 +61,7 @@ from lanes.models import Lane, LaneState
 
 
 class Command(BaseCommand):
-    help = "List executions, show one, or approve, roll back, cancel or retry it (audited)."
+    help = "List executions, show one, or approve, reject, roll back, cancel or retry it (audited)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -54,25 +71,35 @@ class Command(BaseCommand):
         listing.add_argument(
             "--awaiting",
             choices=list(selectors.AWAITING),
-            help="only those waiting for an operator's approval, or queued on their lane",
+            help="only those waiting for an operator's approval, queued on their lane, or held "
+            "up by a lane only an operator can recover",
         )
         listing.add_argument("--limit", type=_positive, default=50, help="at most (default 50)")
         show = sub.add_parser("show", help="the execution resource, as JSON")
         show.add_argument("execution")
-        for name, text in [
-            ("approve", "approve the pending plan, named by its hash"),
-            ("rollback", "undo what the execution changed, from its receipts"),
-            ("cancel", "cancel (a running step finishes first)"),
-            ("retry", "a new run on a failed or canceled execution"),
+        for rule, text in [
+            (APPROVE, "approve the pending plan, named by its hash"),
+            (REJECT, "reject the pending plan, named by its hash: the execution is canceled"),
+            (ROLLBACK, "undo what the execution changed, from its receipts"),
+            (CANCEL, "cancel (a running step finishes first)"),
+            (RETRY, "a new run on a failed or canceled execution"),
         ]:
+            name = rule.name
             control = sub.add_parser(name, help=text)
             control.add_argument("execution")
-            control.add_argument("--reason", required=name in ("approve", "rollback"), default="")
+            control.add_argument(
+                "--reason",
+                type=reason_argument(required=rule.reason_required),
+                required=rule.reason_required,
+                default="",
+                help="why, for the audit log" + ("" if rule.reason_required else " (optional)"),
+            )
             control.add_argument(
                 "--actor", type=cli_actor, help="your name in the audit log (default: the OS user)"
             )
+            if name in ("approve", "reject"):
+                control.add_argument("--plan-hash", type=_plan_hash, required=True)
             if name == "approve":
-                control.add_argument("--plan-hash", required=True)
                 control.add_argument(
                     "--wait",
                     type=float,
@@ -113,6 +140,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(data, indent=2, default=str))
             allowed = ", ".join(sorted(execution_controls(execution, caller))) or "none"
             self.stderr.write(f"controls now: {allowed}")
+            waiting = data["waiting_for"]
+            if waiting is not None:
+                self.stderr.write(f"waits for ({waiting['who']}): {waiting['detail']}")
             return
         caller = cli_caller(options["actor"])
         reason = options["reason"]
@@ -125,6 +155,13 @@ class Command(BaseCommand):
                     force=options["force"],
                     reason=reason,
                 )
+            elif action == "reject":
+                execution_reject(
+                    execution_id=execution_id,
+                    caller=caller,
+                    plan_hash=options["plan_hash"],
+                    reason=reason,
+                )
             elif action == "rollback":
                 execution_rollback(execution_id=execution_id, caller=caller, reason=reason)
             elif action == "cancel":
@@ -134,9 +171,11 @@ class Command(BaseCommand):
         except Execution.DoesNotExist:
             raise CommandError(f"no execution {execution_id}") from None
         except StalePlan as exc:
+            if not exc.current:
+                raise CommandError(f"{execution_id}: no plan waits for approval") from None
             raise CommandError(
                 f"{exc}: the pending plan's hash is {exc.current}. Review it with "
-                f"`manage.py alfred_executions show {execution_id}`, then approve it with "
+                f"`manage.py alfred_executions show {execution_id}`, then {action} it with "
                 f"--plan-hash {exc.current}"
             ) from None
         except REFUSALS as exc:
@@ -150,6 +189,16 @@ class Command(BaseCommand):
         else:
             status = Execution.objects.values_list("status", flat=True).get(pk=execution_id)
             self.stdout.write(f"{execution_id}: {action} recorded; now {status}")
+
+
+def _plan_hash(text: str) -> str:
+    """``--plan-hash``: a hash as the API takes it, refused with the API's message."""
+    if re.match(PLAN_HASH_PATTERN, text) is None:
+        raise argparse.ArgumentTypeError(PLAN_HASH_EXPECTED)
+    return text
+
+
+_plan_hash.__name__ = "plan hash"
 
 
 def _positive(text: str) -> int:
@@ -179,13 +228,9 @@ def _table(executions: list[Execution]) -> str:
     )
 
 
-def _waits_for(execution: Any) -> str:
-    """From :func:`engine.selectors.execution_rows`' marks."""
-    if execution.awaits_approval:
-        return "approval"
-    if execution.awaits_lane:
-        return "lane"
-    return "-"
+def _waits_for(execution: Execution) -> str:
+    """From :func:`engine.selectors.execution_rows`' marks: what, and who can act."""
+    return selectors.waits_for_mark(execution) or "-"
 
 
 def _pending_plan(execution_id: str) -> Hook | None:

@@ -1,3 +1,8 @@
+"""``manage.py alfred_lanes list|show|recover``: the concurrency lanes from a shell; a recovery
+is audited as the operator ``cli:<actor>``. Its ``--reason`` is required and judged by the rule
+of every face (``alfred.text.reason_problem``, as the API's and the admin's): a refusal is
+argparse's usage error (exit status 2)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -6,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from alfred.principals import cli_actor, cli_caller
 from alfred.readonly import ReadOnlyInstance
+from alfred.text import reason_argument
 from lanes.models import Lane
 from lanes.selectors import lane_list, lane_queue
 from lanes.services import LaneOwnerMismatch, lane_recover
@@ -22,7 +28,12 @@ class Command(BaseCommand):
         recover = sub.add_parser("recover", help="release a lane to the next in line")
         recover.add_argument("key")
         recover.add_argument("--owner", required=True, help="the owner you expect (or 'none')")
-        recover.add_argument("--reason", required=True)
+        recover.add_argument(
+            "--reason",
+            type=reason_argument(required=True),
+            required=True,
+            help="why, for the audit log (the API's rule: alfred.text.reason_problem)",
+        )
         recover.add_argument("--to", help="a queued execution to hand the lane to")
         recover.add_argument(
             "--actor", type=cli_actor, help="your name in the audit log (default: the OS user)"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -135,7 +136,15 @@ class LeaderScheduler(DatabaseScheduler):
     def close(self) -> None:
         """Save the schedule's state and give the lease up. celery beat calls this from its
         SIGTERM handler, which may have interrupted a statement on this thread's connection
-        (holding psycopg's lock on it): so on a connection of its own."""
+        (holding psycopg's lock on it): so on a connection of its own.
+
+        That statement's transaction may also hold the rows the save writes, and a broker
+        call it interrupted may never return (seen under load, after the process was frozen
+        and thawed: the save waited on the interrupted transaction's lock and the beat
+        outlived its pod's grace). So the stop is bounded first: past
+        ``ALFRED_BEAT_STOP_SECONDS`` the process exits however far it got; the lease it held
+        runs out within ``ALFRED_BEAT_LEASE_SECONDS`` and another beat leads."""
+        _exit_after(settings.ALFRED_BEAT_STOP_SECONDS)
         with _connection_of_its_own():
             super().close()
             if self.epoch is None:
@@ -146,6 +155,25 @@ class LeaderScheduler(DatabaseScheduler):
             except (DatabaseError, InterfaceError):
                 pass  # it runs out on its own
             self.epoch = None
+
+
+_exiting = threading.Event()
+
+
+def _exit_after(seconds: float) -> None:
+    """End the process ``seconds`` from now unless it ends sooner (a daemon timer, once)."""
+    if _exiting.is_set():
+        return
+    _exiting.set()
+
+    def stop() -> None:
+        log.error("beat: still stopping after %.0f s (ALFRED_BEAT_STOP_SECONDS): exiting", seconds)
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, stop)
+    timer.daemon = True
+    timer.start()
 
 
 @contextmanager

@@ -268,6 +268,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # it runs out (alfred/beat.py).
 CELERY_BEAT_SCHEDULER = "alfred.beat:LeaderScheduler"
 ALFRED_BEAT_LEASE_SECONDS = env.float("ALFRED_BEAT_LEASE_SECONDS", default=5.0)
+# How long a beat asked to stop may take before it exits anyway (alfred.beat: under every
+# grace, `make run`'s 10 s included; the lease it held runs out on its own).
+ALFRED_BEAT_STOP_SECONDS = env.float("ALFRED_BEAT_STOP_SECONDS", default=5.0)
 if ALFRED_BEAT_LEASE_SECONDS < 1:
     raise ImproperlyConfigured("ALFRED_BEAT_LEASE_SECONDS: 1 or more")
 # A file every beat touches at each tick, leader or not (empty: none): its age is the beat's

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
+import psycopg
 import pytest
 import redis
 from django.conf import settings
@@ -20,7 +21,7 @@ from django.db.models.functions import Now
 from alfred.beat import LEASE, beat_lease_release, beat_lease_try
 from alfred.broker import redis_url_of
 from alfred.models import BeatLease
-from tests.conftest import BeatProcess, wait_for
+from tests.conftest import BeatProcess, subprocess_database_url, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -142,3 +143,25 @@ def test_a_leader_stopped_gracefully_hands_over_at_once(broker, beats):
     wait_for(lambda: taken in other.output(), timeout=lease + 1)
     took = logged_at(other.output(), taken) - gave_up
     assert took < lease / 2, f"the other waited {took:.1f} s: for the lease to run out?"
+
+
+def test_a_beat_whose_stop_is_stuck_exits_within_its_bound():
+    # given a beat that leads, and its lease's table locked by someone else (as the
+    # transaction a SIGTERM interrupts may hold the rows its last writes need)
+    beat = BeatProcess("stuck-stop").start(environ={"ALFRED_BEAT_STOP_SECONDS": "3"})
+    try:
+        wait_for(lambda: "leads" in beat.output(), timeout=60)
+        with psycopg.connect(subprocess_database_url(), autocommit=False) as holder:
+            holder.execute(f"LOCK TABLE {BeatLease._meta.db_table} IN ACCESS EXCLUSIVE MODE")
+            # when it is asked to stop
+            began = time.monotonic()
+            assert beat.proc is not None
+            os.killpg(beat.proc.pid, signal.SIGTERM)
+            # then it ends within its bound (it waited on the lock for ever before), saying so
+            beat.proc.wait(3 + 7)
+            took = time.monotonic() - began
+            holder.rollback()
+        assert took < 3 + 7
+        assert "still stopping after 3 s (ALFRED_BEAT_STOP_SECONDS): exiting" in beat.output()
+    finally:
+        beat.kill()

@@ -22,18 +22,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
 
 from django.db import close_old_connections
 
 from alfred.metrics import exposition, scrape_allowed, state_collectors
 from alfred.problems import PROBLEM_CONTENT_TYPE, problem_body
+from alfred.sideport import SidePortHandler
 
 log = logging.getLogger(__name__)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(SidePortHandler):
     def do_GET(self) -> None:
         if self.path.split("?", 1)[0] != "/metrics":
             self._problem("not_found", "This port serves /metrics only.")
@@ -48,21 +48,11 @@ class _Handler(BaseHTTPRequestHandler):
             body, content_type = exposition(*state_collectors())
         finally:
             close_old_connections()  # the state gauges queried on this thread's connection
-        self._send(200, body, content_type)
+        self.send_body(200, body, content_type)
 
     def _problem(self, code: str, detail: str) -> None:
         document = problem_body(code, detail, instance=self.path.split("?", 1)[0])
-        self._send(document["status"], json.dumps(document).encode(), PROBLEM_CONTENT_TYPE)
-
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass  # a scrape every 15 s or so: not worth a line each
+        self.send_body(document["status"], json.dumps(document).encode(), PROBLEM_CONTENT_TYPE)
 
 
 def metrics_port_start(host: str, port: int) -> ThreadingHTTPServer:

@@ -41,6 +41,7 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from alfred.metrics import exposition, scrape_allowed
 from alfred.models import WorkerHeartbeat
+from alfred.sideport import SidePortHandler
 from alfred.workers import worker_heartbeat_age, worker_seen, workers_forget
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class _Presence(threading.Thread):
 
 
 def _handler(worker: str) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(SidePortHandler):
         def do_GET(self) -> None:
             if self.path == "/healthz":
                 self._json(200, {"status": "ok", "worker": worker})
@@ -123,22 +124,12 @@ def _handler(worker: str) -> type[BaseHTTPRequestHandler]:
                     self._json(403, {"detail": "scrapes need ALFRED_METRICS_TOKEN or a network"})
                     return
                 body, content_type = exposition()
-                self._send(200, body, content_type)
+                self.send_body(200, body, content_type)
             else:
                 self._json(404, {"detail": "not found"})
 
         def _json(self, status: int, document: dict[str, Any]) -> None:
-            self._send(status, json.dumps(document).encode(), "application/json")
-
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass  # probes every few seconds: not worth a line each
+            self.send_body(status, json.dumps(document).encode(), "application/json")
 
     return Handler
 

@@ -25,8 +25,10 @@ from engine.models import DeliveryKey, Execution, OutboxEvent
 
 PAGE = 500
 
-# Each part fits a bigint (18 digits); the whole is the API's pattern too (no strip()).
-FEED_CURSOR_RE = re.compile(r"([0-9]{1,18})-([0-9]{1,18})")
+# Each part fits a bigint (18 digits); the whole is the API's pattern too (no strip()). A bare
+# "0" is the origin ("0-0"): the start of what is retained, as 0 is for an execution's stream
+# (and the Last-Event-ID a client that has seen nothing may send).
+FEED_CURSOR_RE = re.compile(r"0|([0-9]{1,18})-([0-9]{1,18})")
 
 
 @dataclass(frozen=True, order=True)
@@ -40,7 +42,9 @@ class Cursor:
     @classmethod
     def parse(cls, text: str) -> Cursor | None:
         match = FEED_CURSOR_RE.fullmatch(text)
-        return cls(int(match[1]), int(match[2])) if match else None
+        if match is None:
+            return None
+        return cls(int(match[1]), int(match[2])) if match[1] is not None else cls(0, 0)
 
 
 ORIGIN = Cursor(0, 0)

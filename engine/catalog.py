@@ -52,7 +52,14 @@ class Workflow(Protocol):
     @property
     def name(self) -> str: ...
     @property
-    def input_schema(self) -> dict[str, Any]: ...
+    def input_schema(self) -> dict[str, Any]:
+        """The schema input is validated against (the shape; ``validate`` checks the rest)."""
+
+    @property
+    def served_schema(self) -> dict[str, Any]:
+        """The input schema as the API serves it (a property may document a narrower form
+        than it validates)."""
+
     @property
     def stages(self) -> tuple[str, ...]: ...
     @property

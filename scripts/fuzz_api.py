@@ -4,9 +4,17 @@
 Starts `make run`'s launcher (embedded PostgreSQL and Redis, the sandbox providers, web,
 worker and beat) on free ports in a state directory of its own, with the per-principal
 throttles off (a fuzzer is one principal sending thousands of requests), creates an operator
-token, runs every check and phase of tests/fuzz/schemathesis.toml over /api/schema/, stops
-the stack and exits with Schemathesis's code: 0 only with no server error and no schema
-non-conformance. Arguments are passed on to `schemathesis run` (e.g. --max-examples 5).
+token and runs Schemathesis over /api/schema/ twice against it:
+
+1. **as a newcomer would**, with Schemathesis's default configuration (every default check and
+   phase; the file tests/fuzz/default.toml is empty) and ``--max-examples 30 --seed 1``: the
+   schema must be true as served, with no exception written down for it;
+2. **the project's pass**, every check and phase of tests/fuzz/schemathesis.toml (more
+   examples, the stream read briefly, the exceptions that file explains).
+
+Then it stops the stack and exits 0 only if both passes found nothing (no server error, no
+schema non-conformance, no valid request refused). Arguments are passed on to the second
+pass's `schemathesis run` (e.g. --max-examples 5).
 """
 
 from __future__ import annotations
@@ -56,22 +64,40 @@ def main() -> int:
         ready(stack, log)
         token = operator_token(env)
         print(f"fuzz-api: Alfred at {url} (log {log.relative_to(ROOT)})", flush=True)
-        return subprocess.call(
-            [
-                str(BIN / "schemathesis"),
-                "--config-file",
-                str(ROOT / "tests" / "fuzz" / "schemathesis.toml"),
-                "run",
-                f"{url}/api/schema/",
-                "--header",
-                f"Authorization: Bearer {token}",
-                *sys.argv[1:],
-            ],
-            cwd=ROOT,
-        )
+        codes = {}
+        for name, config, args in PASSES:
+            print(f"fuzz-api: pass {name!r}", flush=True)
+            codes[name] = schemathesis(
+                url, token, config, [*args, *(sys.argv[1:] if name == "project" else [])]
+            )
+        print("fuzz-api: " + ", ".join(f"{name} exit {code}" for name, code in codes.items()))
+        return max(codes.values())
     finally:
         stop(stack)
         shutil.rmtree(state, ignore_errors=True)
+
+
+FUZZ = ROOT / "tests" / "fuzz"
+PASSES: tuple[tuple[str, Path, list[str]], ...] = (
+    ("default", FUZZ / "default.toml", ["--max-examples", "30", "--seed", "1"]),
+    ("project", FUZZ / "schemathesis.toml", []),
+)
+
+
+def schemathesis(url: str, token: str, config: Path, args: list[str]) -> int:
+    return subprocess.call(
+        [
+            str(BIN / "schemathesis"),
+            "--config-file",
+            str(config),
+            "run",
+            f"{url}/api/schema/",
+            "--header",
+            f"Authorization: Bearer {token}",
+            *args,
+        ],
+        cwd=ROOT,
+    )
 
 
 def ready(stack: subprocess.Popen[bytes], log: Path, timeout: float = 180) -> None:

@@ -118,6 +118,28 @@ def _located(error: ValidationError) -> list[FieldError]:
     return [FieldError(_pointer(base), _schema_message(error))]
 
 
+# What a served schema states instead of a property's ``pattern``. The validator ignores it
+# (an unknown keyword); :func:`documented` puts it in place for the schema the API serves.
+DOCUMENTED_PATTERN = "x-documented-pattern"
+
+
+def documented(schema: Any) -> Any:
+    """``schema`` as the API serves it: each property's documented pattern in place of the
+    one it is validated with. Why two: the server takes more than a pattern can say (a Unicode
+    name IDNA accepts, a name relative to or inside a zone), and a pattern that said less
+    would promise acceptance of names it then refuses (a single label, an all-digit top-level
+    label, a name past 253 characters). A served pattern states a form every value of which
+    is accepted; a client that needs more sends it and the server judges (422 with the field)."""
+    if isinstance(schema, list):
+        return [documented(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    served = {key: documented(value) for key, value in schema.items() if key != DOCUMENTED_PATTERN}
+    if DOCUMENTED_PATTERN in schema:
+        served["pattern"] = schema[DOCUMENTED_PATTERN]
+    return served
+
+
 class Workflow:
     name: ClassVar[str]
     title: ClassVar[str]
@@ -169,6 +191,12 @@ class Workflow:
             )
             cls._validator = validator
         return validator
+
+    @property
+    def served_schema(self) -> dict[str, Any]:
+        """The input schema as the API serves it (:func:`documented`)."""
+        served: dict[str, Any] = documented(self.input_schema)
+        return served
 
     def validate(self, data: Any) -> None:
         """Raise :class:`InvalidInput` with every field error (JSON Pointers), schema first,
@@ -254,7 +282,7 @@ class Workflow:
             "stages": list(self.stages),
             "version": self.version,
             "lane": self.lane_description,
-            "input_schema": self.input_schema,
+            "input_schema": self.served_schema,
         }
 
     lane_description: ClassVar[str] = ""

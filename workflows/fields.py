@@ -26,24 +26,63 @@ from typing import Any
 
 from alfred.problems import shown
 from providers import hostnames
-from workflows.base import FieldError, expected
+from workflows.base import DOCUMENTED_PATTERN, FieldError, expected
 
 MAX_HOSTNAME_LENGTH = hostnames.MAX_HOSTNAME_LENGTH
 label_scripts = hostnames.label_scripts
 _LOOSE_NAME = r"^\s*\S+\s*$"
+# The raw length the loose schema takes: a longest documented name (below) fits.
+_LOOSE_MAX_LENGTH = 300
+
+# The documented form of a hostname: ASCII labels, letter case, one trailing dot and a little
+# surrounding whitespace (at most 8 of space, tab, CR, LF), every value of which the server
+# accepts. A label is 1-63 of a-z, 0-9 and '-', not at either end, and not an A-label (xn--,
+# which must also decode under IDNA: no pattern says that); the top-level label starts with a
+# letter (never all digits). The lookahead bounds the name, trailing dot aside, to ``length``.
+_SPACE = r"[ \t\n\r]{0,8}"
+_LABEL = r"(?![Xx][Nn]--)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_TOP_LABEL = r"(?![Xx][Nn]--)[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 
 
-def hostname_property(title: str, description: str, examples: list[str]) -> dict[str, Any]:
+def documented_hostname_pattern(
+    *, wildcard: bool = False, length: int = MAX_HOSTNAME_LENGTH
+) -> str:
+    """The pattern a served schema states for a hostname of at most ``length`` characters
+    (``*.`` first where ``wildcard``): a subset of what the server takes, since Unicode names
+    and A-labels are IDNA's to judge, and no pattern can."""
+    star = r"(?:\*\.)?" if wildcard else ""
+    chars = "*A-Za-z0-9.-" if wildcard else "A-Za-z0-9.-"
+    return (
+        rf"^{_SPACE}(?=[{chars}]{{1,{length}}}\.?{_SPACE}$)"
+        rf"{star}(?:{_LABEL}\.)+{_TOP_LABEL}\.?{_SPACE}$"
+    )
+
+
+def documented_label_pattern() -> str:
+    """One relative label (``api``), as the served schema states a name inside a zone."""
+    return rf"^{_SPACE}{_LABEL}{_SPACE}$"
+
+
+def hostname_property(
+    title: str,
+    description: str,
+    examples: list[str],
+    *,
+    documented_pattern: str | None = None,
+) -> dict[str, Any]:
+    """A hostname field: validated with a loose pattern (raw shape only: the strict rules run
+    on the normalized name, in ``check_semantics``) and served with ``documented_pattern``
+    (default: any hostname, no wildcard), a form every value of which is accepted."""
     return {
         "title": title,
         "description": description
         + " Surrounding whitespace, letter case and one trailing dot are ignored;"
-        " non-ASCII labels are IDNA-encoded (punycode).",
+        " non-ASCII labels are IDNA-encoded (punycode): the pattern states the ASCII form.",
         "type": "string",
         "minLength": 1,
-        # Raw shape only: the strict hostname rules apply after normalization.
-        "maxLength": 300,
+        "maxLength": _LOOSE_MAX_LENGTH,
         "pattern": _LOOSE_NAME,
+        DOCUMENTED_PATTERN: documented_pattern or documented_hostname_pattern(),
         **expected("one name without spaces (a hostname)", examples[0]),
         "examples": examples,
     }

@@ -77,7 +77,12 @@ def _last_event_id(request: Request, form: re.Pattern[str], what: str) -> str | 
 # A sequence, or a feed cursor's parts: at most 18 digits, so any of them fits a bigint.
 SEQUENCE_RE = re.compile(r"[0-9]{1,18}")
 SEQUENCE = {"type": "string", "pattern": f"^{SEQUENCE_RE.pattern}$", "example": "12"}
-FEED_CURSOR = {"type": "string", "pattern": f"^{FEED_CURSOR_RE.pattern}$", "example": "1234-56"}
+FEED_CURSOR = {
+    "type": "string",
+    "pattern": f"^(?:{FEED_CURSOR_RE.pattern})$",
+    "example": "1234-56",
+    "description": "A cursor the feed sent (<txid>-<id>), or 0 for the start of what is kept.",
+}
 
 
 def last_event_id(schema: dict[str, Any]) -> OpenApiParameter:

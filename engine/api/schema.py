@@ -34,7 +34,7 @@ def workflow_paths(
             continue
         for name in selectors.workflow_names():
             component = "".join(part.title() for part in name.split("-")) + "Input"
-            input_schema = workflow_get(name).input_schema
+            input_schema = workflow_get(name).served_schema
             schemas[component] = openapi_schema(input_schema)
             operation = copy.deepcopy(template)
             operation["operationId"] = _create_id(name)

@@ -272,8 +272,11 @@ def test_streams_refuse_strangers_and_bad_cursors(web):
     bad = httpx.get(path, headers={**headers, "Last-Event-ID": "x1"})
     assert bad.status_code == 400
     assert bad.json()["code"] == "malformed_request"
-    bad_feed = httpx.get(f"{web.base}/api/v1/events/stream?after=7", headers=headers)
-    assert bad_feed.status_code == 400
+    for cursor in ("7", "00", "0-", "-0", " 0"):
+        bad_feed = httpx.get(
+            f"{web.base}/api/v1/events/stream", params={"after": cursor}, headers=headers
+        )
+        assert bad_feed.status_code == 400, cursor
     assert httpx.get(f"{web.base}/api/v1/events/stream").status_code == 401
 
 
@@ -301,6 +304,11 @@ def test_the_all_executions_stream_shows_each_caller_what_it_may_read(web):
     assert sorted((d["execution"], d["sequence"]) for _, _, d in everything) == sorted(
         [(own.id, n) for n in range(1, 5)] + [(foreign.id, n) for n in range(1, 4)]
     )
+    # "0", the Last-Event-ID of a client that has seen nothing, is the same origin
+    from_zero = collect(
+        web.base, "/api/v1/events/stream", {**operator, "Last-Event-ID": "0"}, stop_after=7
+    )
+    assert [d for _, _, d in from_zero] == [d for _, _, d in everything]
     for execution in (own, foreign):  # each execution's events in its own order
         mine_in_feed = [d["sequence"] for _, _, d in everything if d["execution"] == execution.id]
         assert mine_in_feed == sorted(mine_in_feed)

@@ -35,6 +35,7 @@ class AddCertificate(Workflow):
                 "Domain",
                 "The certificate's primary name; may be a wildcard (*.example.com).",
                 ["example.com", "*.example.com"],
+                documented_pattern=fields.documented_hostname_pattern(wildcard=True),
             ),
             "alternative_names": {
                 "title": "Alternative names",
@@ -43,7 +44,10 @@ class AddCertificate(Workflow):
                 "itself is dropped from the list.",
                 "type": "array",
                 "items": fields.hostname_property(
-                    "Alternative name", "A subject alternative name.", ["www.example.com"]
+                    "Alternative name",
+                    "A subject alternative name.",
+                    ["www.example.com"],
+                    documented_pattern=fields.documented_hostname_pattern(wildcard=True),
                 ),
                 "maxItems": 100,
                 "default": [],

@@ -49,16 +49,23 @@ class AddSubdomain(Workflow):
         properties={
             "zone": fields.hostname_property(
                 "Zone",
-                "The name of the existing Route53 hosted zone (e.g. example.com).",
+                "The name of the existing Route53 hosted zone (e.g. example.com). The pattern "
+                "states at most 189 characters, which leaves room for a 63-character label "
+                "below it; a longer zone is taken when the whole name fits in 253.",
                 ["example.com"],
+                documented_pattern=fields.documented_hostname_pattern(
+                    length=fields.MAX_HOSTNAME_LENGTH - 64
+                ),
             ),
             "subdomain": fields.hostname_property(
                 "Subdomain",
                 "The name to add below the zone: relative label(s) (api, api.eu) or a "
                 "fully-qualified name inside the zone (api.example.com). A name with a "
                 "trailing dot is absolute and must lie inside the zone. Canonical form: the "
-                "fully-qualified name.",
-                ["api", "api.eu", "api.example.com"],
+                "fully-qualified name. The pattern states one relative label; the other forms "
+                "are taken as described.",
+                ["api", "www"],
+                documented_pattern=fields.documented_label_pattern(),
             ),
             "ticket_ids": fields.TICKET_IDS,
             "dry_run": fields.DRY_RUN,
@@ -66,8 +73,8 @@ class AddSubdomain(Workflow):
         required=["zone", "subdomain"],
         examples=[
             {"zone": "example.com", "subdomain": "api"},
-            {"zone": "Example.com.", "subdomain": "API.example.com", "ticket_ids": ["ops-9"]},
-            {"zone": "example.com", "subdomain": "api.eu", "dry_run": True},
+            {"zone": "Example.com.", "subdomain": "API", "ticket_ids": ["ops-9"]},
+            {"zone": "example.com", "subdomain": "www", "dry_run": True},
         ],
     )
 

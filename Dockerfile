@@ -19,7 +19,7 @@ RUN pip install --require-hashes --no-deps -r requirements/runtime.lock
 COPY manage.py ./
 COPY templates ./templates
 COPY alfred ./alfred
-COPY engine ./engine
+COPY executions ./executions
 COPY lanes ./lanes
 COPY providers ./providers
 COPY workflows ./workflows

@@ -61,7 +61,7 @@ from django.db import connection  # noqa: E402
 
 from alfred.dbpool import pool_check_install  # noqa: E402
 from alfred.metrics_port import metrics_port_start, metrics_port_stop  # noqa: E402
-from engine.lanes.reconciler import lanes_release_ready  # noqa: E402
+from executions.lanes.reconciler import lanes_release_ready  # noqa: E402
 
 _pool = getattr(connection, "pool", None)  # the pool all threads share (ALFRED_DB_POOL_SIZE)
 if _pool is not None:

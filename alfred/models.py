@@ -74,7 +74,7 @@ class WorkerHeartbeat(models.Model):
     period, broker or not, so it stops only when that process is gone (killed, its pod
     rescheduled) or cannot reach the database. A worker not seen for three periods is gone:
     no longer reported, and the runs its processes held are taken over without waiting out
-    their leases (``alfred.worker_http``, ``engine.runtime``)."""
+    their leases (``alfred.worker_http``, ``executions.runtime``)."""
 
     worker = models.CharField(primary_key=True, max_length=200)
     consumed_at = models.DateTimeField()

@@ -43,7 +43,7 @@ from alfred.problems import shown
 MAX_DEPTH = 32
 # An integer literal longer than this is refused before int() sees it (slow on thousands of
 # digits, and a ValueError past 4,300). A shorter one beyond I-JSON's 2**53 is still refused,
-# with 422, by canonical JSON (engine.identity).
+# with 422, by canonical JSON (executions.identity).
 MAX_NUMBER_DIGITS = 64
 
 _UTF8 = ("utf-8", "utf8")

@@ -172,7 +172,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "alfred",
-    "engine",
+    "executions",
     "lanes",
     "workflows",
     "delivery",
@@ -251,7 +251,7 @@ CELERY_TASK_DEFAULT_QUEUE = "stages"
 # First match wins (Celery tries the patterns in order).
 CELERY_TASK_ROUTES = {
     "executions.tasks.webhook*": {"queue": "webhooks"},
-    "engine.tasks.*": {"queue": "stages"},
+    "executions.tasks.*": {"queue": "stages"},
     "lanes.tasks.*": {"queue": "scanners"},
 }
 # Publishing happens after commit, inside the request: fail fast to start_failed rather than
@@ -308,7 +308,7 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"queue": "scanners", "expires": 10},
     },
 }
-# Retention (engine/retention.py; `manage.py alfred_prune`, docs/runbook.md): an ended
+# Retention (executions/retention.py; `manage.py alfred_prune`, docs/runbook.md): an ended
 # execution's events, webhook deliveries and attempts, step receipts and timers are deleted
 # this many days after it ended; its row, keys, runs, stages, checkpoints and audit stay.
 ALFRED_RETENTION_DAYS = env.float("ALFRED_RETENTION_DAYS", default=90.0)
@@ -412,16 +412,16 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "engine.api.schema.workflow_paths",
-        "engine.api.schema.operation_links",
+        "executions.api.schema.workflow_paths",
+        "executions.api.schema.operation_links",
         "alfred.openapi.document_refusals",
         "alfred.openapi.blank_strings",
     ],
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVERS": [{"url": ALFRED_PUBLIC_URL}],
     "ENUM_NAME_OVERRIDES": {
-        "ExecutionStatusEnum": "engine.models.ExecutionStatus",
-        "StageStatusEnum": "engine.models.StageStatus",
+        "ExecutionStatusEnum": "executions.models.ExecutionStatus",
+        "StageStatusEnum": "executions.models.StageStatus",
         "LaneStateEnum": "lanes.models.LaneState",
         "EventTypeEnum": "delivery.api.webhooks.EVENT_TYPES",
     },

@@ -5,7 +5,7 @@ process and each worker process export spans over OTLP/HTTP, with the SDK's own 
 (``OTEL_SERVICE_NAME``, ``OTEL_TRACES_SAMPLER``, ``OTEL_BSP_*``, ``OTEL_EXPORTER_OTLP_HEADERS``
 …). Spans come from the instrumentations of Django (each request), Celery (each task), psycopg
 (each statement), botocore (each AWS call) and httpx (ArgoCD, webhooks), and from the engine
-(``engine.runtime.tracing``: a span per stage and per step).
+(``executions.runtime.tracing``: a span per stage and per step).
 
 One trace per execution, however long it lives: acceptance records the request's trace
 context on the execution (``Execution.trace_context``), and every stage of every run, days

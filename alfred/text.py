@@ -3,7 +3,7 @@ project accepts it: the API's serializers (:class:`FreeTextField`), the admin's 
 (``alfred.admin_confirm.ReasonField``) and the management commands' ``--reason``
 (:func:`reason_argument`) all judge it by :func:`reason_problem`: one rule, one notion of
 required (something besides whitespace). Which controls require a reason is declared once, on
-the control (``engine.controls.Control.reason_required``); a lane's recovery always does."""
+the control (``executions.controls.Control.reason_required``); a lane's recovery always does."""
 
 from __future__ import annotations
 

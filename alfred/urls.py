@@ -19,7 +19,7 @@ urlpatterns = [
     path("healthz", views.healthz, name="healthz"),
     path("readyz", views.readyz, name="readyz"),
     path("metrics", views.metrics, name="metrics"),
-    path("api/v1/", include("engine.api.urls")),
+    path("api/v1/", include("executions.api.urls")),
     path("api/v1/", include("delivery.urls")),
     path(
         "api/schema/",

@@ -17,7 +17,7 @@ reports it (a name that will never come back must not page). Its period is recor
 (``period_seconds``), so the web and other hosts judge it by its own setting, not theirs. A
 worker never recorded, or forgotten, is not known to be gone.
 
-Taking a gone worker's runs over (``engine.runtime.holders``) asks one thing more, because
+Taking a gone worker's runs over (``executions.runtime.holders``) asks one thing more, because
 when the database itself was away (a restart, a failover) *every* worker missed its marks,
 and the first to come back would otherwise take every live run over from the others. So a
 worker is gone for that purpose (:func:`worker_gone`) only while another worker has marked

@@ -35,7 +35,7 @@ PARTS = parts_of(STAGES, ("validate_dns", "records wait + batch"))
 
 
 def _one(label: str) -> dict[str, float]:
-    from engine.models import StepReceipt
+    from executions.models import StepReceipt
 
     domain = f"{label}.example.com"
     run = accept_and_finish(

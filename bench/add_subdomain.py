@@ -27,7 +27,7 @@ PARTS = parts_of(STAGES, ("apply", "batch"), ("apply", "INSYNC wait"))
 
 
 def _one(name: str) -> dict[str, float]:
-    from engine.models import StepReceipt
+    from executions.models import StepReceipt
 
     run = accept_and_finish(
         "add-subdomain", {"zone": "example.com", "subdomain": name}, f"bench-{name}"

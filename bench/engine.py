@@ -88,8 +88,8 @@ def _step_overhead() -> dict[str, Any]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from engine.acceptance import execution_accept
-    from engine.runtime.runner import stage_execute
+    from executions.acceptance import execution_accept
+    from executions.runtime.runner import stage_execute
 
     def accepted(steps: int) -> str:
         return str(
@@ -177,8 +177,8 @@ def _engine_throughput(env: dict[str, str], concurrency: int) -> float:
     from django.db.models import Max, Min
 
     from bench.workflows import STAGES
-    from engine.acceptance import execution_accept
-    from engine.models import Execution, OutboxEvent
+    from executions.acceptance import execution_accept
+    from executions.models import Execution, OutboxEvent
 
     ids = [
         execution_accept(

@@ -101,7 +101,7 @@ def _django(env: dict[str, str]) -> None:
 
 
 def _an_execution() -> Any:
-    from engine.models import Execution
+    from executions.models import Execution
 
     return Execution.objects.create(
         workflow="add-subdomain",
@@ -115,7 +115,7 @@ def _an_execution() -> Any:
 def _emit(execution_id: str, type: str = "bench.tick") -> tuple[str, float]:
     from django.db import connection, transaction
 
-    from engine.outbox import event_emit
+    from executions.outbox import event_emit
 
     with transaction.atomic():
         event_emit(
@@ -200,7 +200,7 @@ def _webhooks(env: dict[str, str]) -> dict[str, Any]:
 
     from alfred.principals import Caller
     from delivery.endpoints import webhook_endpoint_save
-    from engine.models import (
+    from executions.models import (
         DeliveryStatus,
         WebhookAttempt,
         WebhookDelivery,

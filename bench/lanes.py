@@ -33,7 +33,7 @@ FROM generate_series(%s, %s) AS g
 
 
 def _held_lanes() -> None:
-    from engine.acceptance import execution_accept
+    from executions.acceptance import execution_accept
 
     for i in range(LANES):
         execution_accept(
@@ -53,7 +53,7 @@ def _grow_history(have: int, want: int) -> None:
 
 
 def _tick_ms() -> float:
-    from engine.lanes.reconciler import lanes_reconcile
+    from executions.lanes.reconciler import lanes_reconcile
 
     samples = []
     for _ in range(TICKS):

@@ -57,7 +57,7 @@ LAYER = (
     "opentelemetry",
     "alfred/metrics",
     "alfred/logs",
-    "engine/runtime/tracing",
+    "executions/runtime/tracing",
 )
 
 # Run in the checkout under test (its own modules first on the path), printing one number.

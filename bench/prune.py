@@ -107,7 +107,7 @@ def _seed(prefix: str) -> dict[str, int]:
     """The history, its ids ``exe_<prefix>…`` (``prefix``: four characters, as ``old_``)."""
     from django.db import connection, transaction
 
-    from engine.models import WebhookEndpoint
+    from executions.models import WebhookEndpoint
 
     per = EVENTS // EXECUTIONS
     with transaction.atomic():
@@ -150,8 +150,8 @@ def _counts(prefix: str) -> dict[str, int]:
 
 def _stage_ms() -> float:
     """One ``bench-steps`` stage of STEPS steps: accepted (untimed), then executed here."""
-    from engine.acceptance import execution_accept
-    from engine.runtime.runner import stage_execute
+    from executions.acceptance import execution_accept
+    from executions.runtime.runner import stage_execute
 
     run_id = str(
         execution_accept(
@@ -262,7 +262,7 @@ def main() -> None:
     import django
 
     django.setup()
-    from engine.retention import BATCH, DUTY
+    from executions.retention import BATCH, DUTY
 
     try:
         rounds = [_round(env, "o1x_", 1.0), _round(env, "o2x_", DUTY)]

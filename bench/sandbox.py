@@ -100,8 +100,8 @@ class Finished:
 
 def accept_and_finish(workflow: str, body: dict[str, Any], key: str) -> Finished:
     """Accept ``body`` (through the acceptance service) and wait for it to succeed."""
-    from engine.acceptance import execution_accept
-    from engine.models import Execution, OutboxEvent, Stage
+    from executions.acceptance import execution_accept
+    from executions.models import Execution, OutboxEvent, Stage
 
     execution = execution_accept(
         workflow_name=workflow, body=body, idempotency_key=key, caller=cli_caller("bench")

@@ -31,7 +31,7 @@ def _grow(have: int, want: int) -> list[str]:
     returns the new runs' ids."""
     from django.db import transaction
 
-    from engine.models import (
+    from executions.models import (
         Execution,
         ExecutionStatus,
         Run,
@@ -86,7 +86,7 @@ def _run_id_from_execution() -> object:
 
 
 def _now() -> datetime:
-    from engine.runtime.clock import db_now
+    from executions.runtime.clock import db_now
 
     return db_now()
 
@@ -101,8 +101,8 @@ def _analyze() -> None:
 
 def _tick_ms(runs: list[str], tick: int) -> float:
     """One tick with ``DUE`` timers come due (new timers of runs already waiting)."""
-    from engine.models import Run, Timer, TimerPurpose
-    from engine.runtime import scans
+    from executions.models import Run, Timer, TimerPurpose
+    from executions.runtime import scans
 
     due = _now() - timedelta(seconds=1)
     chosen = runs[tick * DUE % len(runs) :][:DUE] or runs[:DUE]

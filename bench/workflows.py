@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from engine.runtime.stage import StageContext
+from executions.runtime.stage import StageContext
 from workflows.base import LaneClaim, Workflow
 
 STAGES = 4

@@ -29,15 +29,15 @@ from delivery.endpoints import (
     webhook_secret_rotate,
 )
 from delivery.relay import deliveries_redeliver
-from engine.events import EVENT_CATALOGUE
-from engine.models import (
+from executions.events import EVENT_CATALOGUE
+from executions.models import (
     DeliveryStatus,
     InboundNotification,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
 )
-from engine.runtime.clock import db_now
+from executions.runtime.clock import db_now
 
 
 class WebhookEndpointForm(forms.ModelForm):

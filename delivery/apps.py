@@ -11,7 +11,7 @@ class DeliveryConfig(AppConfig):
         from alfred.problems import problems_register
         from delivery.api.problems import PROBLEMS
         from delivery.relay import relay_publish
-        from engine.outbox import deliveries_owed_connect
+        from executions.outbox import deliveries_owed_connect
 
         deliveries_owed_connect(relay_publish)
         problems_register(*PROBLEMS)

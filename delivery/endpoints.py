@@ -31,7 +31,7 @@ from django.utils import timezone
 from alfred.principals import Caller
 from alfred.readonly import writes_allowed
 from delivery.addresses import address_check
-from engine.models import AuditEntry, WebhookEndpoint
+from executions.models import AuditEntry, WebhookEndpoint
 
 ROTATION_OVERLAP = timedelta(hours=24)
 

@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from engine.events import TERMINAL_EVENT_TYPES
-from engine.models import DeliveryKey, Execution, OutboxEvent
+from executions.events import TERMINAL_EVENT_TYPES
+from executions.models import DeliveryKey, Execution, OutboxEvent
 
 PAGE = 500
 

@@ -5,7 +5,7 @@ of the body under ``ALFRED_GITHUB_WEBHOOK_SECRET`` (``X-Hub-Signature-256``), Ar
 bearer secret ``ALFRED_ARGOCD_WEBHOOK_SECRET`` its notifications service sends — compared in
 constant time; an unset secret verifies nothing. A verified notification is recorded by its
 delivery id (a resent one is a no-op) and brings forward every poll that watches what it
-names (``engine.runtime.scans.polls_hasten``): ``github:<owner/name>`` for a push,
+names (``executions.runtime.scans.polls_hasten``): ``github:<owner/name>`` for a push,
 ``argocd:<application>`` for ArgoCD. The poll timers stay the guarantee: a lost, late or
 forged notification changes nothing but when a poll happens.
 """
@@ -21,8 +21,8 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from engine.models import InboundNotification
-from engine.runtime.scans import polls_hasten
+from executions.models import InboundNotification
+from executions.runtime.scans import polls_hasten
 
 
 class Unverified(Exception):

@@ -66,14 +66,14 @@ from alfred.readonly import writes_allowed
 from delivery.addresses import address_check
 from delivery.endpoints import endpoint_secrets
 from delivery.feed import event_document
-from engine.models import (
+from executions.models import (
     AuditEntry,
     DeliveryStatus,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
 )
-from engine.runtime.clock import db_now
+from executions.runtime.clock import db_now
 
 log = logging.getLogger(__name__)
 

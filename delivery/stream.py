@@ -45,8 +45,8 @@ from delivery.feed import (
     Cursor,
     FeedRow,
 )
-from engine.outbox import CHANNEL
-from engine.selectors import EXECUTION_SETTLED_SQL, execution_settled_params
+from executions.outbox import CHANNEL
+from executions.selectors import EXECUTION_SETTLED_SQL, execution_settled_params
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ async def execution_stream(
     execution: str, after: int, *, terminal: bool, client: str
 ) -> AsyncIterator[bytes]:
     """One execution's events after ``after``, then live; ends once the execution is settled
-    (``engine.selectors``: ended, and no lane event still to come — a lane workflow's
+    (``executions.selectors``: ended, and no lane event still to come — a lane workflow's
     ``lane.released`` commits some milliseconds after its terminal event), with every event
     it has then sent. ``terminal``: whether the execution had ended when the client
     connected."""
@@ -405,7 +405,7 @@ async def execution_stream(
 
 async def _settled(events: EventHub, execution: str) -> tuple[bool, bool]:
     """Whether ``execution`` is terminal now (a retry may have brought it back), and whether
-    it is settled (``engine.selectors.EXECUTION_SETTLED_SQL``)."""
+    it is settled (``executions.selectors.EXECUTION_SETTLED_SQL``)."""
     rows = await events.query(EXECUTION_SETTLED_SQL, execution_settled_params(execution))
     return (bool(rows[0][0]), bool(rows[0][1])) if rows else (True, True)
 

@@ -4,7 +4,7 @@ from django.apps import AppConfig
 class LanesConfig(AppConfig):
     """Lanes import nothing of executions: the executions app, when ready, installs the
     lanes' port (``lanes.effects``) and connects the reconciler to its terminal transitions
-    (``EngineConfig.ready``)."""
+    (``ExecutionsConfig.ready``)."""
 
     name = "lanes"
     default_auto_field = "django.db.models.BigAutoField"

@@ -8,7 +8,7 @@ to the executions side. So the lanes services return what changed (the frozen da
 below) and an outermost lanes service — the reconciler, ``lane_recover`` — hands that change
 to :class:`LaneEffects` before its transaction commits.
 
-The dependency points one way at import time, executions → lanes: ``EngineConfig.ready``
+The dependency points one way at import time, executions → lanes: ``ExecutionsConfig.ready``
 installs the executions side's implementation once (:func:`lane_effects_install`), and lanes
 reach it through :func:`lane_effects`, never by importing executions.
 

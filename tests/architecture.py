@@ -8,9 +8,9 @@ The rooms, bottom to top; a module imports only its own room and the rooms below
     alfred      the kernel every app shares (database helpers, ids, problems, principals,
                 tokens, metrics, logs, the Celery app, the admin's base)
     lanes       the concurrency lanes: imports nothing of the engine, and no provider
-    engine      executions and the durable runtime (engine.runtime: knows no lane, no
-                workflow, no provider; of the rest of engine only the records it writes);
-                imports no provider
+    executions  the engine: executions and the durable runtime (executions.runtime: knows
+                no lane, no workflow, no provider; of the rest of executions only the
+                records it writes); imports no provider
     workflows   the five, over workflows.steps: of the workflows only the steps import
                 providers (and every workflow the pure providers.hostnames)
     delivery    event streams, webhooks, receivers (beside workflows: neither imports the
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("providers", "alfred", "lanes", "engine", "workflows", "delivery")
+PACKAGES = ("providers", "alfred", "lanes", "executions", "workflows", "delivery")
 # The composition root: modules of the alfred package that stand above every room.
 COMPOSITION_ROOT = ("alfred.settings", "alfred.settings_test", "alfred.urls", "alfred.asgi",
                     "alfred.wsgi", "alfred.devstack")  # fmt: skip
@@ -42,14 +42,14 @@ LEVELS = {
     "providers": 0,
     "alfred": 1,
     "lanes": 2,
-    "engine": 3,
+    "executions": 3,
     "workflows": 4,
     "delivery": 4,
     "root": 5,
 }
-# What the runtime builds on, of the rest of engine: the records it writes.
-RUNTIME_SEES = ("engine.runtime", "engine.models", "engine.outbox", "engine.links",
-                "engine.identity")  # fmt: skip
+# What the runtime builds on, of the rest of executions: the records it writes.
+RUNTIME_SEES = ("executions.runtime", "executions.models", "executions.outbox", "executions.links",
+                "executions.identity")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -118,14 +118,14 @@ def breaches(found: list[Import]) -> list[str]:
         ):
             out.append(f"{where}: {source} is below {target} or beside it")
         if (
-            i.source.startswith("engine.runtime")
-            and target == "engine"
+            i.source.startswith("executions.runtime")
+            and target == "executions"
             and not i.target.startswith(RUNTIME_SEES)
         ):
             out.append(f"{where}: the runtime builds on the engine's records only")
-        if i.source.startswith("engine.runtime") and target == "lanes":
+        if i.source.startswith("executions.runtime") and target == "lanes":
             out.append(f"{where}: the runtime knows no lane")
-        if target == "providers" and source in ("lanes", "engine", "delivery"):
+        if target == "providers" and source in ("lanes", "executions", "delivery"):
             out.append(f"{where}: providers are called by the workflows' steps only")
         if (
             source == "workflows"

@@ -301,7 +301,7 @@ def shared_worker(module_worker: WorkerProcess) -> Iterator[WorkerProcess]:
 def quiesce(timeout: float = 30.0) -> None:
     """Wait until no execution is queued or running, and a moment for what follows a commit
     (a lane's hand-over, the chain's next message)."""
-    from engine.models import Execution
+    from executions.models import Execution
 
     wait_for(
         lambda: not Execution.objects.filter(status__in=("queued", "running")).exists(),

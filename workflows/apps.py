@@ -3,7 +3,7 @@ from importlib import import_module
 from django.apps import AppConfig
 from django.conf import settings
 
-from engine.catalog import workflow_register
+from executions.catalog import workflow_register
 from workflows.registry import WORKFLOWS
 
 

@@ -1,8 +1,8 @@
 """What a workflow declares: its input contract, its canonical form, its lane and its stages.
 
 A workflow module defines one :class:`Workflow` subclass instance; ``registry.py`` lists the
-five, and the app registers them (``engine.catalog``) at start. Acceptance
-(``engine.acceptance``) is the only caller of ``validate``/``canonicalize``/``lane``:
+five, and the app registers them (``executions.catalog``) at start. Acceptance
+(``executions.acceptance``) is the only caller of ``validate``/``canonicalize``/``lane``:
 validation and canonicalization happen before the acceptance transaction opens.
 """
 
@@ -18,10 +18,10 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from alfred.problems import shown
-from engine.catalog import FieldError, InvalidInput, LaneClaim
-from engine.runtime.errors import FatalError
-from engine.runtime.registry import Definition
-from engine.runtime.stage import StageContext
+from executions.catalog import FieldError, InvalidInput, LaneClaim
+from executions.runtime.errors import FatalError
+from executions.runtime.registry import Definition
+from executions.runtime.stage import StageContext
 
 
 def _pointer(path: Any) -> str:
@@ -81,7 +81,7 @@ def _schema_message(error: ValidationError) -> str:
 
 # The annotation beside every ``pattern`` (and on an ``anyOf`` of forms): what the value must be,
 # in words with an example ("a ticket ID: ..., e.g. OPS-123"). An ``x-`` name, so the schema
-# stays a valid OpenAPI 3.0 schema object too (engine.api.schema); JSON Schema ignores it.
+# stays a valid OpenAPI 3.0 schema object too (executions.api.schema); JSON Schema ignores it.
 EXPECTED = "x-expected"
 
 
@@ -259,7 +259,7 @@ class Workflow:
         return function(ctx)
 
     def definition(self) -> Definition:
-        """What the engine runs of it (``engine.runtime.registry``)."""
+        """What the engine runs of it (``executions.runtime.registry``)."""
         return Definition(
             name=self.name,
             stages=self.stages,

@@ -24,8 +24,8 @@ from alfred.permissions import request_caller
 from alfred.problems import Problem
 from delivery.feed import FEED_CURSOR_RE, Cursor
 from delivery.stream import execution_stream, feed_stream
-from engine import selectors
-from engine.api.params import check_execution_id
+from executions import selectors
+from executions.api.params import check_execution_id
 
 EVENT_STREAM = "text/event-stream"
 

@@ -27,11 +27,11 @@ from delivery.endpoints import (
     webhook_secret_rotate,
 )
 from delivery.relay import deliveries_redeliver, delivery_redeliver
-from engine.api.params import StrictCursorPagination
-from engine.events import EVENT_CATALOGUE
-from engine.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
+from executions.api.params import StrictCursorPagination
+from executions.events import EVENT_CATALOGUE
+from executions.models import DeliveryStatus, WebhookAttempt, WebhookDelivery, WebhookEndpoint
 
-# The types an endpoint may ask for: the public catalogue (engine.events), in its order.
+# The types an endpoint may ask for: the public catalogue (executions.events), in its order.
 EVENT_TYPES = list(EVENT_CATALOGUE)
 # (The list itself is too long for a message's 200 characters: the message names where it is.)
 EVENT_TYPE_EXPECTED = (

@@ -8,7 +8,7 @@ lanes.services.try_lane_remove."""
 from django.db import migrations, models
 from django.db.models import Q
 
-# The reasons the lane reconciler (engine.lanes.reconciler) gave such a release (Decision.reason of lane_decide).
+# The reasons the lane reconciler (executions.lanes.reconciler) gave such a release (Decision.reason of lane_decide).
 _CHANGED_NOTHING = Q(reason__contains=" was not ready: ") | Q(
     reason__contains=" before any stage started"
 )

@@ -19,9 +19,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from alfred.users import user_set
-from engine.catalog import workflow_get
-from engine.identity import logical_identity
-from engine.models import (
+from executions.catalog import workflow_get
+from executions.identity import logical_identity
+from executions.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,
@@ -551,7 +551,7 @@ def test_approving_an_expired_plan_is_a_message_not_a_500(paused):
 
 
 def test_a_confirmation_without_a_reason_it_requires_is_the_form_again(failed_in_rollback):
-    # rollback requires a reason (engine.controls.ROLLBACK), as on the API
+    # rollback requires a reason (executions.controls.ROLLBACK), as on the API
     response = _login("operator").post(_control(failed_in_rollback, "rollback"), {"reason": "  "})
 
     assert response.status_code == 200 and "errorlist" in response.content.decode()
@@ -628,7 +628,7 @@ def test_a_service_refusal_is_a_message_not_a_500(failed_in_rollback):
 
 
 def test_a_record_set_whose_values_change_is_one_replaced_row():
-    from engine.admin.pages import plan_rows
+    from executions.admin.pages import plan_rows
 
     plain = {**CNAME, "type": "A", "ttl": 60, "values": ["192.0.2.1", "192.0.2.2"]}
     weighted = {**plain, "set_identifier": "blue", "routing": {"Weight": 10}}

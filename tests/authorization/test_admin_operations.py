@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from engine.models import (
+from executions.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,
@@ -235,7 +235,7 @@ def test_bulk_rollback_lists_each_compensation_then_queues_with_the_reason(appro
 
 
 def test_a_confirmation_without_a_reason_it_requires_asks_again_and_changes_nothing(approved):
-    # rollback requires a reason (engine.controls.ROLLBACK); cancel and retry do not
+    # rollback requires a reason (executions.controls.ROLLBACK); cancel and retry do not
     response = _action(
         _login("operator"), "executions_execution", "rollback", [approved.pk], confirm="yes"
     )

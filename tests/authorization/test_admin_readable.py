@@ -19,9 +19,9 @@ from django.utils import timezone
 
 from alfred.tokens import token_create
 from alfred.users import user_set
-from engine.catalog import workflow_get
-from engine.identity import logical_identity
-from engine.models import (
+from executions.catalog import workflow_get
+from executions.identity import logical_identity
+from executions.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,

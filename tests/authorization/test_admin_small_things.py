@@ -20,9 +20,9 @@ from rest_framework.test import APIClient
 
 from alfred.tokens import token_create
 from alfred.users import user_set
-from engine.catalog import workflow_get
-from engine.identity import logical_identity
-from engine.models import Execution, ExecutionStatus, HookStatus, Run, RunKind, RunStatus
+from executions.catalog import workflow_get
+from executions.identity import logical_identity
+from executions.models import Execution, ExecutionStatus, HookStatus, Run, RunKind, RunStatus
 from tests.authorization.test_admin_controls import (
     PLAN_HASH,
     _control,

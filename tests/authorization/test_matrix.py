@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 from alfred.models import ApiToken
 from alfred.tokens import token_create, token_revoke
 from alfred.users import user_set
-from engine.models import Execution, ExecutionStatus, Hook, RunStatus, WebhookEndpoint
+from executions.models import Execution, ExecutionStatus, Hook, RunStatus, WebhookEndpoint
 from lanes.models import Lane, LaneState
 from tests.authorization import matrix
 from tests.support.helpers import CERTIFICATE, paused_on_a_plan, submit

@@ -10,7 +10,7 @@ from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
 from alfred.tokens import token_create, token_revoke, token_rotate
-from engine.models import AuditEntry, DeliveryKey, Execution
+from executions.models import AuditEntry, DeliveryKey, Execution
 from tests.authorization.test_matrix import _fail
 from tests.support.factories import ExecutionFactory
 from tests.support.helpers import SUBDOMAIN, assert_problem, submit
@@ -101,7 +101,7 @@ def test_a_key_holder_reads_an_execution_it_does_not_own_but_cannot_act_on_it(ap
 
 
 def test_a_child_belongs_to_its_parents_owner(api):
-    from engine.runtime.children import child_create
+    from executions.runtime.children import child_create
 
     parent = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
 

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from alfred.tokens import token_create
 from alfred.users import user_set
-from engine.models import (
+from executions.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,

@@ -21,7 +21,7 @@ from django.db import connection
 from alfred.beat import LEASE
 from alfred.broker import redis_url_of
 from alfred.models import BeatLease
-from engine.models import Execution
+from executions.models import Execution
 from tests.conftest import BeatProcess, WorkerProcess, wait_for
 from tests.integration.test_engine import assert_gapless, event_types
 from tests.support.helpers import submit

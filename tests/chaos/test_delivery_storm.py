@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from alfred.tokens import token_create
-from engine.models import Execution, OutboxEvent
+from executions.models import Execution, OutboxEvent
 from tests.support.live import WebServer
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from celery import current_app
 
-from engine.models import Execution, OutboxEvent, Run
-from engine.runtime.dispatch import RUN_STAGE_TASK
-from engine.runtime.hooks import hook_signal
+from executions.models import Execution, OutboxEvent, Run
+from executions.runtime.dispatch import RUN_STAGE_TASK
+from executions.runtime.hooks import hook_signal
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_engine import assert_gapless, event_types, finished
 from tests.support.engine_workflows import KILL_POINTS, counters, effects
@@ -207,7 +207,7 @@ def test_two_hundred_waiting_runs_hold_no_worker_on_two_processes(api, integrati
         # are answered, each twice
         from django.utils import timezone
 
-        from engine.models import StepReceipt, Timer
+        from executions.models import StepReceipt, Timer
 
         now = timezone.now()
         Timer.objects.filter(run__execution_id__in=sleepers).update(due_at=now)
@@ -231,7 +231,7 @@ def test_two_hundred_waiting_runs_hold_no_worker_on_two_processes(api, integrati
 
 
 def test_a_wake_whose_message_was_lost_is_recovered(api):
-    from engine.models import Run
+    from executions.models import Run
 
     worker = WorkerProcess("wake").start()
     try:
@@ -264,7 +264,7 @@ def test_work_longer_than_the_lease_is_not_taken_over(where):
     from rest_framework.test import APIClient
 
     from alfred.tokens import token_create
-    from engine.models import Run
+    from executions.models import Run
 
     client = APIClient()
     client.credentials(

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
-from engine.models import Execution, OutboxEvent
+from executions.models import Execution, OutboxEvent
 from tests.conftest import WorkerProcess, wait_for
 from tests.support.engine_workflows import EXCLUSIVE_ORDER, INFLIGHT_MAX, counters
 from tests.support.helpers import submit

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import pytest
 from celery import current_app
 
-from engine.models import Execution, OutboxEvent, Run, StepReceipt
-from engine.runtime.dispatch import RUN_STAGE_TASK
+from executions.models import Execution, OutboxEvent, Run, StepReceipt
+from executions.runtime.dispatch import RUN_STAGE_TASK
 from tests.conftest import wait_for
 from tests.integration.test_engine import assert_gapless
 from tests.support.engine_workflows import effects

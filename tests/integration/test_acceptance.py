@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.models import (
+from executions.models import (
     DeliveryKey,
     Execution,
     ExecutionStatus,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from engine.models import DeliveryKey, Execution, OutboxEvent, Run, Stage
+from executions.models import DeliveryKey, Execution, OutboxEvent, Run, Stage
 from lanes.models import Lane, LaneWaiter
 from tests.support.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, libpq_trace, submit
 

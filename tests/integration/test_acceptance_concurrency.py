@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, connections
 from rest_framework.test import APIClient
 
-from engine.models import DeliveryKey, Execution, OutboxEvent, Run
+from executions.models import DeliveryKey, Execution, OutboxEvent, Run
 from tests.conftest import subprocess_database_url
 from tests.support.helpers import CERTIFICATE, LAMBDA, SUBDOMAIN, submit
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from engine.models import Execution, Stage, StepReceipt
+from executions.models import Execution, Stage, StepReceipt
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.integration.test_engine import assert_gapless

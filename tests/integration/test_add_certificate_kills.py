@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from engine.models import Execution
+from executions.models import Execution
 from providers.sandbox.aws import AwsStandIn, seed_aws
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_add_certificate import batches_of, certificates_of, served
@@ -163,7 +163,7 @@ def test_killed_between_stages_and_in_the_rollback_it_undoes_each_thing_once(
 
 
 def _validation_records(execution_id: str) -> list[dict[str, Any]]:
-    from engine.models import Stage
+    from executions.models import Stage
 
     stage = Stage.objects.get(run__execution_id=execution_id, run__number=1, name="validate_dns")
     return list(stage.output["records"])

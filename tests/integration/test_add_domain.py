@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from engine.models import Execution, StepReceipt
+from executions.models import Execution, StepReceipt
 from providers.gitops.concerns import (
     CALIPSO_CORS_PATH,
     DEIMOS_SERVER_NAMES_PATH,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from engine.models import Execution
+from executions.models import Execution
 from providers.sandbox.stack import Sandbox
 from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.integration.test_add_certificate import certificates_of

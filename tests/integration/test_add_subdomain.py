@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from engine.models import Execution, Hook
+from executions.models import Execution, Hook
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.integration.test_engine import assert_gapless, event_types

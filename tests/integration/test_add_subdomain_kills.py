@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from engine.models import Execution, OutboxEvent
+from executions.models import Execution, OutboxEvent
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_engine import assert_gapless

@@ -15,8 +15,8 @@ from django.test import Client
 from django.urls import reverse
 
 from alfred.users import user_set
-from engine.models import Execution, RunKind, StepReceipt
-from engine.runtime.rollback import CHILD
+from executions.models import Execution, RunKind, StepReceipt
+from executions.runtime.rollback import CHILD
 from providers.sandbox.stack import Sandbox
 from tests.conftest import WorkerProcess, quiesce
 from tests.integration.test_add_domain import terminal

@@ -11,7 +11,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from alfred.tokens import token_create, token_revoke
-from engine.models import AuditEntry, Execution, Stage
+from executions.models import AuditEntry, Execution, Stage
 from tests.support.helpers import LAMBDA, SUBDOMAIN, assert_problem, libpq_trace, submit
 
 pytestmark = pytest.mark.django_db
@@ -238,7 +238,7 @@ def test_what_an_execution_shows_besides_its_row(api):
     from django.test.utils import CaptureQueriesContext
 
     from alfred.ids import new_id
-    from engine.models import Hook, HookStatus
+    from executions.models import Hook, HookStatus
     from tests.support.factories import ExecutionFactory
 
     # given: a domain queued second behind another on the shared lane
@@ -301,9 +301,9 @@ def test_what_an_execution_shows_besides_its_row(api):
 
 
 def test_the_stages_shown_are_those_of_the_run_shown_when_a_new_run_lands_between(api):
-    from engine.models import RunKind
-    from engine.runtime.records import run_again
-    from engine.selectors import execution_parts
+    from executions.models import RunKind
+    from executions.runtime.records import run_again
+    from executions.selectors import execution_parts
 
     # given: an execution as read, then a retry's run committed before its parts are read
     shown = Execution.objects.get(pk=submit(api, "add-subdomain", SUBDOMAIN).json()["id"])
@@ -329,8 +329,8 @@ def test_reading_one_execution_sees_what_the_list_sees(role):
     (executions_visible). For each caller, the same executions: owned, held by a delivery
     key, another's."""
     from alfred.principals import Caller
-    from engine.models import DeliveryKey
-    from engine.selectors import (
+    from executions.models import DeliveryKey
+    from executions.selectors import (
         execution_detail,
         execution_events_visible,
         executions_visible,
@@ -359,7 +359,7 @@ def test_reading_one_execution_sees_what_the_list_sees(role):
 
 
 def test_events_are_read_in_pages_after_a_sequence(api):
-    from engine.outbox import event_emit
+    from executions.outbox import event_emit
 
     execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
     for i in range(4):
@@ -383,7 +383,7 @@ def test_events_are_read_in_pages_after_a_sequence(api):
 
 
 def test_a_re_emitted_event_key_is_a_no_op(api):
-    from engine.outbox import event_emit
+    from executions.outbox import event_emit
 
     execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
 
@@ -399,8 +399,8 @@ def test_events_emitted_together_skip_known_keys_number_gaplessly_and_owe_delive
     import psycopg
     from django.db import transaction
 
-    from engine.models import Execution, OutboxEvent, WebhookDelivery, WebhookEndpoint
-    from engine.outbox import CHANNEL, Event, event_emit, events_emit
+    from executions.models import Execution, OutboxEvent, WebhookDelivery, WebhookEndpoint
+    from executions.outbox import CHANNEL, Event, event_emit, events_emit
     from tests.conftest import subprocess_database_url
 
     execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
@@ -566,8 +566,8 @@ def test_a_webhook_url_fits_the_documents_pattern_exactly_when_the_api_takes_it(
 
 
 def test_each_workflow_has_its_own_trigger_operation_with_its_input_schema(api):
-    from engine import selectors
-    from engine.catalog import workflow_get
+    from executions import selectors
+    from executions.catalog import workflow_get
 
     schema = json.loads(api.get("/api/schema/?format=json").content)
 

@@ -1,4 +1,4 @@
-"""Which controls an execution allows now (engine.controls.execution_controls): one rule
+"""Which controls an execution allows now (executions.controls.execution_controls): one rule
 per control, read by the resource's links and the admin page and checked by the service, so
 what is offered is exactly what is done."""
 
@@ -12,14 +12,14 @@ from rest_framework.test import APIClient
 from alfred.principals import Caller, Role
 from alfred.tokens import token_create
 from alfred.users import user_set
-from engine.controls import (
+from executions.controls import (
     CONTROLS,
     InvalidState,
     execution_cancel,
     execution_controls,
     execution_retry,
 )
-from engine.models import TERMINAL_STATUSES, Execution, ExecutionStatus, RunStatus
+from executions.models import TERMINAL_STATUSES, Execution, ExecutionStatus, RunStatus
 from tests.support.helpers import SUBDOMAIN, submit
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.models import Execution, OutboxEvent, Run, StepReceipt
+from executions.models import Execution, OutboxEvent, Run, StepReceipt
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_engine import finished
 from tests.support.engine_workflows import KILL_POINTS, counters, effects

@@ -16,9 +16,9 @@ from django.conf import settings
 from django.db import connection
 
 from alfred.principals import cli_caller
-from engine.acceptance import execution_accept
-from engine.controls import execution_cancel
-from engine.models import Run
+from executions.acceptance import execution_accept
+from executions.controls import execution_cancel
+from executions.models import Run
 from tests.conftest import ROOT, subprocess_database_url
 from tests.support.helpers import paused_on_a_plan
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from celery import Celery, current_app
 
-from engine.models import Execution, OutboxEvent
-from engine.runtime.dispatch import RUN_STAGE_TASK, run_dispatch
+from executions.models import Execution, OutboxEvent
+from executions.runtime.dispatch import RUN_STAGE_TASK, run_dispatch
 from tests.support.helpers import SUBDOMAIN, submit
 
 

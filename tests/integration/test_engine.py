@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from engine.models import Execution, OutboxEvent, Stage, StepReceipt
+from executions.models import Execution, OutboxEvent, Stage, StepReceipt
 from tests.conftest import WorkerProcess, wait_for
 from tests.support.engine_workflows import counters, effects
 from tests.support.helpers import submit

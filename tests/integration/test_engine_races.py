@@ -23,10 +23,10 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from engine.models import Execution, OutboxEvent, Run, Stage, StepReceipt, Timer
-from engine.runtime.holders import worker_identity
-from engine.runtime.runner import Outcome, stage_execute
-from engine.runtime.scans import timers_fire
+from executions.models import Execution, OutboxEvent, Run, Stage, StepReceipt, Timer
+from executions.runtime.holders import worker_identity
+from executions.runtime.runner import Outcome, stage_execute
+from executions.runtime.scans import timers_fire
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_engine import event_types, finished
 from tests.support.engine_workflows import Reads, effects
@@ -373,7 +373,7 @@ def test_a_stage_whose_heartbeat_cannot_renew_for_half_a_lease_stops_at_its_next
 
 
 def test_the_recovery_scan_backs_off_a_run_it_has_just_published(api):
-    from engine.runtime.scans import START_GRACE_SECONDS, runs_recover
+    from executions.runtime.scans import START_GRACE_SECONDS, runs_recover
 
     # given: an execution whose start message has not been claimed within the grace (a
     # backlog, or a lost message)

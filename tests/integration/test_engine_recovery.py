@@ -9,9 +9,9 @@ from celery import Celery
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from engine.models import Execution, OutboxEvent, Run, Stage
-from engine.runtime import dispatch
-from engine.runtime.dispatch import run_dispatch
+from executions.models import Execution, OutboxEvent, Run, Stage
+from executions.runtime import dispatch
+from executions.runtime.dispatch import run_dispatch
 from tests.integration.test_engine import finished
 from tests.support.engine_workflows import effects
 from tests.support.helpers import assert_problem, submit
@@ -139,8 +139,8 @@ def test_dispatching_a_finished_run_again_changes_nothing(api, worker):
 
 
 def test_a_read_only_instance_runs_no_scan(api, settings):
-    from engine.models import Timer
-    from engine.tasks import runs_recover, timers_scan
+    from executions.models import Timer
+    from executions.tasks import runs_recover, timers_scan
 
     body = submit(api, "test-waits", {"label": "ro", "mode": "sleep"}).json()
     timer = Timer.objects.create(

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from engine.models import Execution, Hook, HookSignal
-from engine.runtime.hooks import hook_signal
+from executions.models import Execution, Hook, HookSignal
+from executions.runtime.hooks import hook_signal
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_engine import event_types, finished
 from tests.support.engine_workflows import effects
@@ -93,7 +93,7 @@ def test_cancel_of_a_running_run_stops_at_the_next_step_boundary(api, worker):
 
 
 def succeeded_receipts(execution_id: str) -> int:
-    from engine.models import StepReceipt
+    from executions.models import StepReceipt
 
     return StepReceipt.objects.filter(run__execution_id=execution_id, status="succeeded").count()
 
@@ -148,7 +148,7 @@ def test_retry_of_a_failed_run_is_a_new_run_and_a_rolled_back_one_is_refused(api
 
 
 def test_a_child_ended_mid_stage_by_its_parent_keeps_the_receipt_of_its_step(api, worker):
-    from engine.models import OutboxEvent
+    from executions.models import OutboxEvent
 
     parent = submit(api, "test-parent", {"label": "pk", "slow_child": True}).json()
     wait_for(lambda: effects("pk-child", "slow-1") == 1, timeout=30)

@@ -1,4 +1,4 @@
-"""Integrators receive the public event catalogue (``engine.events``) and nothing else: an
+"""Integrators receive the public event catalogue (``executions.events``) and nothing else: an
 engine diagnostic — a stage message refused because another worker holds the run — goes to
 the worker's log and metrics, never to the outbox, its sequence or a webhook.
 
@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alfred.principals import Caller
 from delivery.endpoints import webhook_endpoint_save
-from engine.events import PUBLIC_EVENT_TYPES
-from engine.models import (
+from executions.events import PUBLIC_EVENT_TYPES
+from executions.models import (
     DeliveryStatus,
     Execution,
     OutboxEvent,
@@ -27,8 +27,8 @@ from engine.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from engine.runtime import dispatch
-from engine.runtime.dispatch import run_dispatch
+from executions.runtime import dispatch
+from executions.runtime.dispatch import run_dispatch
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_engine import assert_gapless, finished
 from tests.integration.test_metrics import worker_get

@@ -19,9 +19,9 @@ from django.db import connection, transaction
 from httpx_sse import aconnect_sse, connect_sse
 
 from alfred.tokens import token_create
-from engine.lanes.reconciler import Action, lane_reconcile
-from engine.models import Execution, ExecutionStatus, OutboxEvent, Run
-from engine.outbox import event_emit
+from executions.lanes.reconciler import Action, lane_reconcile
+from executions.models import Execution, ExecutionStatus, OutboxEvent, Run
+from executions.outbox import event_emit
 from tests.conftest import wait_for
 from tests.support.factories import ExecutionFactory
 from tests.support.helpers import submit
@@ -45,8 +45,8 @@ def bearer(role: str = "integration") -> tuple[str, dict[str, str]]:
 
 
 def running(principal: str) -> Execution:
-    from engine.catalog import workflow_get
-    from engine.identity import logical_identity
+    from executions.catalog import workflow_get
+    from executions.identity import logical_identity
 
     canonical = workflow_get("add-subdomain").canonicalize(
         {"zone": "example.com", "subdomain": f"s{uuid.uuid4().hex[:10]}"}

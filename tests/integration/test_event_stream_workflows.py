@@ -2,7 +2,7 @@
 Python recipe does it, and compared with polling: the stream gives every event the execution
 has, the lane's last word included (``lane.released`` commits some milliseconds after the
 terminal event, in the lane reconciler's own transaction), and only types of the public
-catalogue (``engine.events``).
+catalogue (``executions.events``).
 
 A real Celery worker on the whole sandbox (tests/support/platform_world.py), a real uvicorn
 web process for the stream, real PostgreSQL and Redis."""
@@ -20,8 +20,8 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
-from engine.events import PUBLIC_EVENT_TYPES
-from engine.models import Execution
+from executions.events import PUBLIC_EVENT_TYPES
+from executions.models import Execution
 from lanes.models import Lane
 from providers.sandbox.stack import Sandbox
 from tests.conftest import WorkerProcess, quiesce, wait_for

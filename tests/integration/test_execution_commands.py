@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 from django.core.management import CommandError, call_command
 
-from engine.lanes.reconciler import Action, lane_reconcile
-from engine.models import Hook, Run
+from executions.lanes.reconciler import Action, lane_reconcile
+from executions.models import Hook, Run
 from lanes.models import Lane
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import WorkerProcess, quiesce

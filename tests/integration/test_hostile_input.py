@@ -16,7 +16,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from alfred.parsers import MAX_DEPTH
-from engine.models import AuditEntry, Execution
+from executions.models import AuditEntry, Execution
 from lanes.api import MAX_LANE_KEY_LENGTH
 from lanes.models import Lane
 from tests.support.helpers import CERTIFICATE, SUBDOMAIN, assert_problem, submit

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from engine.lanes.reconciler import lane_reconcile
-from engine.models import AuditEntry, Execution, OutboxEvent, Run, Stage
+from executions.lanes.reconciler import lane_reconcile
+from executions.models import AuditEntry, Execution, OutboxEvent, Run, Stage
 from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.services import lane_recover
 from tests.support.helpers import submit
@@ -38,7 +38,7 @@ def _outbox_down(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(**_: Any) -> int:
         raise RuntimeError("the outbox is unavailable")
 
-    monkeypatch.setattr("engine.lanes.effects.event_emit", refuse)
+    monkeypatch.setattr("executions.lanes.effects.event_emit", refuse)
 
 
 def _lane_events() -> list[tuple[str, str]]:

@@ -27,12 +27,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from alfred.principals import cli_caller
-from engine.acceptance import execution_accept
-from engine.controls import InvalidState, execution_cancel, execution_retry
-from engine.lanes.reconciler import lane_reconcile
-from engine.models import ACTIVE_STATUSES, Execution, Stage, StepReceipt
-from engine.runtime.runner import stage_execute
-from engine.runtime.scans import runs_recover, timers_fire
+from executions.acceptance import execution_accept
+from executions.controls import InvalidState, execution_cancel, execution_retry
+from executions.lanes.reconciler import lane_reconcile
+from executions.models import ACTIVE_STATUSES, Execution, Stage, StepReceipt
+from executions.runtime.runner import stage_execute
+from executions.runtime.scans import runs_recover, timers_fire
 from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.services import LaneConflict, LaneOwnerMismatch, lane_recover
 from tests.support.engine_workflows import effects

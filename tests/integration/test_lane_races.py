@@ -16,11 +16,11 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from alfred.principals import cli_caller
-from engine.controls import execution_cancel, execution_retry
-from engine.lanes.reconciler import Action, lane_reconcile
-from engine.models import Execution, ExecutionStatus, Run, Stage
-from engine.runtime.runner import Outcome, stage_execute
-from engine.runtime.scans import runs_recover
+from executions.controls import execution_cancel, execution_retry
+from executions.lanes.reconciler import Action, lane_reconcile
+from executions.models import Execution, ExecutionStatus, Run, Stage
+from executions.runtime.runner import Outcome, stage_execute
+from executions.runtime.scans import runs_recover
 from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.services import lane_claim, lane_recover
 from tests.support.helpers import LAMBDA, assert_problem, submit
@@ -106,7 +106,7 @@ def test_a_root_queued_behind_its_lane_is_never_claimed(api):
 def test_a_child_retried_after_its_root_ended_holds_the_lane_itself(api):
     # given: a root whose child failed; the root was canceled and its lane went to another
     root = submit(api, "test-infra", {"label": "root"}).json()["id"]
-    from engine.runtime.children import child_create
+    from executions.runtime.children import child_create
 
     with transaction.atomic():
         child, _ = child_create(root, "test-infra", {"label": "root-cert"})
@@ -130,7 +130,7 @@ def test_a_child_retried_after_its_root_ended_holds_the_lane_itself(api):
 
 def test_a_child_runs_only_while_its_root_owns_the_lane(api):
     root = submit(api, "test-infra", {"label": "root"}).json()["id"]
-    from engine.runtime.children import child_create
+    from executions.runtime.children import child_create
 
     with transaction.atomic():
         child, _ = child_create(root, "test-infra", {"label": "root-cert"})
@@ -320,7 +320,7 @@ def test_the_acceptance_answer_shows_a_failed_publish(api):
 def test_a_continued_child_shows_and_releases_the_lane_it_takes(api):
     # given: a child that failed after its root had ended
     root = submit(api, "test-infra", {"label": "root"}).json()["id"]
-    from engine.runtime.children import child_create
+    from executions.runtime.children import child_create
 
     with transaction.atomic():
         child, _ = child_create(root, "test-infra", {"label": "root-cert"})
@@ -370,7 +370,7 @@ def test_a_beat_tick_pages_through_every_held_lane(api):
         submit(api, "test-laned", {"label": f"page-{i}", "lane": f"page-{i}"})
 
     # when: the tick visits two lanes a page, each page going on after the last
-    from engine.lanes.reconciler import lanes_reconcile
+    from executions.lanes.reconciler import lanes_reconcile
 
     pages: list[int] = []
     after: str | None = ""
@@ -388,7 +388,7 @@ def test_a_dead_holder_is_taken_over_at_once_only_in_this_pid_namespace():
     import subprocess
     import sys
 
-    from engine.runtime.holders import holder_process_dead, worker_identity
+    from executions.runtime.holders import holder_process_dead, worker_identity
 
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
@@ -424,7 +424,7 @@ def test_recover_to_another_execution_over_the_api_refuses_an_owner_that_started
 
 
 def test_the_beat_task_reconciles_the_held_lanes(api):
-    from engine.tasks import lanes_reconcile_tick as reconcile
+    from executions.tasks import lanes_reconcile_tick as reconcile
 
     submit(api, "test-laned", {"label": "task-0", "lane": "task-0"})
 

@@ -11,8 +11,8 @@ import pytest
 from django.db import connections, transaction
 
 from alfred.principals import cli_caller
-from engine.lanes.reconciler import Action, lane_reconcile, lanes_release_ready
-from engine.models import Execution, OutboxEvent, Run, Stage
+from executions.lanes.reconciler import Action, lane_reconcile, lanes_release_ready
+from executions.models import Execution, OutboxEvent, Run, Stage
 from lanes.effects import LaneHandedOver
 from lanes.models import Lane, LaneWaiter
 from lanes.services import lane_claim, lane_hand_over, lane_lock, lane_recover, try_lane_remove
@@ -92,7 +92,7 @@ def test_a_readiness_failure_after_an_earlier_run_went_past_planning_blocks(api)
     # given: the owner's first run failed in its dns stage; its retry was not ready
     from django.utils import timezone
 
-    from engine.controls import execution_retry
+    from executions.controls import execution_retry
 
     owner, _ = _owner_and_next(api)
     _finish(owner, "failed", "failed", dns={"status": "failed", "started_at": timezone.now()})
@@ -441,7 +441,7 @@ def test_the_terminal_transition_hands_the_lane_over_at_once(api):
 
 
 def test_an_operator_recovers_a_blocked_lane_with_an_audit_entry(api, operator_api):
-    from engine.models import AuditEntry
+    from executions.models import AuditEntry
     from tests.support.helpers import assert_problem
 
     owner, queued = _owner_and_next(api)
@@ -546,7 +546,7 @@ def test_a_reconciler_killed_mid_transaction_changes_nothing(api):
                 sys.executable,
                 "-c",
                 "import django; django.setup(); "
-                "from engine.lanes.reconciler import lane_reconcile; "
+                "from executions.lanes.reconciler import lane_reconcile; "
                 "lane_reconcile('aws-infrastructure')",
             ],
             cwd=ROOT,
@@ -696,7 +696,7 @@ def test_an_execution_canceled_while_queued_is_skipped(api):
 
 
 def test_a_read_only_instance_does_not_reconcile(api, settings):
-    from engine.tasks import lanes_reconcile_tick as reconcile
+    from executions.tasks import lanes_reconcile_tick as reconcile
 
     owner, queued = _owner_and_next(api)
     _finish(owner, "succeeded", "succeeded")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.models import DeliveryKey, Execution, OutboxEvent
+from executions.models import DeliveryKey, Execution, OutboxEvent
 from lanes.models import Lane, LaneWaiter
 from tests.support.helpers import LAMBDA, SUBDOMAIN, assert_problem, submit
 

@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 
 from alfred.tokens import token_create
-from engine.models import Execution
+from executions.models import Execution
 from tests.conftest import ROOT, subprocess_database_url, wait_for
 from tests.support.helpers import SUBDOMAIN
 

@@ -14,7 +14,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from alfred.logs import JsonLines, LogContext, log_context
-from engine.models import Execution
+from executions.models import Execution
 from tests.conftest import BeatProcess, WorkerProcess, wait_for
 from tests.support.helpers import submit
 from tests.support.live import WebServer
@@ -120,7 +120,7 @@ def test_web_and_worker_write_json_lines_one_per_refusal_and_per_transition(api)
     transitions = [
         line["message"]
         for line in lines
-        if line["logger"] == "engine.outbox" and line.get("execution") == body["id"]
+        if line["logger"] == "executions.outbox" and line.get("execution") == body["id"]
     ]
     assert transitions == [
         f"{body['id']} running (test-counter)",

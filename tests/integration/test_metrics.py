@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alfred.principals import Caller
 from delivery.endpoints import webhook_endpoint_save
-from engine.models import DeliveryStatus, Execution, WebhookDelivery, WebhookEndpoint
-from engine.runtime.registry import definition_get
+from executions.models import DeliveryStatus, Execution, WebhookDelivery, WebhookEndpoint
+from executions.runtime.registry import definition_get
 from providers.sandbox.stack import Sandbox
 from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.integration.test_add_domain import terminal

@@ -225,7 +225,7 @@ def test_the_development_secret_key_is_random_per_state_directory(tmp_path):
 
 @pytest.mark.django_db
 def test_the_admin_cancels_with_an_audit_entry(admin_client, api):
-    from engine.models import AuditEntry, Execution
+    from executions.models import AuditEntry, Execution
     from tests.support.helpers import SUBDOMAIN, submit
 
     body = submit(api, "add-subdomain", SUBDOMAIN).json()
@@ -273,7 +273,7 @@ def test_beat_installs_the_scans_as_periodic_tasks_shown_read_only_in_the_admin(
 
 @pytest.mark.django_db
 def test_a_command_is_audited_as_the_os_user_or_the_named_actor():
-    from engine.models import AuditEntry
+    from executions.models import AuditEntry
 
     mine, theirs = (accepted(name) for name in ("mine", "theirs"))
 
@@ -304,7 +304,7 @@ def test_a_command_with_no_os_user_and_no_actor_is_refused(monkeypatch):
 
 def accepted(subdomain: str) -> Any:
     from alfred.principals import cli_caller
-    from engine.acceptance import execution_accept
+    from executions.acceptance import execution_accept
 
     return execution_accept(
         workflow_name="add-subdomain",

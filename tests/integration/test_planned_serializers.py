@@ -13,15 +13,15 @@ from rest_framework import serializers
 
 from alfred.fields import PlannedSerializer
 from alfred.principals import Caller, Role
-from engine.acceptance import execution_accept
-from engine.api.serializers import (
+from executions.acceptance import execution_accept
+from executions.api.serializers import (
     AuditEntrySerializer,
     EventSerializer,
     ExecutionSerializer,
     ExecutionSummarySerializer,
     StageSerializer,
 )
-from engine.models import (
+from executions.models import (
     AuditEntry,
     Execution,
     ExecutionStatus,

@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from alfred.db import Statement, columns, insert_statement, instances, row_fetched, statements_run
-from engine.models import DeliveryKey, Execution, Run, Stage
-from engine.runtime.runner import Outcome, stage_execute
+from executions.models import DeliveryKey, Execution, Run, Stage
+from executions.runtime.runner import Outcome, stage_execute
 from tests.support.helpers import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)

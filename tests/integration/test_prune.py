@@ -1,4 +1,4 @@
-"""Retention (engine.retention, ``manage.py alfred_prune``): what an ended execution keeps
+"""Retention (executions.retention, ``manage.py alfred_prune``): what an ended execution keeps
 and loses, what is never touched, the races with a retry and a redelivery (real concurrent
 transactions), rollback refused after a prune, and the command end to end with --archive.
 
@@ -27,11 +27,11 @@ from django.db.models import F
 from alfred.principals import cli_caller
 from delivery.receivers import notification_receive
 from delivery.relay import deliveries_redeliver
-from engine import controls, retention
-from engine.acceptance import execution_accept
-from engine.controls import HistoryPruned, execution_cancel, execution_retry
-from engine.history import history_json
-from engine.models import (
+from executions import controls, retention
+from executions.acceptance import execution_accept
+from executions.controls import HistoryPruned, execution_cancel, execution_retry
+from executions.history import history_json
+from executions.models import (
     AuditEntry,
     DeliveryKey,
     DeliveryStatus,
@@ -47,13 +47,13 @@ from engine.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from engine.retention import (
+from executions.retention import (
     HistoryArchive,
     executions_prune,
     notifications_prune,
     prunable_roots,
 )
-from engine.runtime.runner import stage_execute
+from executions.runtime.runner import stage_execute
 from lanes.models import Lane, LaneState, LaneWaiter
 from tests.conftest import ROOT, subprocess_database_url
 from tests.support.factories import ExecutionFactory, RunFactory
@@ -432,7 +432,7 @@ def test_beat_prunes_only_when_asked_and_hands_on_what_is_left(monkeypatch):
     from django_celery_beat.schedulers import DatabaseScheduler
 
     from alfred.celery import app
-    from engine import tasks
+    from executions import tasks
 
     # given: the schedule as settings make it by default
     entry = settings.CELERY_BEAT_SCHEDULE["executions-prune"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from django.test import override_settings
 
-from engine.models import Execution, StageStatus, StartState
-from engine.tasks import run_stage
+from executions.models import Execution, StageStatus, StartState
+from executions.tasks import run_stage
 from tests.support.helpers import SUBDOMAIN, submit
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from alfred.users import user_set
-from engine.models import AuditEntry, Execution, ExecutionStatus, Hook, HookStatus
+from executions.models import AuditEntry, Execution, ExecutionStatus, Hook, HookStatus
 from lanes.models import Lane, LaneState
 from tests.support.helpers import SUBDOMAIN, assert_problem, paused_on_a_plan, submit
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from engine.models import Execution, InboundNotification, StepReceipt, Timer
+from executions.models import Execution, InboundNotification, StepReceipt, Timer
 from providers.sandbox.github_seed import HELM_REPO
 from providers.sandbox.stack import Sandbox
 from tests.conftest import wait_for

@@ -11,8 +11,8 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from engine.controls import PLAN_HASH_EXPECTED
-from engine.models import AuditEntry, Execution, ExecutionStatus, Hook, HookStatus
+from executions.controls import PLAN_HASH_EXPECTED
+from executions.models import AuditEntry, Execution, ExecutionStatus, Hook, HookStatus
 from tests.support.helpers import SUBDOMAIN, assert_problem, paused_on_a_plan, submit
 
 pytestmark = pytest.mark.django_db

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.models import Execution
+from executions.models import Execution
 from lanes.models import Lane, LaneState
 from providers.sandbox.stack import Ports, Sandbox
 from tests.conftest import wait_for

@@ -24,8 +24,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from alfred.logs import SCAN_TASKS, SILENT_TASKS
 from alfred.telemetry import ScansSampled
-from engine.models import Execution, StepReceipt
-from engine.runtime.registry import definition_get
+from executions.models import Execution, StepReceipt
+from executions.runtime.registry import definition_get
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import WorkerProcess, wait_for
 from tests.support import aws_world

@@ -16,7 +16,7 @@ from typing import Any, cast
 import boto3
 import pytest
 
-from engine.models import Execution
+from executions.models import Execution
 from lanes.models import Lane
 from providers.sandbox.aws import AwsStandIn, _await_update, _code
 from tests.conftest import WorkerProcess, quiesce, wait_for

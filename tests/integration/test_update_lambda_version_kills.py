@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.models import Execution, OutboxEvent
+from executions.models import Execution, OutboxEvent
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_engine import assert_gapless
 from tests.integration.test_update_lambda_version import (

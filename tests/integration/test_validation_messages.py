@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from engine.catalog import workflow_get
-from engine.models import Execution, WebhookEndpoint
+from executions.catalog import workflow_get
+from executions.models import Execution, WebhookEndpoint
 from tests.support.factories import ExecutionFactory
 from tests.support.helpers import assert_problem, submit
 from workflows.base import EXPECTED
@@ -112,7 +112,7 @@ def _assert_expected(message: str, pattern: str) -> None:
 
 
 def test_a_plan_hash_off_its_pattern_is_told_what_is_expected():
-    from engine.api.serializers import ApproveRequestSerializer
+    from executions.api.serializers import ApproveRequestSerializer
 
     execution: Execution = ExecutionFactory.create(status="paused")
     response = _token("operator").post(
@@ -138,7 +138,7 @@ def test_an_execution_id_off_its_pattern_is_told_what_is_expected(field):
 
 @pytest.mark.parametrize("event_type", ["Execution Failed", "nope", "execution.exploded"])
 def test_an_unknown_event_type_is_refused_naming_the_valid_ones(event_type):
-    from engine.events import PUBLIC_EVENT_TYPES
+    from executions.events import PUBLIC_EVENT_TYPES
 
     body = {"url": "https://hooks.example.com/alfred", "event_types": [event_type]}
     response = _token("operator").post("/api/v1/webhooks/endpoints", body, format="json")
@@ -151,7 +151,7 @@ def test_an_unknown_event_type_is_refused_naming_the_valid_ones(event_type):
 
 
 def test_the_event_types_are_listed_and_declared_as_an_enum():
-    from engine.events import EVENT_CATALOGUE
+    from executions.events import EVENT_CATALOGUE
 
     listed = _token("integration").get("/api/v1/webhooks/event-types")
     assert listed.status_code == 200

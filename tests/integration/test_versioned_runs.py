@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from engine.catalog import workflow_register
-from engine.models import Execution, Run
-from engine.runtime.registry import definition_get
+from executions.catalog import workflow_register
+from executions.models import Execution, Run
+from executions.runtime.registry import definition_get
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import quiesce
 from tests.integration.test_add_subdomain import (  # noqa: F401 (fixtures)

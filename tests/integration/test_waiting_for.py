@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import reverse
 
 from alfred.users import user_set
-from engine.lanes.reconciler import Action, lane_reconcile
+from executions.lanes.reconciler import Action, lane_reconcile
 from lanes.models import Lane, LaneState
 from tests.integration.test_lane_reconciler import _finish
 from tests.support.helpers import LAMBDA, paused_on_a_plan, submit

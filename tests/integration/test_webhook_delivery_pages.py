@@ -15,8 +15,8 @@ from rest_framework.test import APIClient
 
 from alfred.principals import Caller
 from delivery.endpoints import webhook_endpoint_save
-from engine.models import DeliveryStatus, Execution, WebhookDelivery, WebhookEndpoint
-from engine.outbox import event_emit
+from executions.models import DeliveryStatus, Execution, WebhookDelivery, WebhookEndpoint
+from executions.outbox import event_emit
 from tests.support.helpers import assert_problem
 
 pytestmark = pytest.mark.django_db(transaction=True)

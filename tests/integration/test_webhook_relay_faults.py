@@ -21,14 +21,14 @@ from rest_framework.test import APIClient
 from alfred.tokens import token_create
 from delivery import relay
 from delivery.endpoints import endpoint_url_check
-from engine.models import (
+from executions.models import (
     DeliveryStatus,
     Execution,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
 )
-from engine.outbox import event_emit
+from executions.outbox import event_emit
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_webhooks import FAST, Receiver
 

@@ -17,14 +17,14 @@ from django.db import connection, transaction
 
 from delivery import relay
 from delivery.endpoints import endpoint_url_check
-from engine.models import (
+from executions.models import (
     DeliveryStatus,
     Execution,
     WebhookAttempt,
     WebhookDelivery,
     WebhookEndpoint,
 )
-from engine.outbox import event_emit
+from executions.outbox import event_emit
 from tests.conftest import wait_for
 from tests.integration.test_webhooks import DripReceiver, Receiver, answer_head
 

@@ -25,7 +25,7 @@ from standardwebhooks.webhooks import Webhook
 from alfred.principals import Caller
 from alfred.tokens import token_create
 from delivery.endpoints import webhook_endpoint_save
-from engine.models import (
+from executions.models import (
     AuditEntry,
     DeliveryStatus,
     Execution,
@@ -34,7 +34,7 @@ from engine.models import (
     WebhookDelivery,
     WebhookEndpoint,
 )
-from engine.outbox import event_emit
+from executions.outbox import event_emit
 from tests.conftest import WorkerProcess, wait_for
 from tests.support.helpers import submit
 

@@ -18,7 +18,7 @@ from django.conf import settings
 from alfred.celery import app as celery_app
 from alfred.devstack import GRACE_SECONDS, children_for
 from alfred.models import WorkerHeartbeat
-from engine.models import Execution
+from executions.models import Execution
 from tests.conftest import ROOT, WorkerProcess, subprocess_database_url, wait_for
 from tests.support.helpers import submit
 from tests.support.live import free_port

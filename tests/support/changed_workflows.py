@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.runtime.stage import StageContext
+from executions.runtime.stage import StageContext
 from workflows import add_subdomain
 from workflows.add_subdomain.input import AddSubdomain
 

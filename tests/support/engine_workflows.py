@@ -20,9 +20,9 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 from django.dispatch import receiver
 
-from engine.runtime.errors import FatalError, ReadinessFailure, RetryableError
-from engine.runtime.signals import stage_claiming, stage_completed
-from engine.runtime.stage import StageContext
+from executions.runtime.errors import FatalError, ReadinessFailure, RetryableError
+from executions.runtime.signals import stage_claiming, stage_completed
+from executions.runtime.stage import StageContext
 from workflows.base import LaneClaim, Workflow
 
 
@@ -126,7 +126,7 @@ class Flaky(TestWorkflow):
     )
 
     def stage_plan(self, ctx: StageContext) -> Any:
-        from engine.runtime.stage import RetryPolicy
+        from executions.runtime.stage import RetryPolicy
 
         label = ctx.input["label"]
 
@@ -392,7 +392,7 @@ def kill_point(label: str, point: str) -> None:
 def _kill_point_of_stage(run_id: str, stage: str, point: str) -> None:
     if not counters().scard(KILL_POINTS):
         return  # nothing armed: no database read for every other test's stages
-    from engine.models import Run
+    from executions.models import Run
 
     row = Run.objects.filter(pk=run_id).values_list("execution__workflow", "execution__input")
     workflow, data = row.first() or (None, None)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import factory
 
-from engine.catalog import workflow_get
-from engine.identity import logical_identity
-from engine.models import Execution, ExecutionStatus, Run, RunKind, Stage
+from executions.catalog import workflow_get
+from executions.identity import logical_identity
+from executions.models import Execution, ExecutionStatus, Run, RunKind, Stage
 
 
 class ExecutionFactory(factory.django.DjangoModelFactory):

@@ -10,7 +10,7 @@ import psycopg
 from django.db import connection
 from rest_framework.test import APIClient
 
-from engine.models import Execution, ExecutionStatus, Hook
+from executions.models import Execution, ExecutionStatus, Hook
 
 SUBDOMAIN = {"zone": "example.com", "subdomain": "api", "ticket_ids": ["OPS-1"]}
 CERTIFICATE = {"domain": "example.com", "ticket_ids": ["OPS-2"]}

@@ -18,7 +18,7 @@ from typing import Any
 
 from celery.signals import task_postrun, task_prerun
 
-from engine.runtime.signals import stage_claiming, stage_completed
+from executions.runtime.signals import stage_claiming, stage_completed
 from tests.support.engine_workflows import KILL_POINTS, counters, kill_point
 
 RUN_STAGE = "executions.tasks.run_stage"
@@ -93,7 +93,7 @@ class EdgeKills:
         stage_completed.connect(self._on_completed, weak=False)
 
     def _label_of(self, run_id: Any) -> str | None:
-        from engine.models import Run
+        from executions.models import Run
 
         row = Run.objects.filter(pk=run_id).values_list("execution__workflow", "execution__input")
         workflow, data = row.first() or (None, None)

@@ -34,7 +34,7 @@ import httpx
 from celery import current_app
 from django.db import DatabaseError, InterfaceError, close_old_connections, connection
 
-from engine.models import TERMINAL_STATUSES, Execution, OutboxEvent
+from executions.models import TERMINAL_STATUSES, Execution, OutboxEvent
 from providers.gitops import parse_message
 from providers.sandbox.github_seed import BOOKING_REPO, BRANCH, HELM_REPO
 from providers.sandbox.stack import Sandbox

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from engine.runtime.errors import FatalError
-from engine.runtime.registry import compensation_get
+from executions.runtime.errors import FatalError
+from executions.runtime.registry import compensation_get
 from workflows.steps import acm as steps
 
 EXAMPLE = {"id": "Z1", "name": "example.com", "record_set_count": 4}

@@ -17,7 +17,7 @@ from prometheus_client import Counter, Histogram
 
 from alfred import metrics
 from alfred.metrics_state import ALFRED_GAUGES
-from engine.metrics import EXECUTION_GAUGES
+from executions.metrics import EXECUTION_GAUGES
 
 ROOT = Path(__file__).resolve().parents[2]
 OBSERVABILITY = ROOT / "docs" / "observability"

@@ -19,7 +19,7 @@ def test_the_house_has_no_upward_import_no_circle_and_no_import_in_a_function():
 def test_main_prints_the_graph_and_passes(capsys):
     assert architecture.main() == 0
     printed = capsys.readouterr().out
-    assert "engine     → alfred" in printed
+    assert "executions → alfred" in printed
     assert "providers  → nothing of Alfred" in printed
 
 
@@ -28,23 +28,23 @@ def _one(source: str, target: str, function: str | None = None) -> list[str]:
 
 
 def test_an_upward_or_sideways_import_is_a_breach():
-    assert _one("lanes.services", "engine.models")  # a lane knows no execution
-    assert _one("engine.acceptance", "workflows.registry")  # the engine knows no workflow
+    assert _one("lanes.services", "executions.models")  # a lane knows no execution
+    assert _one("executions.acceptance", "workflows.registry")  # the engine knows no workflow
     assert _one("delivery.relay", "workflows.base")  # side by side
-    assert _one("alfred.problems", "engine.models")  # the kernel knows no app
+    assert _one("alfred.problems", "executions.models")  # the kernel knows no app
     assert _one("providers.aws.route53", "alfred.db")
-    assert _one("engine.api.urls", "alfred.urls")  # nothing imports the root
+    assert _one("executions.api.urls", "alfred.urls")  # nothing imports the root
     assert not _one("alfred.urls", "delivery.urls")
-    assert not _one("delivery.relay", "engine.models")
+    assert not _one("delivery.relay", "executions.models")
 
 
 def test_the_runtime_builds_on_the_records_only():
-    assert _one("engine.runtime.runner", "engine.lanes.reconciler")
-    assert _one("engine.runtime.runner", "engine.acceptance")
-    assert _one("engine.runtime.runner", "lanes.services")  # the runtime knows no lane
-    assert _one("engine.runtime.runner", "providers.aws.acm")
-    assert not _one("engine.runtime.runner", "engine.outbox")
-    assert not _one("engine.runtime.runner", "alfred.db")
+    assert _one("executions.runtime.runner", "executions.lanes.reconciler")
+    assert _one("executions.runtime.runner", "executions.acceptance")
+    assert _one("executions.runtime.runner", "lanes.services")  # the runtime knows no lane
+    assert _one("executions.runtime.runner", "providers.aws.acm")
+    assert not _one("executions.runtime.runner", "executions.outbox")
+    assert not _one("executions.runtime.runner", "alfred.db")
 
 
 def test_a_workflow_reaches_providers_through_the_steps_only():
@@ -54,15 +54,15 @@ def test_a_workflow_reaches_providers_through_the_steps_only():
 
 
 def test_only_the_steps_call_providers():
-    assert _one("engine.acceptance", "providers.aws.acm")
+    assert _one("executions.acceptance", "providers.aws.acm")
     assert _one("lanes.services", "providers.config")
     assert _one("delivery.receivers", "providers.gitops.github")
     assert not _one("alfred.apps", "providers.observe")  # the kernel's metrics observe calls
 
 
 def test_an_import_inside_a_function_is_a_breach_but_in_an_apps_ready():
-    assert _one("engine.runtime.runner", "engine.runtime.dispatch", function="_suspend")
-    assert not _one("engine.apps", "engine.runtime.registry", function="ready")
+    assert _one("executions.runtime.runner", "executions.runtime.dispatch", function="_suspend")
+    assert not _one("executions.apps", "executions.runtime.registry", function="ready")
 
 
 def test_a_circle_is_found():

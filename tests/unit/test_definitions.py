@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from engine.runtime.registry import Definition
+from executions.runtime.registry import Definition
 
 
 def _definition(version: int, stages: tuple[str, ...], compatible: tuple[int, ...] = ()) -> Any:

@@ -4,7 +4,7 @@ owes a webhook delivery asks a relay to send it once its transaction commits."""
 from __future__ import annotations
 
 from delivery.relay import relay_publish
-from engine import outbox
+from executions import outbox
 
 
 def test_the_relay_is_hinted_after_an_emission_that_owes_a_delivery():

@@ -1,4 +1,4 @@
-"""The public event catalogue is declared once (``engine.events``) and written down once
+"""The public event catalogue is declared once (``executions.events``) and written down once
 (docs/contract.md, "Events"): the two name the same types, so an integrator reading the
 contract knows every type polling, the streams and webhooks carry."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from engine.events import EVENT_CATALOGUE, PUBLIC_EVENT_TYPES, TERMINAL_EVENT_TYPES
+from executions.events import EVENT_CATALOGUE, PUBLIC_EVENT_TYPES, TERMINAL_EVENT_TYPES
 
 CONTRACT = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from engine.runtime.errors import FatalError, ReadinessFailure
-from engine.runtime.registry import compensation_get
+from executions.runtime.errors import FatalError, ReadinessFailure
+from executions.runtime.registry import compensation_get
 from workflows.steps import lambda_ as steps
 from workflows.steps.compensations import Drifted
 from workflows.update_lambda_version import stages

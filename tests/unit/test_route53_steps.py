@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from engine.runtime.registry import compensation_get
+from executions.runtime.registry import compensation_get
 from workflows.steps import route53 as steps
 from workflows.steps.blast_radius import BlastRadius
 

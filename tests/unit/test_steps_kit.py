@@ -9,9 +9,9 @@ from typing import Any, cast
 
 import pytest
 
-from engine.runtime.errors import FatalError, ReadinessFailure, RetryableError
-from engine.runtime.registry import compensation_get
-from engine.runtime.stage import StageContext
+from executions.runtime.errors import FatalError, ReadinessFailure, RetryableError
+from executions.runtime.registry import compensation_get
+from executions.runtime.stage import StageContext
 from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient, Unknown
 from workflows.steps.compensations import Drifted, mutation
 from workflows.steps.errors import engine_error, provider_errors

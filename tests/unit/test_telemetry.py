@@ -7,7 +7,7 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
 from alfred.telemetry import tracing_configured
-from engine.runtime.tracing import trace_context_now
+from executions.runtime.tracing import trace_context_now
 
 
 @pytest.mark.parametrize(

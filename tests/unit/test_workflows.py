@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from engine.catalog import InvalidInput, LaneClaim, Workflow, workflow_get
-from engine.identity import logical_identity
+from executions.catalog import InvalidInput, LaneClaim, Workflow, workflow_get
+from executions.identity import logical_identity
 from workflows.fields import normalize_hostname
 from workflows.registry import WORKFLOWS
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.runtime.errors import FatalError
-from engine.runtime.stage import StageContext
+from executions.runtime.errors import FatalError
+from executions.runtime.stage import StageContext
 from workflows.steps import acm, route53
 
 RECORDS_POLL_SECONDS = 1.0

@@ -51,8 +51,8 @@ from typing import Any
 
 from django.conf import settings
 
-from engine.runtime.errors import FatalError, ReadinessFailure
-from engine.runtime.stage import StageContext
+from executions.runtime.errors import FatalError, ReadinessFailure
+from executions.runtime.stage import StageContext
 from workflows.steps import acm, argocd, gitops, route53
 
 CERTIFICATE_WORKFLOW = "add-certificate"

@@ -29,8 +29,8 @@ from typing import Any
 
 from django.conf import settings
 
-from engine.runtime.errors import FatalError, ReadinessFailure
-from engine.runtime.stage import StageContext
+from executions.runtime.errors import FatalError, ReadinessFailure
+from executions.runtime.stage import StageContext
 from workflows.steps import route53
 from workflows.steps.blast_radius import blast_radius_assess
 from workflows.steps.planning import approval_token, change_summary, plan_hash

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.runtime.stage import StageContext
+from executions.runtime.stage import StageContext
 from workflows.add_domain.stages import (
     booking,
     certificate,

@@ -22,8 +22,8 @@ from typing import Any
 
 from django.conf import settings
 
-from engine.runtime.errors import FatalError, ReadinessFailure
-from engine.runtime.stage import StageContext
+from executions.runtime.errors import FatalError, ReadinessFailure
+from executions.runtime.stage import StageContext
 from providers.aws.acm import FINAL_STATUSES, Acm, covers
 from providers.errors import NotFound, ProviderError
 from providers.factory import Providers

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 
-from engine.runtime.errors import FatalError
+from executions.runtime.errors import FatalError
 from providers.argocd import ArgoCD, assess
 from providers.factory import Providers
 from providers.gitops import KIRBY_ROUTING, NGINX_HOSTS

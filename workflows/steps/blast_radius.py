@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.runtime.errors import FatalError
+from executions.runtime.errors import FatalError
 
 MIN_EXISTING_RECORDS = 10
 UPDATE_THRESHOLD = 0.3

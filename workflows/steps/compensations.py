@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from engine.runtime.errors import FatalError
-from engine.runtime.registry import compensation_register
+from executions.runtime.errors import FatalError
+from executions.runtime.registry import compensation_register
 
 F = TypeVar("F", bound=Callable[..., Any])
 RECEIPT_KEYS = frozenset({"resource", "action", "undo", "before", "after"})

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from engine.runtime.errors import FatalError, ReadinessFailure, RetryableError
+from executions.runtime.errors import FatalError, ReadinessFailure, RetryableError
 from providers.errors import (
     Conflict,
     NotFound,

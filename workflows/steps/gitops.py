@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.runtime.stage import StageContext
+from executions.runtime.stage import StageContext
 from providers.gitops import (
     KIRBY_ROUTING,
     NGINX_BOOKING,

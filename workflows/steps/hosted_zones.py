@@ -16,8 +16,8 @@ from typing import Any
 
 from django.conf import settings
 
-from engine.runtime.errors import FatalError, ReadinessFailure
-from engine.runtime.stage import StageContext
+from executions.runtime.errors import FatalError, ReadinessFailure
+from executions.runtime.stage import StageContext
 from providers.errors import NotFound, ProviderError
 from providers.factory import Providers
 from workflows.steps.compensations import Drifted, mutation

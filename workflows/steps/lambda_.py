@@ -21,8 +21,8 @@ from typing import Any
 
 from django.conf import settings
 
-from engine.runtime.errors import FatalError
-from engine.runtime.stage import StageContext
+from executions.runtime.errors import FatalError
+from executions.runtime.stage import StageContext
 from providers.aws.lambda_ import AliasState, Lambda
 from providers.errors import Conflict, NotFound, ProviderError
 from providers.factory import Providers

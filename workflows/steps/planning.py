@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from engine.identity import canonical_json
+from executions.identity import canonical_json
 
 
 def plan_hash(*, proposed: Any, existing: Any) -> str:

@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from django.conf import settings
 
-from engine.runtime.stage import StageContext
+from executions.runtime.stage import StageContext
 from providers.aws.route53 import Change, Route53
 from providers.factory import Providers
 from workflows.steps.blast_radius import blast_radius_check

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.runtime.errors import FatalError, ReadinessFailure
-from engine.runtime.stage import StageContext
+from executions.runtime.errors import FatalError, ReadinessFailure
+from executions.runtime.stage import StageContext
 from workflows.steps import lambda_
 
 SETTLE_POLL_SECONDS = 1.0

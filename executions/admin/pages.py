@@ -1,0 +1,553 @@
+"""What the execution's admin pages show, computed apart from the admin classes (selectors for
+the operator's view: reads only, no request). The templates only lay these out.
+
+- :func:`execution_header` — status, workflow, lane (role, queue position), start state, the
+  related executions and the assistance asked for.
+- :func:`execution_timeline` — every run, newest first, as its stages in order, each with
+  what happened inside it in time order: step receipts (with what each took), waits (timers)
+  and checkpoints (hooks), outputs and errors as collapsed JSON.
+- :func:`pending_approval` and :func:`plan_rows` — the checkpoint an operator answers, its
+  plan as record sets before → after.
+
+The whole history as one JSON document ("download as JSON") is ``executions.history``'s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.contrib.admin.utils import quote
+from django.db.models import Max
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import urlencode
+
+from alfred.principals import Caller, principal_name
+from alfred.readonly import read_only
+from executions import selectors
+from executions.controls import CONTROLS, execution_controls
+from executions.history import RUN_RECORDS
+from executions.models import (
+    TERMINAL_STATUSES,
+    Execution,
+    Hook,
+    HookStatus,
+    Run,
+    RunKind,
+    Stage,
+    StepReceipt,
+    Timer,
+)
+from executions.runtime.rollback import PlannedUndo, rollback_plan_tree
+from lanes.models import Lane, LaneState
+
+EVENTS_SHOWN = 500  # the newest; every event is in the outbox events' list
+
+
+def pretty(value: Any) -> str:
+    """JSON for a <pre> (the template escapes it); empty for nothing recorded."""
+    if value is None:
+        return ""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def change_url(obj: Any) -> str:
+    opts = obj._meta
+    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(obj.pk)])
+
+
+def _took(start: datetime | None, end: datetime | None) -> str:
+    """A duration for people: ``840 ms``, ``12.3 s``, ``4 min 5 s``, ``2 h 10 min``."""
+    if start is None or end is None or end < start:
+        return ""
+    seconds = (end - start).total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, second = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {second} s"
+    hours, minute = divmod(minutes, 60)
+    return f"{hours} h {minute} min"
+
+
+# --- the header ---------------------------------------------------------------------------
+
+
+def execution_subject(execution: Execution) -> str:
+    """What the execution acts on, as an operator names it: the record (add-subdomain), the
+    domain (add-certificate, add-domain, onboard-domain) or the fleet on its environment and
+    the version (update-lambda-version)."""
+    data = execution.input if isinstance(execution.input, Mapping) else {}
+    name, zone = str(data.get("subdomain") or ""), str(data.get("zone") or "")
+    if name:  # canonical input names the record in full; a raw one may be relative
+        return name if not zone or name.endswith(zone) else f"{name}.{zone}"
+    if data.get("target"):
+        fleet = f"{data['target']} on {data.get('environment') or '?'}"
+        return f"{fleet} → version {data['version']}" if data.get("version") else fleet
+    return str(data.get("domain") or zone)
+
+
+def execution_tickets(execution: Execution) -> list[str]:
+    data = execution.input if isinstance(execution.input, Mapping) else {}
+    tickets = data.get("ticket_ids")
+    return [str(t) for t in tickets] if isinstance(tickets, list) else []
+
+
+def execution_requester(execution: Execution) -> dict[str, str]:
+    """Who first asked for the execution: the principal it is recorded under and the name
+    people know it by (a user's, a token's; none left for one since deleted)."""
+    name = (
+        Execution.objects.filter(pk=execution.pk)
+        .annotate(name=principal_name("principal"))
+        .values_list("name", flat=True)
+        .first()
+    )
+    return {"principal": execution.principal, "name": name or execution.principal}
+
+
+def execution_identity(execution: Execution) -> dict[str, Any]:
+    """What the header and the control pages name the execution by."""
+    return {
+        "subject": execution_subject(execution),
+        "requester": execution_requester(execution),
+        "tickets": execution_tickets(execution),
+    }
+
+
+def execution_title(execution: Execution) -> str:
+    """The page's subtitle: what it does to what, then the id."""
+    subject = execution_subject(execution)
+    return f"{execution.workflow} {subject} · {execution.pk}" if subject else execution.pk
+
+
+def _timing(execution: Execution) -> dict[str, str]:
+    """What the header says the execution took: from its acceptance to the end of its work,
+    and, once a rollback was asked for, what the rollback took apart (from its request to its
+    end): a rollback's time is not the work's, however long after the work it was asked
+    for. ``so far`` for what has not ended."""
+    now = timezone.now()
+    terminal = execution.status in TERMINAL_STATUSES
+    rollback = execution.runs.filter(kind=RunKind.ROLLBACK).order_by("number").first()
+    if rollback is None:
+        end = execution.finished_at or now
+        return {"took": _took(execution.created_at, end), "took_label": _label(terminal)}
+    work = execution.runs.exclude(kind=RunKind.ROLLBACK).aggregate(end=Max("finished_at"))
+    return {
+        "took": _took(execution.created_at, work["end"] or rollback.created_at),
+        "took_label": "took",
+        "rollback_took": _took(rollback.created_at, execution.finished_at or now),
+        "rollback_label": _label(terminal),
+    }
+
+
+def _label(ended: bool) -> str:
+    return "took" if ended else "so far"
+
+
+def execution_header(execution: Execution) -> dict[str, Any]:
+    lane = selectors.execution_lane(execution)
+    waiting = selectors.execution_waiting(execution, lane, _pending_hook(execution))
+    related = [
+        ("predecessor", execution.predecessor),
+        ("parent", execution.parent),
+    ]
+    children = list(
+        execution.children.order_by("created_at", "id").only("id", "status", "workflow")
+    )
+    recorded = execution.assistance if isinstance(execution.assistance, list) else []
+    return {
+        "status": execution.status,
+        "terminal": execution.status in TERMINAL_STATUSES,
+        "workflow": execution.workflow,
+        **execution_identity(execution),
+        "dry_run": execution.dry_run,
+        "start_state": execution.start_state,
+        "start_error": pretty(execution.start_error),
+        **_timing(execution),
+        "lane": None
+        if lane is None
+        else {
+            "key": lane.key,
+            "role": lane.role or "none (neither holding nor queued)",
+            "state": lane.state or "no lane row",
+            "position": lane.position,
+            "url": reverse("admin:lanes_lane_change", args=[quote(lane.key)]) if lane.state else "",
+        },
+        "waiting": None
+        if waiting is None
+        else {
+            "code": waiting.code,
+            "who": waiting.who,
+            "detail": waiting.detail,
+            "lane_url": reverse("admin:lanes_lane_change", args=[quote(waiting.lane)])
+            if waiting.lane
+            else "",
+        },
+        "related": [
+            {"relation": relation, "execution": other, "url": change_url(other)}
+            for relation, other in related
+            if other is not None
+        ]
+        + [{"relation": "child", "execution": c, "url": change_url(c)} for c in children],
+        "assistance": [
+            {
+                "kind": str(item.get("kind", "")),
+                "summary": str(item.get("summary") or item.get("action") or ""),
+                "action": str(item.get("action", "")),
+                "stage": str(item.get("stage", "")),
+                "detail": pretty(item),
+            }
+            for item in recorded
+            if isinstance(item, Mapping)
+        ],
+        # Asked for once, no longer owed: its rollback undid what it was asked for.
+        "assistance_withdrawn": bool(recorded) and not selectors.execution_assistance(execution),
+        "input": pretty(execution.input),
+        "error": pretty(execution.error),
+        "result": pretty(execution.result),
+    }
+
+
+# --- the timeline -------------------------------------------------------------------------
+
+
+def _receipt_view(receipt: StepReceipt) -> dict[str, Any]:
+    mutation = receipt.mutation if isinstance(receipt.mutation, Mapping) else None
+    return {
+        "receipt": receipt,
+        "output": pretty(receipt.output),
+        "error": pretty(receipt.error),
+        "mutation": None
+        if mutation is None
+        else {
+            "resource": str(mutation.get("resource", "")),
+            "action": str(mutation.get("action", "")),
+            "before": pretty(mutation.get("before")),
+            "after": pretty(mutation.get("after")),
+            "simulated": bool(mutation.get("simulated")),
+        },
+    }
+
+
+def _entries(
+    receipts: Iterable[StepReceipt], timers: Iterable[Timer], hooks: Iterable[Hook]
+) -> list[dict[str, Any]]:
+    """One stage's entries, in the order they happened. A receipt's time is when it was
+    recorded, a wait's when it began (its timer's creation), a checkpoint's when it was asked."""
+    entries: list[dict[str, Any]] = []
+    for receipt in receipts:
+        entries.append({"type": "step", "at": receipt.created_at, **_receipt_view(receipt)})
+    for timer in timers:
+        entries.append(
+            {
+                "type": "wait",
+                "at": timer.created_at,
+                "timer": timer,
+                "took": _took(timer.created_at, timer.fired_at),
+                "topics": ", ".join(str(t) for t in timer.topics or []),
+            }
+        )
+    for hook in hooks:
+        entries.append(
+            {
+                "type": "checkpoint",
+                "at": hook.created_at,
+                "hook": hook,
+                "plan_hash": str((hook.payload or {}).get("plan_hash", "")),
+                "took": _took(hook.created_at, hook.resolved_at),
+                "payload": pretty(hook.payload),
+            }
+        )
+    entries.sort(key=lambda entry: entry["at"])
+    return entries
+
+
+def _step_durations(entries: list[dict[str, Any]], start: datetime | None) -> None:
+    """What a step took: from the previous entry of its stage (or the stage's start) to its
+    receipt. A step's own start is not recorded; this is the time the stage spent on it."""
+    previous = start
+    for entry in entries:
+        if entry["type"] == "step":
+            entry["took"] = _took(previous, entry["at"])
+        previous = entry["at"]
+
+
+def _run_view(run: Run, current: bool) -> dict[str, Any]:
+    receipts: dict[str, list[StepReceipt]] = {}
+    timers: dict[str, list[Timer]] = {}
+    hooks: dict[str, list[Hook]] = {}
+    for receipt in run.receipts.all():
+        receipts.setdefault(receipt.stage, []).append(receipt)
+    for timer in run.timers.all():
+        timers.setdefault(timer.stage, []).append(timer)
+    for hook in run.hooks.all():
+        hooks.setdefault(hook.stage, []).append(hook)
+    stages: list[dict[str, Any]] = []
+    named = set()
+    for stage in run.stages.all():
+        named.add(stage.name)
+        stages.append(_stage_view(stage.name, stage, receipts, timers, hooks))
+    # A rollback run's compensations (and any entry of a stage with no stage row) still show.
+    for name in sorted({*receipts, *timers, *hooks} - named):
+        stages.append(_stage_view(name, None, receipts, timers, hooks))
+    return {
+        "run": run,
+        "current": current,
+        "took": _took(run.started_at, run.finished_at),
+        "error": pretty(run.error),
+        "stages": stages,
+    }
+
+
+def _stage_view(
+    name: str,
+    stage: Stage | None,
+    receipts: Mapping[str, list[StepReceipt]],
+    timers: Mapping[str, list[Timer]],
+    hooks: Mapping[str, list[Hook]],
+) -> dict[str, Any]:
+    entries = _entries(receipts.get(name, ()), timers.get(name, ()), hooks.get(name, ()))
+    _step_durations(entries, stage.started_at if stage else None)
+    return {
+        "name": name,
+        "stage": stage,
+        "status": stage.status if stage else "",
+        "took": _took(stage.started_at, stage.finished_at) if stage else "",
+        "output": pretty(stage.output) if stage else "",
+        "error": pretty(stage.error) if stage else "",
+        "entries": entries,
+    }
+
+
+def execution_timeline(execution: Execution) -> list[dict[str, Any]]:
+    """Every run, newest first, each as its stages and what happened in them (five queries,
+    whatever the number of runs)."""
+    runs = execution.runs.order_by("-number").prefetch_related(*RUN_RECORDS)
+    return [_run_view(run, run.pk == execution.current_run_id) for run in runs]
+
+
+# --- the approval -------------------------------------------------------------------------
+
+
+def _record_cell(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """One Route53 record set (``providers.aws.route53.model.Record``) as the plan shows it:
+    its TTL, and its values or alias target, and any routing beside them."""
+    if record is None:
+        return None
+    alias = record.get("alias")
+    if isinstance(alias, Mapping):
+        health = ", evaluates target health" if alias.get("evaluate_target_health") else ""
+        data = [f"alias → {alias.get('dns_name')} (zone {alias.get('hosted_zone_id')}{health})"]
+    else:
+        values = record.get("values") or []
+        data = [str(value) for value in (values if isinstance(values, list) else [values])]
+    routing = record.get("routing") or {}
+    if record.get("set_identifier"):
+        routing = {"SetIdentifier": record["set_identifier"], **routing}
+    return {
+        "ttl": "" if record.get("ttl") is None else str(record["ttl"]),
+        "data": data,
+        "routing": json.dumps(routing, sort_keys=True, default=str) if routing else "",
+    }
+
+
+def plan_rows(plan: Any) -> list[dict[str, Any]]:
+    """The record sets of an add-subdomain plan (``{"before": [...], "after": [...]}``), one
+    row per set (name, type, set identifier) that either side holds: its cell before and
+    after (None where it is absent) and what the plan does to it."""
+    if not isinstance(plan, Mapping):
+        return []
+    sides: dict[str, dict[tuple[str, str, str], Mapping[str, Any]]] = {}
+    order: list[tuple[str, str, str]] = []
+    for side in ("before", "after"):
+        records = plan.get(side)
+        sides[side] = {}
+        for record in records if isinstance(records, list) else []:
+            if not isinstance(record, Mapping):
+                continue
+            key = (
+                str(record.get("name", "")),
+                str(record.get("type", "")),
+                str(record.get("set_identifier") or ""),
+            )
+            sides[side][key] = record
+            if key not in order:
+                order.append(key)
+    rows = []
+    for key in order:
+        before, after = sides["before"].get(key), sides["after"].get(key)
+        if before is None:
+            change = "added"
+        elif after is None:
+            change = "deleted"
+        else:
+            change = "unchanged" if before == after else "replaced"
+        rows.append(
+            {
+                "name": key[0],
+                "type": key[1],
+                "before": _record_cell(before),
+                "after": _record_cell(after),
+                "change": change,
+            }
+        )
+    return rows
+
+
+def _pending_hook(execution: Execution) -> Hook | None:
+    return execution.hooks.awaiting_operator().first()
+
+
+def pending_approval(execution: Execution) -> dict[str, Any] | None:
+    """The operator checkpoint the execution waits on (as the API's ``pending_approval``),
+    with its plan as table rows."""
+    hook = _pending_hook(execution)
+    if hook is None:
+        return None
+    payload = hook.payload if isinstance(hook.payload, Mapping) else {}
+    plan = payload.get("plan")
+    changes = plan.get("changes") if isinstance(plan, Mapping) else None
+    batch = [c for c in changes if isinstance(c, Mapping)] if isinstance(changes, list) else []
+    return {
+        "hook": hook,
+        "plan_hash": str(payload.get("plan_hash", "")),
+        "summary": str(payload.get("summary", "")),
+        "zone": plan.get("zone", "") if isinstance(plan, Mapping) else "",
+        "name": plan.get("name", "") if isinstance(plan, Mapping) else "",
+        "rows": plan_rows(plan),
+        "changes": [
+            f"{c.get('action')} {c['record'].get('name')} {c['record'].get('type')}"
+            for c in batch
+            if isinstance(c.get("record"), Mapping)
+        ],
+        "expires_at": hook.expires_at,
+        # display only: the service decides expiry on the database's clock
+        "expired": hook.expires_at is not None and hook.expires_at <= timezone.now(),
+        "force_required": bool(payload.get("force_required")),
+        "requested_at": hook.created_at,
+        "payload": pretty(hook.payload),
+    }
+
+
+def superseded_plan(execution: Execution, plan_hash: str) -> dict[str, Any] | None:
+    """When ``plan_hash`` names an earlier plan of this execution that is no longer the one
+    waiting: what became of it, and the hash of the plan waiting now (if any)."""
+    if not plan_hash:
+        return None
+    current = _pending_hook(execution)
+    current_hash = str((current.payload or {}).get("plan_hash", "")) if current else ""
+    if plan_hash == current_hash:
+        return None
+    earlier = (
+        execution.hooks.filter(operator=True, payload__plan_hash=plan_hash)
+        .order_by("-created_at")
+        .first()
+    )
+    if earlier is None:
+        return None
+    return {
+        "plan_hash": plan_hash,
+        "status": PLAN_FATES.get(earlier.status, earlier.status),
+        "hook_status": earlier.status,
+        "current_hash": current_hash,
+    }
+
+
+# What became of a plan, in an operator's words (a hook's status is the engine's: "signalled"
+# says a signal reached the wait, not what the operator did).
+PLAN_FATES: dict[str, str] = {
+    HookStatus.SIGNALLED: "already approved",
+    HookStatus.SUPERSEDED: "superseded",
+    HookStatus.EXPIRED: "expired: nobody approved it in time",
+    HookStatus.CANCELED: "no longer waiting: rejected, or the execution was canceled",
+}
+
+
+def approvals_pending() -> dict[str, Any]:
+    """What waits for an operator, for the admin index: paused executions and lanes that
+    need recovering, with where to find them (the one execution itself when there is one)."""
+    paused = selectors.executions_awaiting(Execution.objects.all(), "approval")
+    ids = list(paused.order_by("created_at").values_list("id", flat=True)[:2])
+    changelist = reverse("admin:executions_execution_changelist")
+    stuck = Lane.objects.filter(state=LaneState.RECOVERY_REQUIRED).count()
+    return {
+        "approvals": paused.count() if ids else 0,
+        "approvals_url": reverse("admin:executions_execution_change", args=[quote(ids[0])])
+        if len(ids) == 1
+        else f"{changelist}?{urlencode({'awaiting': 'approval'})}",
+        "recoveries": stuck,
+        "recoveries_url": reverse("admin:lanes_lane_changelist")
+        + "?"
+        + urlencode({"state__exact": LaneState.RECOVERY_REQUIRED}),
+    }
+
+
+# --- controls and the page ----------------------------------------------------------------
+
+
+def offered_controls(execution: Execution, caller: Caller) -> list[str]:
+    """The controls to offer, in the controls' order: none on a read-only instance."""
+    if read_only():
+        return []
+    allowed = execution_controls(execution, caller)
+    return [control.name for control in CONTROLS if control.name in allowed]
+
+
+def rollback_steps(execution: Execution) -> list[dict[str, Any]]:
+    """What a rollback asked for now does, in its order, children included (the engine's own
+    :func:`~executions.runtime.rollback.rollback_plan`, which the run follows): each step's
+    receipt and mutation, and under a child's rollback the steps of the child's own run."""
+    return [_undo_view(execution.pk, planned) for planned in rollback_plan_tree(execution.pk)]
+
+
+def _undo_view(execution_id: str, planned: PlannedUndo) -> dict[str, Any]:
+    undo = planned.undo
+    return {
+        **_receipt_view(undo.receipt),
+        "execution_id": execution_id,
+        "resource": undo.resource,
+        "action": undo.action,
+        "child": undo.child,
+        "child_status": planned.child_status,
+        "child_url": reverse("admin:executions_execution_change", args=[quote(undo.child)])
+        if undo.child
+        else "",
+        "then": [_undo_view(str(undo.child), step) for step in planned.then],
+    }
+
+
+def rollback_lines(steps: Iterable[Mapping[str, Any]], within: str = "") -> list[str]:
+    """The same steps as lines of text, in order (the bulk action's confirmation); a child's
+    own steps follow it, each naming the child."""
+    lines = []
+    for step in steps:
+        receipt = step["receipt"]
+        where = f"run #{receipt.run.number}, {receipt.stage} / {receipt.step_key}"
+        if step["child"]:
+            what = f"roll back the child {step['child']} ({step['child_status'] or 'unknown'})"
+            if not step["then"]:
+                what += ": rolled back already, nothing to do"
+        else:
+            what = f"undo {step['action'] or 'the change'} of {step['resource']}"
+        lines.append(f"{within}{what} ({where})")
+        lines += rollback_lines(step["then"], f"{step['child']}: ") if step["child"] else []
+    return lines
+
+
+def execution_events(execution: Execution) -> dict[str, Any]:
+    events = list(execution.events.order_by("-sequence")[:EVENTS_SHOWN])
+    return {
+        "events": [{"event": e, "payload": pretty(e.payload)} for e in reversed(events)],
+        "events_total": execution.last_sequence,
+        "events_url": reverse("admin:executions_outboxevent_changelist")
+        + "?"
+        + urlencode({"q": execution.pk}),
+    }
+
+
+# --- the history as JSON ------------------------------------------------------------------

@@ -1,0 +1,64 @@
+from django.urls import path
+
+from executions.api.views.audit import AuditEntryListApi
+from executions.api.views.controls import (
+    ExecutionApproveApi,
+    ExecutionCancelApi,
+    ExecutionRejectApi,
+    ExecutionRetryApi,
+    ExecutionRollbackApi,
+)
+from executions.api.views.executions import (
+    ExecutionCreateApi,
+    ExecutionDetailApi,
+    ExecutionEventsApi,
+    ExecutionListApi,
+)
+from executions.api.views.workflows import WorkflowListApi
+from lanes.api import LaneDetailApi, LaneListApi, LaneRecoverApi
+
+urlpatterns = [
+    path("workflows", WorkflowListApi.as_view(), name="workflow-list"),
+    path(
+        "workflows/<str:workflow>/executions",
+        ExecutionCreateApi.as_view(),
+        name="execution-create",
+    ),
+    path("executions", ExecutionListApi.as_view(), name="execution-list"),
+    path("executions/<str:execution_id>", ExecutionDetailApi.as_view(), name="execution-detail"),
+    # Each control at executions/<id>/<name>, named execution-<name> (execution_links).
+    path(
+        "executions/<str:execution_id>/cancel",
+        ExecutionCancelApi.as_view(),
+        name="execution-cancel",
+    ),
+    path(
+        "executions/<str:execution_id>/retry",
+        ExecutionRetryApi.as_view(),
+        name="execution-retry",
+    ),
+    path(
+        "executions/<str:execution_id>/approve",
+        ExecutionApproveApi.as_view(),
+        name="execution-approve",
+    ),
+    path(
+        "executions/<str:execution_id>/reject",
+        ExecutionRejectApi.as_view(),
+        name="execution-reject",
+    ),
+    path(
+        "executions/<str:execution_id>/rollback",
+        ExecutionRollbackApi.as_view(),
+        name="execution-rollback",
+    ),
+    path(
+        "executions/<str:execution_id>/events",
+        ExecutionEventsApi.as_view(),
+        name="execution-events",
+    ),
+    path("audit", AuditEntryListApi.as_view(), name="audit-list"),
+    path("lanes", LaneListApi.as_view(), name="lane-list"),
+    path("lanes/<path:key>/recover", LaneRecoverApi.as_view(), name="lane-recover"),
+    path("lanes/<path:key>", LaneDetailApi.as_view(), name="lane-detail"),
+]

@@ -1,0 +1,32 @@
+from django.apps import AppConfig
+
+
+class ExecutionsConfig(AppConfig):
+    """Connects what the lower layers call without importing it: the port the lanes
+    services reach executions through (``lanes.effects``), the claim guard and, after every
+    terminal transition, the lane reconciler at once (the runtime knows no lanes); the
+    problems and gauges the kernel serves."""
+
+    name = "executions"
+    # The label the tables, migrations, permissions and admin URLs were made under.
+    label = "executions"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from alfred.metrics import state_register
+        from alfred.metrics_state import SqlGauges
+        from alfred.problems import problems_register
+        from executions.api.problems import PROBLEMS
+        from executions.lanes.effects import ExecutionLaneEffects
+        from executions.lanes.holding import execution_lane_refusal
+        from executions.lanes.reconciler import lane_reconcile_on_finish
+        from executions.metrics import EXECUTION_GAUGES
+        from executions.runtime.registry import claim_guard_register
+        from executions.runtime.terminal import execution_finished
+        from lanes.effects import lane_effects_install
+
+        problems_register(*PROBLEMS)
+        state_register(SqlGauges(EXECUTION_GAUGES))
+        claim_guard_register(execution_lane_refusal)
+        lane_effects_install(ExecutionLaneEffects())
+        execution_finished.connect(lane_reconcile_on_finish, dispatch_uid="lanes.reconcile")

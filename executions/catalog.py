@@ -1,0 +1,103 @@
+"""The workflows Alfred accepts, as acceptance, the controls, the API and the admin see them.
+
+The workflows app registers each at start (``workflows.apps``); nothing here imports a
+workflow, so the dependency points workflows → executions. Registering a workflow also gives
+the engine its definitions (``executions.runtime.registry``). A workflow registered under a
+name already taken replaces the earlier one: the tests' changed workflows stand in for one
+of the five that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from executions.runtime.registry import Definition, register
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One invalid field: ``field`` is a JSON Pointer into the request body (RFC 6901)."""
+
+    field: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "message": self.message}
+
+
+class InvalidInput(Exception):
+    def __init__(self, errors: list[FieldError]) -> None:
+        super().__init__("; ".join(f"{e.field}: {e.message}" for e in errors))
+        self.errors = errors
+
+
+@dataclass(frozen=True)
+class LaneClaim:
+    """The lane an execution must hold before it runs.
+
+    ``token`` names what the holder will do to the lane's subject (e.g. the Lambda version).
+    A claim whose token differs from the owner's or from any queued claim's fails closed
+    (409 ``lane_conflict``); claims without a token only queue.
+    """
+
+    key: str
+    token: str | None = None
+
+
+class Workflow(Protocol):
+    """What is read of a workflow outside it (``workflows.base.Workflow`` is the one kind)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The schema input is validated against (the shape; ``validate`` checks the rest)."""
+
+    @property
+    def served_schema(self) -> dict[str, Any]:
+        """The input schema as the API serves it (a property may document a narrower form
+        than it validates)."""
+
+    @property
+    def stages(self) -> tuple[str, ...]: ...
+    @property
+    def supports_continuation(self) -> bool: ...
+    @property
+    def queues_on_a_lane(self) -> bool: ...
+    @property
+    def continuation_skips(self) -> tuple[str, ...] | None: ...
+    @property
+    def replaced_by_another_token(self) -> bool: ...
+
+    def validate(self, data: Any) -> None:
+        """Raise :class:`InvalidInput` with every field error."""
+
+    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]: ...
+    def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None: ...
+    def continue_after_success(
+        self, canonical: Mapping[str, Any], stage_outputs: Mapping[str, Any]
+    ) -> bool: ...
+    def describe(self) -> dict[str, Any]: ...
+    def definitions(self) -> tuple[Definition, ...]:
+        """The current definition first, then the earlier ones it still serves."""
+
+
+_WORKFLOWS: dict[str, Workflow] = {}
+
+
+def workflow_register(workflow: Workflow) -> None:
+    _WORKFLOWS[workflow.name] = workflow
+    register(*workflow.definitions())
+
+
+def workflow_get(name: str) -> Workflow:
+    """Raises KeyError for an unknown name."""
+    return _WORKFLOWS[name]
+
+
+def workflows_all() -> list[Workflow]:
+    """In the order they were registered: the five as GET /api/v1/workflows lists them, then
+    the tests' own."""
+    return list(_WORKFLOWS.values())

@@ -1,0 +1,795 @@
+"""The stage context: every side effect and every wait of a stage goes through it.
+
+Each primitive is recorded as a receipt at its position in the stage. A stage is replayed from
+the top whenever it resumes (after a wait, a retry or a crash): a completed primitive returns
+its recorded output and is never executed again in that run. A replay that reaches a different
+key than recorded at that position is a FatalError: the stage's code is not deterministic.
+
+Writes are fenced: every boundary renews the lease with a compare-and-swap on the run's fence,
+so a worker whose claim was taken over stops before writing anything. A wait writes its receipt
+and its Timer in one transaction: a worker killed in between leaves neither, never a receipt
+that suspends on every replay with nothing to wake it. Every time is the database's (see
+``executions.runtime.clock``). A write that loses its connection is retried on a fresh one for up
+to half a lease: the step before it has happened, and its receipt must not be lost with the
+socket.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import (
+    DatabaseError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    connections,
+    transaction,
+)
+from django.utils.dateparse import parse_datetime
+from jsonschema import Draft202012Validator
+
+from alfred.db import prepared_cursor
+from alfred.metrics import STEPS
+from executions.models import (
+    Hook,
+    HookStatus,
+    ReceiptStatus,
+    Run,
+    Stage,
+    StageStatus,
+    StepReceipt,
+    Timer,
+    TimerPurpose,
+    TimerStatus,
+)
+from executions.runtime.children import child_create, child_state
+from executions.runtime.clock import Clock
+from executions.runtime.errors import (
+    Canceled,
+    FatalError,
+    LeaseLost,
+    RetryableError,
+    Suspend,
+)
+from executions.runtime.rollback import child_rollback_start, child_rollback_state
+from executions.runtime.stage import DEFAULT_RETRY, RetryPolicy
+from executions.runtime.tracing import step_span, wait_span
+
+log = logging.getLogger(__name__)
+
+MUTATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["resource", "action", "undo"],
+    "properties": {
+        "resource": {"type": "string", "minLength": 1},
+        "action": {"type": "string", "minLength": 1},
+        "undo": {"type": "object"},
+    },
+}
+_MUTATION = Draft202012Validator(MUTATION_SCHEMA)
+
+
+ADOPTED_CHILD_POLL_SECONDS = 5.0
+
+# The lease runs on the database's clock, like every comparison made with it.
+_RENEW_SQL = f"""
+    UPDATE {Run._meta.db_table}
+    SET lease_expires_at = clock_timestamp() + make_interval(secs => %s)
+    WHERE id = %s AND fence = %s
+    RETURNING cancel_requested_at, deadline_at, clock_timestamp()
+"""  # noqa: S608 - the table name comes from model metadata; values are bound
+
+# Errors of the connection rather than of the statement: the same write on a fresh connection
+# may well succeed (a terminated backend, a failover, a pool limit).
+_CONNECTION_ERRORS = (OperationalError, InterfaceError)
+HEARTBEAT_APPLICATION_NAME = "alfred-lease"
+T = TypeVar("T")
+
+
+class Context:
+    def __init__(
+        self,
+        *,
+        run: Run,
+        stage: str,
+        fence: int,
+        input: dict[str, Any],
+        wake: Callable[..., None],
+        clock: Clock,
+        workflow: str = "",
+    ) -> None:
+        self.run_id = run.id
+        self.execution_id = run.execution_id
+        self.workflow = workflow
+        self.stage = stage
+        self.fence = fence
+        self.input = input
+        self.dry_run = bool(input.get("dry_run", False))
+        self._wake = wake  # schedules a re-dispatch of this run (a Celery countdown hint)
+        self._clock = clock
+        # Set by the heartbeat when renewals have failed for half a lease: the lease may lapse
+        # and another worker take the run over, so the stage stops at its next boundary.
+        self._renewals_failing = threading.Event()
+        self._position = 0
+        self._receipts: list[StepReceipt] | None = None  # read at the first primitive
+
+    @property
+    def _recorded(self) -> list[StepReceipt]:
+        """The stage's receipts in this run, in order: read once, when the first primitive
+        replays (a stage that calls none, or is claimed for the first time and calls one,
+        reads nothing it does not need); appended to as the stage records more."""
+        if self._receipts is None:
+            self._receipts = list(
+                StepReceipt.objects.filter(run_id=self.run_id, stage=self.stage).order_by(
+                    "sequence"
+                )
+            )
+        return self._receipts
+
+    # --- the primitives -------------------------------------------------------------------
+
+    def step(
+        self,
+        key: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retry: RetryPolicy = DEFAULT_RETRY,
+        mutation: bool | dict[str, Any] = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` once per run. ``mutation``: the output must be a
+        mutation receipt (``{"resource", "action", "undo"}``, plus the given schema)."""
+        receipt = self._replay(key, "step")
+        if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
+            return receipt.output
+        if receipt is not None:
+            retry_at = _parse(_state(receipt)["retry_at"])
+            if self._clock.now() < retry_at:
+                # woken before the backoff is over: wait on, with the timer armed again
+                self._timer(f"retry:{key}:{receipt.attempts}", TimerPurpose.RETRY, retry_at)
+                raise Suspend(f"retrying {key}")
+        self._boundary()
+        attempt = receipt.attempts + 1 if receipt is not None else 1
+        timed = _StepTimer(self.workflow, self.stage, fn)
+        try:
+            with step_span(key, attempt):
+                output = fn(*args, **kwargs)
+        except RetryableError as exc:
+            timed.observe("retrying" if attempt < retry.max_attempts else "failed")
+            if attempt >= retry.max_attempts:
+                raise FatalError(
+                    f"step {key!r} failed {attempt} times",
+                    code="retries_exhausted",
+                    last_error=exc.projection(),
+                ) from exc
+            wait = max(retry.delay(attempt), exc.retry_after or 0.0)
+            due = self._clock.now() + timedelta(seconds=wait)
+            self._record(
+                key,
+                "step",
+                ReceiptStatus.RETRYING,
+                existing=receipt,
+                timer=(f"retry:{key}:{attempt}", TimerPurpose.RETRY, due),
+                attempts=attempt,
+                error=exc.projection(),
+                output={"retry_at": due.isoformat()},
+            )
+            raise Suspend(f"retrying {key}") from exc
+        except BaseException:
+            timed.observe("failed")
+            raise
+        timed.observe("succeeded")
+        _check_json(key, output)
+        if mutation:
+            _check_mutation(key, output, mutation if isinstance(mutation, dict) else None)
+        self._record(
+            key,
+            "step",
+            ReceiptStatus.SUCCEEDED,
+            existing=receipt,
+            attempts=attempt,
+            output=output,
+            mutation=output if mutation else None,
+        )
+        return output
+
+    def output_of(self, stage: str) -> Any:
+        """The output of an earlier stage of this run (a continuation's run carries the
+        outputs of the stages it skips). Fixed once that stage succeeded: a replay reads the
+        same value."""
+        output = (
+            Stage.objects.filter(run_id=self.run_id, name=stage, status=StageStatus.SUCCEEDED)
+            .values_list("output", flat=True)
+            .first()
+        )
+        if output is None:
+            raise FatalError(
+                f"stage {stage!r} has no output in this run", code="stage_output_missing"
+            )
+        return output
+
+    def now(self) -> datetime:
+        """The time, recorded: a replay sees the same instant."""
+        key = f"now:{self._position}"
+        receipt = self._replay(key, "now")
+        if receipt is not None:
+            return _parse(str(receipt.output))
+        self._boundary()
+        value = self._clock.now()
+        self._record(key, "now", ReceiptStatus.SUCCEEDED, output=value.isoformat())
+        return value
+
+    def sleep(self, key: str, seconds: float) -> None:
+        """Wait ``seconds`` without holding a worker."""
+        receipt = self._replay(key, "sleep")
+        if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
+            return
+        if receipt is None:
+            self._boundary()
+            due = self._clock.now() + timedelta(seconds=seconds)
+            self._record(
+                key,
+                "sleep",
+                ReceiptStatus.WAITING,
+                timer=(key, TimerPurpose.SLEEP, due),
+                output={"due": due.isoformat()},
+            )
+            raise Suspend(f"sleeping {key}")
+        due = _parse(_state(receipt)["due"])
+        if self._clock.now() < due:
+            self._timer(key, TimerPurpose.SLEEP, due)  # woken early: the timer armed again
+            raise Suspend(f"sleeping {key}")
+        self._resolve(receipt, receipt.output)
+
+    def wait_until(
+        self,
+        key: str,
+        probe: Callable[[], Any],
+        *,
+        every: float,
+        timeout: float,
+        wake_on: Sequence[str] = (),
+    ) -> Any:
+        """Poll ``probe`` (a read of provider state) every ``every`` seconds until it returns
+        something truthy, which is recorded and returned; FatalError ``wait_timed_out`` after
+        ``timeout`` seconds. Between polls no worker is held.
+
+        ``wake_on``: names (opaque to the engine) of what the probe reads; news of one
+        (``executions.runtime.scans.polls_hasten``) brings the next poll forward to now. The
+        poll timer stays the guarantee: news lost or never sent changes only when the poll
+        happens."""
+        receipt = self._replay(key, "poll")
+        if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
+            return _state(receipt)["value"]
+        topics = sorted(set(wake_on))
+        if receipt is not None:
+            timer_key = f"{key}:{_state(receipt)['polls']}"
+            next_poll = min(_parse(_state(receipt)["next_poll_at"]), self._due_of(timer_key))
+            if self._clock.now() < next_poll:
+                # woken before the next poll is due: wait on, with the timer armed again
+                self._timer(timer_key, TimerPurpose.POLL, next_poll, topics)
+                raise Suspend(f"polling {key}")
+        self._boundary()
+        now = self._clock.now()
+        since = _parse(_state(receipt)["since"]) if receipt is not None else now
+        polls = (_state(receipt)["polls"] if receipt is not None else 0) + 1
+        with wait_span(key):
+            value = probe()
+        if value:
+            _check_json(key, value)
+            state = {"since": since.isoformat(), "polls": polls, "value": value}
+            if receipt is None:
+                self._record(key, "poll", ReceiptStatus.SUCCEEDED, output=state)
+            else:
+                self._resolve(receipt, state)
+            return value
+        if (now - since).total_seconds() >= timeout:
+            raise FatalError(f"{key!r} not met after {timeout:.0f}s", code="wait_timed_out")
+        next_poll = now + timedelta(seconds=every)
+        state = {"since": since.isoformat(), "polls": polls, "next_poll_at": next_poll.isoformat()}
+        self._record(
+            key,
+            "poll",
+            ReceiptStatus.WAITING,
+            existing=receipt,
+            timer=(f"{key}:{polls}", TimerPurpose.POLL, next_poll, topics),
+            output=state,
+        )
+        raise Suspend(f"polling {key}")
+
+    def wait_for_hook(
+        self,
+        name: str,
+        *,
+        token: str,
+        payload: dict[str, Any] | None = None,
+        operator: bool = False,
+        expires_in: float | None = None,
+        expired_code: str = "hook_expired",
+    ) -> dict[str, Any]:
+        """Wait for a signal on ``token`` (see ``executions.runtime.hooks.hook_signal``) and
+        return its payload. ``operator``: the execution shows as ``paused`` for a human meanwhile.
+
+        Opening a hook supersedes the execution's other open hooks of that ``name`` (a new
+        checkpoint replaces the one before it). ``expires_in`` seconds after it opened, an
+        unanswered hook expires: a timer wakes the run, the hook becomes ``expired`` and the
+        wait fails with ``FatalError(expired_code)``; a signal after that is refused."""
+        key = f"hook:{name}:{token}"
+        receipt = self._replay(key, "hook")
+        if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
+            return _state(receipt)["signal"]
+        if receipt is None:
+            self._boundary()
+            now = self._clock.now()
+            expires_at = now + timedelta(seconds=expires_in) if expires_in is not None else None
+
+            def open_hook() -> None:
+                # A hook of an earlier run of this execution with this token (the same plan)
+                # carries over to this run: a signal it already got still counts; a pending,
+                # superseded, expired or canceled one waits again, for this run.
+                earlier = Hook.objects.filter(token=token).first()
+                if earlier is not None and earlier.execution_id != self.execution_id:
+                    raise FatalError(
+                        f"hook token {token!r} belongs to execution {earlier.execution_id}",
+                        code="hook_token_taken",
+                    )
+                Hook.objects.filter(
+                    execution_id=self.execution_id,
+                    name=name,
+                    status__in=(HookStatus.PENDING, HookStatus.SIGNALLED),
+                ).exclude(token=token).update(status=HookStatus.SUPERSEDED, resolved_at=now)
+                if earlier is not None:
+                    signalled = earlier.status == HookStatus.SIGNALLED
+                    Hook.objects.filter(pk=earlier.pk).update(
+                        run_id=self.run_id,
+                        stage=self.stage,
+                        status=HookStatus.SIGNALLED if signalled else HookStatus.PENDING,
+                        expires_at=earlier.expires_at if signalled else expires_at,
+                        resolved_at=earlier.resolved_at if signalled else None,
+                    )
+                else:
+                    Hook.objects.create(
+                        execution_id=self.execution_id,
+                        run_id=self.run_id,
+                        stage=self.stage,
+                        name=name,
+                        token=token,
+                        operator=operator,
+                        payload=payload or {},
+                        expires_at=expires_at,
+                    )
+
+            expiry = (f"{key}:expiry", TimerPurpose.EXPIRY, expires_at) if expires_at else None
+            receipt = self._record(
+                key,
+                "hook",
+                ReceiptStatus.WAITING,
+                also=open_hook,
+                timer=expiry,
+                output={"token": token},
+            )
+        hook = Hook.objects.get(token=token)
+        if hook.status != HookStatus.SIGNALLED:
+            expired = hook.status == HookStatus.EXPIRED or (
+                hook.status == HookStatus.PENDING
+                and hook.expires_at is not None
+                and self._clock.now() >= hook.expires_at
+            )
+            if expired:
+                self._expire(hook)
+                raise FatalError(
+                    f"{name} was not answered by {hook.expires_at:%Y-%m-%d %H:%M:%S} UTC",
+                    code=expired_code,
+                    hook=hook.id,
+                    expired_at=hook.expires_at.isoformat() if hook.expires_at else None,
+                )
+            raise Suspend(f"awaiting {name}", operator=operator)
+        signal = hook.signals.order_by("created_at", "id").values_list("payload", flat=True)[0]
+        self._resolve(receipt, {"token": token, "signal": signal})
+        self._durably(
+            lambda: (
+                Timer.objects.filter(run_id=self.run_id, stage=self.stage, key=f"{key}:expiry")
+                .filter(status=TimerStatus.PENDING)
+                .update(status=TimerStatus.CANCELED)
+            )
+        )
+        return signal
+
+    def _expire(self, hook: Hook) -> None:
+        """Mark ``hook`` expired unless a signal got there first (the approve service refuses
+        from ``expires_at`` on, by the same clock, so none can)."""
+        self._durably(
+            lambda: Hook.objects.filter(pk=hook.pk, status=HookStatus.PENDING).update(
+                status=HookStatus.EXPIRED, resolved_at=self._clock.now()
+            )
+        )
+
+    def child(self, key: str, workflow: str, input: dict[str, Any]) -> dict[str, Any]:
+        """Start a child execution (same transaction as its receipt, no lane slot) and wait
+        for its terminal state: returns ``{"id", "status", "result", "error"}``."""
+        receipt = self._replay(key, "child")
+        if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
+            return _state(receipt)
+        if receipt is None:
+            self._boundary()
+            started: dict[str, Any] = {}
+
+            def start_child() -> None:
+                started["id"], started["adopted"] = child_create(self.execution_id, workflow, input)
+
+            receipt = self._record(
+                key, "child", ReceiptStatus.WAITING, also=start_child, output=started
+            )
+        state = child_state(_state(receipt)["id"])
+        if state is None:
+            if _state(receipt).get("adopted"):
+                # not our child: its end wakes its own parent, not us; look again later
+                due = self._clock.now() + timedelta(seconds=ADOPTED_CHILD_POLL_SECONDS)
+                self._timer(f"{key}:adopted", TimerPurpose.POLL, due)
+            raise Suspend(f"awaiting child {key}")
+        self._resolve(receipt, state)
+        return state
+
+    def rollback_child(self, key: str, child_id: str) -> dict[str, Any]:
+        """Roll the child ``child_id`` back through its own rollback run (asked for in the
+        transaction of this receipt, dispatched after commit; it runs under its root's
+        lane) and wait for it: returns ``{"id", "status", "error"}``, ``status`` being
+        ``rolled_back`` when it undid everything."""
+        receipt = self._replay(key, "child_rollback")
+        if receipt is not None and receipt.status == ReceiptStatus.SUCCEEDED:
+            return _state(receipt)
+        if receipt is None:
+            self._boundary()
+            started: dict[str, Any] = {}
+
+            def start_rollback() -> None:
+                started.update(child_rollback_start(self.execution_id, child_id))
+
+            receipt = self._record(
+                key, "child_rollback", ReceiptStatus.WAITING, also=start_rollback, output=started
+            )
+        recorded = _state(receipt)
+        state = child_rollback_state(recorded["id"], recorded["run"])
+        if state is None:
+            raise Suspend(f"awaiting the rollback of child {child_id}")
+        self._resolve(receipt, state)
+        return state
+
+    # --- recording ------------------------------------------------------------------------
+
+    def _replay(self, key: str, kind: str) -> StepReceipt | None:
+        position = self._position
+        self._position += 1
+        if position >= len(self._recorded):
+            return None
+        receipt = self._recorded[position]
+        if receipt.step_key != key or receipt.kind != kind:
+            raise FatalError(
+                f"stage {self.stage!r} is not deterministic: position {position} recorded "
+                f"{receipt.kind} {receipt.step_key!r}, the replay reached {kind} {key!r}",
+                code="nondeterministic",
+            )
+        return receipt
+
+    def _boundary(self) -> None:
+        """Between two primitives: renew the lease (fenced), honour a cancel request and the
+        deadline. A heartbeat that could not renew for half a lease stops the stage here: the
+        lease may have lapsed, and the run may be another worker's by now."""
+        if self._renewals_failing.is_set():
+            raise LeaseLost(f"run {self.run_id}: lease renewals failed for half a lease")
+        cancel_requested_at, deadline_at = self._durably(self._renew, atomic=False)
+        if cancel_requested_at is not None:
+            raise Canceled("canceled at a step boundary")
+        if deadline_at is not None and self._clock.now() > deadline_at:
+            raise FatalError("the run passed its deadline", code="timed_out")
+
+    @contextmanager
+    def heartbeat(self) -> Iterator[None]:
+        """Keep the lease for as long as the stage runs, so that no other worker takes the run
+        over (and runs a step again) behind a slow provider call or slow stage code: the
+        process's heartbeat thread (:class:`_Heartbeat`) renews it while the block runs, and
+        renews it no more once the block is left."""
+        with _HEARTBEAT.holding(self):
+            yield
+
+    def _renew(self) -> tuple[datetime | None, datetime | None]:
+        with prepared_cursor() as cursor:
+            cursor.execute(_RENEW_SQL, [settings.ALFRED_LEASE_SECONDS, self.run_id, self.fence])
+            row = cursor.fetchone()
+        if row is None:
+            raise LeaseLost(f"run {self.run_id} is no longer ours (fence {self.fence})")
+        self._clock.reset(row[2])
+        return row[0], row[1]
+
+    def _durably(
+        self,
+        write: Callable[[], T],
+        *,
+        landed: Callable[[], bool] | None = None,
+        atomic: bool = True,
+    ) -> T:
+        """``write()`` in a transaction with the lease renewed in it (fenced) — or, not
+        ``atomic``, ``write`` alone (the renewal itself: one statement). A connection error
+        is retried on a fresh connection for up to half a lease: what the stage did before
+        it has happened, and its record must not be lost with a socket. ``landed`` tells
+        whether an attempt whose commit's answer was lost did commit after all."""
+        give_up = time.monotonic() + settings.ALFRED_LEASE_SECONDS / 2
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if attempt > 1 and landed is not None and landed():
+                    return None  # type: ignore[return-value]
+                if not atomic:
+                    return write()
+                with transaction.atomic():
+                    self._renew()
+                    return write()
+            except _CONNECTION_ERRORS as exc:
+                if connection.in_atomic_block or time.monotonic() > give_up:
+                    raise
+                log.warning("run %s: write failed (%s); again, reconnected", self.run_id, exc)
+                connection.close()
+                time.sleep(min(0.1 * attempt, 1.0))
+
+    def _record(
+        self,
+        key: str,
+        kind: str,
+        status: str,
+        existing: StepReceipt | None = None,
+        *,
+        timer: tuple[str, str, datetime] | tuple[str, str, datetime, list[str]] | None = None,
+        also: Callable[[], None] | None = None,
+        **fields: Any,
+    ) -> StepReceipt:
+        """Write the receipt (fenced), and in the same transaction what must travel with it:
+        the wait's ``timer`` (key, purpose, due) and the writes of ``also`` (run first, so a
+        value it computes can land in ``fields``)."""
+        position = self._position - 1
+
+        def write() -> StepReceipt:
+            if also is not None:
+                also()
+            if existing is None:
+                receipt = StepReceipt.objects.create(
+                    run_id=self.run_id,
+                    stage=self.stage,
+                    step_key=key,
+                    kind=kind,
+                    sequence=position,
+                    status=status,
+                    fence=self.fence,
+                    **fields,
+                )
+            else:
+                StepReceipt.objects.filter(pk=existing.pk).update(
+                    status=status, fence=self.fence, **fields
+                )
+                receipt = existing
+            if timer is not None:
+                self._arm(*timer)
+            return receipt
+
+        def landed() -> bool:
+            return existing is None and self._stored(position, key) is not None
+
+        receipt = self._durably(write, landed=landed) or self._stored(position, key)
+        if timer is not None:
+            self._wake(timer[2], self._clock.now())
+        if existing is None:
+            assert receipt is not None  # noqa: S101 - written, or found written
+            self._recorded.append(receipt)
+        return receipt  # type: ignore[return-value]
+
+    def _stored(self, position: int, key: str) -> StepReceipt | None:
+        return StepReceipt.objects.filter(
+            run_id=self.run_id, stage=self.stage, sequence=position, step_key=key, fence=self.fence
+        ).first()
+
+    def _resolve(self, receipt: StepReceipt, output: Any) -> None:
+        self._durably(
+            lambda: StepReceipt.objects.filter(pk=receipt.pk).update(
+                status=ReceiptStatus.SUCCEEDED, output=output, fence=self.fence
+            )
+        )
+
+    def _arm(self, key: str, purpose: str, due: datetime, topics: Sequence[str] = ()) -> None:
+        Timer.objects.update_or_create(
+            run_id=self.run_id,
+            stage=self.stage,
+            key=key,
+            defaults={
+                "purpose": purpose,
+                "due_at": due,
+                "status": TimerStatus.PENDING,
+                "topics": list(topics),
+            },
+        )
+
+    def _timer(self, key: str, purpose: str, due: datetime, topics: Sequence[str] = ()) -> None:
+        """Arm a timer (again), idempotently: a replay woken before its due time arms it once
+        more, so that a timer fired early never strands the run."""
+        self._durably(lambda: self._arm(key, purpose, due, topics))
+        self._wake(due, self._clock.now())
+
+    def _due_of(self, key: str) -> datetime:
+        """When the timer ``key`` of this stage is due now: news may have brought it forward
+        (``scans.polls_hasten``) before the time the receipt planned."""
+        due = (
+            Timer.objects.filter(run_id=self.run_id, stage=self.stage, key=key)
+            .values_list("due_at", flat=True)
+            .first()
+        )
+        return due if due is not None else datetime.max.replace(tzinfo=UTC)
+
+
+def _state(receipt: StepReceipt) -> dict[str, Any]:
+    """A wait's recorded state (a JSON object by construction)."""
+    output = receipt.output
+    if not isinstance(output, dict):
+        raise FatalError(f"receipt {receipt.step_key!r} holds no state", code="corrupt_receipt")
+    return output
+
+
+def _parse(value: str) -> datetime:
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise FatalError(f"unreadable recorded time {value!r}", code="corrupt_receipt")
+    return parsed
+
+
+def _check_json(key: str, value: Any) -> None:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise FatalError(
+            f"step {key!r} returned a value that is not JSON", code="bad_output"
+        ) from exc
+
+
+def _check_mutation(key: str, output: Any, schema: dict[str, Any] | None) -> None:
+    errors = list(_MUTATION.iter_errors(output))
+    if schema is not None and not errors:
+        errors = list(Draft202012Validator(schema).iter_errors(output))
+    if errors:
+        raise FatalError(
+            f"step {key!r} returned an invalid mutation receipt: {errors[0].message}",
+            code="bad_mutation_receipt",
+        )
+
+
+@dataclass
+class _Beating:
+    """A stage whose lease the heartbeat keeps: when to renew next, since when renewals fail."""
+
+    ctx: Context
+    every: float
+    patience: float
+    due: float
+    failing_since: float | None = None
+
+
+class _Heartbeat:
+    """One thread per process renews the leases of the stages running in it (a prefork worker
+    runs one at a time), on its own database connection (named ``alfred-lease`` in
+    ``pg_stat_activity``), opened when it first renews and closed whenever no stage runs, as
+    a thread per stage would (one thread for the process's life spares starting and joining
+    one for every stage).
+
+    It renews through connection errors on a fresh connection, and stops renewing a stage's
+    lease only when the lease is provably lost (the fence moved). Should renewals fail for
+    half a lease, the stage stops at its next boundary (``_renewals_failing``). A renewal in
+    flight when its stage ends is waited for: none lands after the stage has left."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._renewing = threading.Lock()  # held by the thread while it renews
+        self._beating: dict[int, _Beating] = {}
+        self._thread: threading.Thread | None = None
+        os.register_at_fork(after_in_child=self._forked)
+
+    def _forked(self) -> None:
+        """A forked process has none of its parent's threads, nor their stages."""
+        self._changed = threading.Condition()
+        self._renewing = threading.Lock()
+        self._beating = {}
+        self._thread = None
+
+    @contextmanager
+    def holding(self, ctx: Context) -> Iterator[None]:
+        every = settings.ALFRED_LEASE_SECONDS / 3
+        beating = _Beating(ctx, every, settings.ALFRED_LEASE_SECONDS / 2, time.monotonic() + every)
+        with self._changed:
+            self._started()
+            self._beating[id(ctx)] = beating
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._renewing, self._changed:
+                self._beating.pop(id(ctx), None)
+                self._changed.notify()
+
+    def _started(self) -> None:
+        """The thread of this process, started again should it ever have died."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._beat, name="lease-heartbeat", daemon=True)
+            self._thread.start()
+
+    def _beat(self) -> None:
+        while True:
+            try:
+                self._round()
+            except Exception:  # never end: every stage of the process counts on this thread
+                log.exception("lease heartbeat")
+                time.sleep(0.5)
+
+    def _round(self) -> None:
+        """Wait until a renewal is owed (or a stage comes or goes), then make those owed."""
+        with self._changed:
+            while not self._beating:
+                connections.close_all()  # no stage runs: hold no connection either
+                self._changed.wait()
+            due = min(b.due for b in self._beating.values())
+            if due > time.monotonic():
+                self._changed.wait(due - time.monotonic())
+                return
+        with self._renewing:
+            with self._changed:
+                now = time.monotonic()
+                owed = [b for b in self._beating.values() if b.due <= now]
+            for beating in owed:
+                self._renew(beating)
+
+    def _renew(self, beating: _Beating) -> None:
+        ctx = beating.ctx
+        try:
+            if connection.connection is None:
+                connection.ensure_connection()
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT set_config('application_name', %s, false)",
+                        [HEARTBEAT_APPLICATION_NAME],
+                    )
+            ctx._renew()
+            beating.failing_since = None
+            beating.due = time.monotonic() + beating.every
+        except LeaseLost:
+            log.warning("run %s: lease lost during a step", ctx.run_id)
+            with self._changed:
+                self._beating.pop(id(ctx), None)
+        except (DatabaseError, InterfaceError) as exc:
+            log.warning("run %s: lease renewal failed: %s", ctx.run_id, exc)
+            connection.close()
+            now = time.monotonic()
+            beating.failing_since = beating.failing_since or now
+            beating.due = now + min(beating.every, 0.5)
+            if now - beating.failing_since >= beating.patience:
+                ctx._renewals_failing.set()
+
+
+_HEARTBEAT = _Heartbeat()
+
+
+class _StepTimer:
+    """A step function's duration, into ``alfred_step_duration_seconds`` once it ends."""
+
+    def __init__(self, workflow: str, stage: str, fn: Callable[..., Any]) -> None:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        self.labels = (workflow, stage, f"{fn.__module__.rsplit('.', 1)[-1]}.{name}")
+        self.started = time.monotonic()
+
+    def observe(self, outcome: str) -> None:
+        STEPS.labels(*self.labels, outcome).observe(time.monotonic() - self.started)

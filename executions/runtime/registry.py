@@ -1,0 +1,160 @@
+"""What the engine runs, registered by name at start: the workflows' definitions (by
+``workflows.apps`` through ``executions.catalog``), the compensations of their mutations (by
+``workflows.steps.compensations`` when it is imported) and the claim guards (by
+``executions.apps``). The engine imports no workflow and no provider: a rollback finds the undo of
+a mutation receipt here, by the receipt's ``resource`` and ``action``. This module imports
+nothing else of the engine's but its errors and the stage's types, so nothing the engine
+builds on it can form a circle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from executions.runtime.errors import FatalError
+from executions.runtime.stage import StageContext
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    stages: tuple[str, ...]
+    run_stage: Callable[[str, StageContext], Any]  # (stage, its context) -> its output
+    canonicalize: Callable[[Mapping[str, Any]], dict[str, Any]]
+    deadline_seconds: float | None = None
+    # The workflow's own count of its changes: a run records it with its stage list, and
+    # is run later only by a definition of the same version and stages.
+    version: int = 1
+    # Earlier versions whose stages' outputs this one reads as its own (the workflow's
+    # ``outputs_compatible_with``): a continuation carries their outputs over.
+    outputs_compatible_with: tuple[int, ...] = ()
+
+    def recorded(self) -> dict[str, Any]:
+        """What a run records of the definition it starts under (``Run.definition``)."""
+        return {"version": self.version, "stages": list(self.stages)}
+
+    def reads_outputs_of(self, recorded: Mapping[str, Any] | None) -> bool:
+        """Whether a stage output that a run started under ``recorded`` (its
+        ``Run.definition``) persisted is valid input for this definition's later stages: the
+        run was of this very definition (version and stages), or of a version declared
+        compatible. A run older than the record counts as the current one, as
+        :func:`definition_of_run` takes it. Anything else was written by other code, for
+        other code: a continuation runs that stage again rather than feed it on."""
+        if recorded is None:
+            return True
+        version = recorded.get("version")
+        if version in self.outputs_compatible_with:
+            return True
+        return version == self.version and tuple(recorded.get("stages") or ()) == self.stages
+
+
+_DEFINITIONS: dict[str, Definition] = {}
+# Earlier versions a deploy still serves, by (name, version): a run started under one wakes
+# under it (the workflow keeps it in ``previous`` until no such run is active).
+_EARLIER: dict[tuple[str, int], Definition] = {}
+
+# Checks a claim must pass besides the runtime's own (the engine app registers one from
+# executions.lanes: a run may start only under its lane's ownership). Each gets the execution
+# (its row locked by the claim) and returns why it may not run now, or None.
+ClaimGuard = Callable[[Any], "str | None"]
+_CLAIM_GUARDS: list[ClaimGuard] = []
+
+
+def claim_guard_register(guard: ClaimGuard) -> None:
+    if guard not in _CLAIM_GUARDS:
+        _CLAIM_GUARDS.append(guard)
+
+
+def claim_refusal(execution: Any) -> str | None:
+    for guard in _CLAIM_GUARDS:
+        reason = guard(execution)
+        if reason is not None:
+            return reason
+    return None
+
+
+def register(definition: Definition, *earlier: Definition) -> None:
+    """The current definition of a workflow, and the earlier ones it still serves."""
+    _DEFINITIONS[definition.name] = definition
+    for known in [key for key in _EARLIER if key[0] == definition.name]:
+        del _EARLIER[known]
+    for old in earlier:
+        _EARLIER[(old.name, old.version)] = old
+
+
+def definition_get(name: str) -> Definition:
+    try:
+        return _DEFINITIONS[name]
+    except KeyError:
+        raise FatalError(
+            f"no workflow named {name!r} is registered", code="unknown_workflow"
+        ) from None
+
+
+def definition_served(name: str, recorded: Mapping[str, Any] | None) -> Definition | None:
+    """The definition that runs a run started under ``recorded`` (see
+    :func:`definition_of_run`), or None when this code serves it no more: the workflow is
+    gone, or neither its current definition nor one it keeps in ``previous`` is the run's.
+    What the deploy gate (``manage.py alfred_deploy_check``) asks of every active run."""
+    current = _DEFINITIONS.get(name)
+    if current is None:
+        return None
+    if recorded is None:
+        return current
+    version, stages = recorded.get("version"), tuple(recorded.get("stages") or ())
+    for candidate in (current, _EARLIER.get((name, version))) if isinstance(version, int) else ():
+        if candidate is not None and candidate.version == version and candidate.stages == stages:
+            return candidate
+    return None
+
+
+def definition_of_run(name: str, recorded: Mapping[str, Any] | None) -> Definition:
+    """The definition a run started under (``recorded``: its ``Run.definition``; None for a
+    run older than the record, taken as the current): the current one if its version and
+    stages are the run's, else an earlier one the workflow still serves. Otherwise
+    FatalError ``definition_changed``: the code the run was written for is gone, and running
+    the new code on the old run's receipts could do anything."""
+    current = definition_get(name)
+    served = definition_served(name, recorded)
+    if served is not None:
+        return served
+    recorded = dict(recorded or {})
+    version, stages = recorded.get("version"), tuple(recorded.get("stages") or ())
+    raise FatalError(
+        f"{name} changed since this run started (version {version}: {' → '.join(stages)}; now "
+        f"version {current.version}: {' → '.join(current.stages)}). Retry the execution to "
+        "run it under the current definition, or roll it back (docs/runbook.md, "
+        '"A deploy changed a workflow").',
+        code="definition_changed",
+        started_under=recorded,
+        current=current.recorded(),
+    )
+
+
+# A compensation: (the stage's Context, the mutation receipt) -> what it restored. It undoes
+# exactly what the receipt says, and fails with code ``drifted`` when the resource is no
+# longer in the receipt's ``after`` state.
+Compensation = Callable[[StageContext, Mapping[str, Any]], Any]
+_COMPENSATIONS: dict[tuple[str, str], Compensation] = {}
+
+
+def compensation_register(resource: str, action: str, undo: Compensation) -> None:
+    """Declare how a mutation receipt of ``resource``/``action`` is undone. Registered once:
+    two undos for one kind of mutation would make rollback depend on import order."""
+    known = _COMPENSATIONS.get((resource, action))
+    if known is not None and known is not undo:
+        raise ValueError(f"a compensation for {resource}/{action} is registered already")
+    _COMPENSATIONS[(resource, action)] = undo
+
+
+def compensation_get(resource: str, action: str) -> Compensation:
+    try:
+        return _COMPENSATIONS[(resource, action)]
+    except KeyError:
+        raise FatalError(
+            f"no compensation is registered for {resource}/{action}",
+            code="no_compensation",
+            resource=resource,
+            action=action,
+        ) from None

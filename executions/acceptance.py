@@ -320,7 +320,7 @@ def _should_continue(workflow: Workflow, latest: Execution) -> bool:
 def _effect_replaced(workflow: Workflow, latest: Execution) -> bool:
     """Whether a succeeded execution may no longer stand in for a new request of the same
     operation: a later execution on its lane, claimed with another token, replaced its effect
-    (update-lambda-version: the fleet's alias moved to another version since; docs/workflows.md,
+    (one that deploys a version: another version was deployed there since; docs/workflows.md,
     "Asked for again after success"). The new request then gets a new execution whose
     predecessor is the one it repeats, so the answer's ``succeeded`` is about now."""
     if (

@@ -37,13 +37,44 @@ class InvalidInput(Exception):
 class LaneClaim:
     """The lane an execution must hold before it runs.
 
-    ``token`` names what the holder will do to the lane's subject (e.g. the Lambda version).
+    ``token`` names what the holder will do to the lane's subject (e.g. the version it deploys).
     A claim whose token differs from the owner's or from any queued claim's fails closed
     (409 ``lane_conflict``); claims without a token only queue.
     """
 
     key: str
     token: str | None = None
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One cell of a plan table: its lines, a small note under them, its CSS classes."""
+
+    lines: tuple[str, ...] = ()
+    note: str = ""
+    css: str = ""
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One row of a plan table; ``change`` (added, deleted, replaced, unchanged) colours it."""
+
+    cells: tuple[Cell, ...]
+    change: str = ""
+
+
+@dataclass(frozen=True)
+class ApprovalView:
+    """What a workflow shows of a plan waiting for an operator: facts (label, value), a table
+    of what the plan changes (its caption, column heads and rows) and the batch it will send,
+    item by item. The engine draws it as it is; an empty view shows only the recorded payload."""
+
+    facts: tuple[tuple[str, str], ...] = ()
+    caption: str = ""
+    head: tuple[str, ...] = ()
+    rows: tuple[PlanRow, ...] = ()
+    batch_caption: str = ""
+    batch: tuple[str, ...] = ()
 
 
 class Workflow(Protocol):
@@ -80,6 +111,17 @@ class Workflow(Protocol):
         self, canonical: Mapping[str, Any], stage_outputs: Mapping[str, Any]
     ) -> bool: ...
     def describe(self) -> dict[str, Any]: ...
+    def subject(self, data: Mapping[str, Any]) -> str:
+        """What an execution with input ``data`` acts on, as an operator names it ("" when the
+        input does not say)."""
+
+    def approval_view(self, payload: Mapping[str, Any]) -> ApprovalView:
+        """How the admin and the commands show the plan of a pending approval's ``payload``."""
+
+    @property
+    def searched_fields(self) -> tuple[str, ...]:
+        """The input fields the admin's search looks in."""
+
     def definitions(self) -> tuple[Definition, ...]:
         """The current definition first, then the earlier ones it still serves."""
 
@@ -95,6 +137,16 @@ def workflow_register(workflow: Workflow) -> None:
 def workflow_get(name: str) -> Workflow:
     """Raises KeyError for an unknown name."""
     return _WORKFLOWS[name]
+
+
+def workflow_find(name: str) -> Workflow | None:
+    """The workflow of that name, or None (an execution of a workflow since removed)."""
+    return _WORKFLOWS.get(name)
+
+
+def searched_fields() -> tuple[str, ...]:
+    """Every input field some workflow has the admin search in, each once."""
+    return tuple(dict.fromkeys(f for wf in _WORKFLOWS.values() for f in wf.searched_fields))
 
 
 def workflows_all() -> list[Workflow]:

@@ -269,7 +269,8 @@ class HistoryPruned(InvalidState):
 
 
 class StalePlan(InvalidState):
-    """The approval names a plan hash that is not the one waiting (DNS changed, or a typo)."""
+    """The approval names a plan hash that is not the one waiting (what the plan read
+    changed, or a typo)."""
 
     def __init__(self, execution: Execution, current: str) -> None:
         super().__init__(

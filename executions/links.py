@@ -15,9 +15,9 @@ def absolute(path: str) -> str:
 
 
 def approval_links(execution_id: str, plan_hash: str = "") -> dict[str, str]:
-    """Where a person approves the plan (the admin's approval page, with the DNS diff; named
-    by its hash, so that a link followed after DNS changed says this plan was superseded and
-    which one waits now) and where a program does (the API)."""
+    """Where a person approves the plan (the admin's approval page, with the plan before →
+    after; named by its hash, so that a link followed after what the plan read changed says
+    this plan was superseded and which one waits now) and where a program does (the API)."""
     links = {"api": absolute(reverse("execution-approve", kwargs={"execution_id": execution_id}))}
     with contextlib.suppress(NoReverseMatch):  # an instance without the admin
         page = reverse("admin:executions_execution_approve", args=[execution_id])

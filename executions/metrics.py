@@ -20,7 +20,7 @@ from executions.models import (
 )
 from lanes.models import Lane, LaneWaiter
 
-NO_LANE = "none"  # the lane label of executions that take none (add-subdomain)
+NO_LANE = "none"  # the lane label of executions that take none (a workflow that queues on no lane)
 
 _E, _R = Execution._meta.db_table, Run._meta.db_table
 _ACTIVE = ", ".join(f"'{status}'" for status in sorted(ACTIVE_STATUSES))

@@ -519,7 +519,8 @@ class WebhookAttempt(models.Model):
 
 
 class InboundNotification(models.Model):
-    """A verified notification from GitHub or ArgoCD, kept so a resent one is a no-op."""
+    """A verified notification from a receiver (``delivery.receivers``), kept so a resent
+    one is a no-op."""
 
     source = models.CharField(max_length=16)
     delivery_id = models.CharField(max_length=200)

@@ -31,11 +31,12 @@ execution's row lock first (``lanes.services``), and the batch holds it. Every e
 while a batch runs waits for it to end before the all-executions feed shows it (the feed
 reads below the oldest open transaction): another reason to keep batches short.
 
-A pass that reaches the end of the executions also deletes the inbound notifications (GitHub
-pushes, ArgoCD syncs: ``delivery.receivers``) received more than the same period ago, oldest
-first, ``NOTIFICATION_BATCH`` rows a statement. One is kept only so that the same delivery
-sent again is a no-op; GitHub redelivers for a few days at most, and one resent after it is
-gone is recorded again and brings the polls it names forward again: a hint, never a change.
+A pass that reaches the end of the executions also deletes the inbound notifications (what
+``delivery.receivers`` took in) received more than the same period ago, oldest first,
+``NOTIFICATION_BATCH`` rows a statement. One is kept only so that the same delivery sent
+again is a no-op; a sender redelivers for a few days at most (docs/providers.md), and one
+resent after it is gone is recorded again and brings the polls it names forward again: a
+hint, never a change.
 """
 
 from __future__ import annotations

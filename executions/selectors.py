@@ -123,7 +123,7 @@ def waits_for_mark(execution: Execution) -> str:
 def execution_assistance(execution: Execution) -> list[Any]:
     """The assistance a person still owes the execution (its ``assistance`` as recorded,
     docs/contract.md): none once it is rolled back, whose rollback undid what was asked for
-    (a production nginx deployment for a domain that is gone asks nothing of Platform)."""
+    (what it asked a person to do for what it made is moot once that is undone)."""
     if execution.status == ExecutionStatus.ROLLED_BACK:
         return []
     return list(execution.assistance or [])

@@ -18,10 +18,11 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
 from alfred.problems import shown
-from executions.catalog import FieldError, InvalidInput, LaneClaim
+from executions.catalog import ApprovalView, FieldError, InvalidInput, LaneClaim
 from executions.runtime.errors import FatalError
 from executions.runtime.registry import Definition
 from executions.runtime.stage import StageContext
+from workflows import views
 
 
 def _pointer(path: Any) -> str:
@@ -286,3 +287,24 @@ class Workflow:
         }
 
     lane_description: ClassVar[str] = ""
+
+    def subject(self, data: Mapping[str, Any]) -> str:
+        """What an execution with input ``data`` acts on, as an operator names it (override
+        per workflow; the admin's list and page show it)."""
+        return ""
+
+    def approval_view(self, payload: Mapping[str, Any]) -> ApprovalView:
+        """How a pending approval's plan is shown (``workflows.views``: by its shape)."""
+        return views.approval_view(payload)
+
+    @property
+    def searched_fields(self) -> tuple[str, ...]:
+        """The input's free-form names the admin's search looks in: its string properties
+        and lists of strings, but not choices (an enum) and not flags."""
+        found = []
+        for name, prop in self.input_schema["properties"].items():
+            item = prop.get("items", {}) if prop.get("type") == "array" else prop
+            types = item.get("type")
+            if "string" in (types if isinstance(types, list) else [types]) and "enum" not in item:
+                found.append(name)
+        return tuple(found)

@@ -51,6 +51,7 @@ from alfred.principals import Caller
 from alfred.readonly import read_only
 from executions import selectors
 from executions.admin import pages
+from executions.catalog import searched_fields
 from executions.controls import (
     APPROVE,
     CANCEL,
@@ -77,8 +78,6 @@ from executions.models import (
     RunStatus,
 )
 from lanes.models import Lane
-
-SEARCHED_INPUT = ("domain", "zone", "subdomain", "target", "certificate_arn", "ticket_ids")
 
 
 def _reason_form(control: Control) -> type[forms.Form]:
@@ -233,8 +232,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
     ]
     search_fields = ["id", "logical_identity", "lane_key"]
     search_help_text = (
-        "An execution id, a lane, or a domain, zone, subdomain, target, certificate ARN or "
-        "ticket id of its input."
+        "An execution id, a lane, or a name or ticket id its input holds (any free-form field "
+        "of its workflow's input)."
     )
     inlines = [DeliveryKeyInline]
     date_hierarchy = "created_at"
@@ -272,7 +271,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
         if not term:
             return found, duplicates
         by_input = Q()
-        for key in SEARCHED_INPUT:
+        for key in searched_fields():
             by_input |= Q(**{f"input__{key}__icontains": term})
         return found | queryset.filter(by_input), duplicates
 

@@ -6,8 +6,8 @@ the operator's view: reads only, no request). The templates only lay these out.
 - :func:`execution_timeline` — every run, newest first, as its stages in order, each with
   what happened inside it in time order: step receipts (with what each took), waits (timers)
   and checkpoints (hooks), outputs and errors as collapsed JSON.
-- :func:`pending_approval` and :func:`plan_rows` — the checkpoint an operator answers, its
-  plan as record sets before → after.
+- :func:`pending_approval` — the checkpoint an operator answers, its plan as its workflow
+  shows it (the catalogue's ``approval_view``).
 
 The whole history as one JSON document ("download as JSON") is ``executions.history``'s.
 """
@@ -28,6 +28,7 @@ from django.utils.http import urlencode
 from alfred.principals import Caller, principal_name
 from alfred.readonly import read_only
 from executions import selectors
+from executions.catalog import ApprovalView, workflow_find
 from executions.controls import CONTROLS, execution_controls
 from executions.history import RUN_RECORDS
 from executions.models import (
@@ -79,17 +80,10 @@ def _took(start: datetime | None, end: datetime | None) -> str:
 
 
 def execution_subject(execution: Execution) -> str:
-    """What the execution acts on, as an operator names it: the record (add-subdomain), the
-    domain (add-certificate, add-domain, onboard-domain) or the fleet on its environment and
-    the version (update-lambda-version)."""
+    """What the execution acts on, as its workflow names it (``subject`` of the catalogue)."""
+    workflow = workflow_find(execution.workflow)
     data = execution.input if isinstance(execution.input, Mapping) else {}
-    name, zone = str(data.get("subdomain") or ""), str(data.get("zone") or "")
-    if name:  # canonical input names the record in full; a raw one may be relative
-        return name if not zone or name.endswith(zone) else f"{name}.{zone}"
-    if data.get("target"):
-        fleet = f"{data['target']} on {data.get('environment') or '?'}"
-        return f"{fleet} → version {data['version']}" if data.get("version") else fleet
-    return str(data.get("domain") or zone)
+    return workflow.subject(data) if workflow is not None else ""
 
 
 def execution_tickets(execution: Execution) -> list[str]:
@@ -334,97 +328,23 @@ def execution_timeline(execution: Execution) -> list[dict[str, Any]]:
 # --- the approval -------------------------------------------------------------------------
 
 
-def _record_cell(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """One Route53 record set (``providers.aws.route53.model.Record``) as the plan shows it:
-    its TTL, and its values or alias target, and any routing beside them."""
-    if record is None:
-        return None
-    alias = record.get("alias")
-    if isinstance(alias, Mapping):
-        health = ", evaluates target health" if alias.get("evaluate_target_health") else ""
-        data = [f"alias → {alias.get('dns_name')} (zone {alias.get('hosted_zone_id')}{health})"]
-    else:
-        values = record.get("values") or []
-        data = [str(value) for value in (values if isinstance(values, list) else [values])]
-    routing = record.get("routing") or {}
-    if record.get("set_identifier"):
-        routing = {"SetIdentifier": record["set_identifier"], **routing}
-    return {
-        "ttl": "" if record.get("ttl") is None else str(record["ttl"]),
-        "data": data,
-        "routing": json.dumps(routing, sort_keys=True, default=str) if routing else "",
-    }
-
-
-def plan_rows(plan: Any) -> list[dict[str, Any]]:
-    """The record sets of an add-subdomain plan (``{"before": [...], "after": [...]}``), one
-    row per set (name, type, set identifier) that either side holds: its cell before and
-    after (None where it is absent) and what the plan does to it."""
-    if not isinstance(plan, Mapping):
-        return []
-    sides: dict[str, dict[tuple[str, str, str], Mapping[str, Any]]] = {}
-    order: list[tuple[str, str, str]] = []
-    for side in ("before", "after"):
-        records = plan.get(side)
-        sides[side] = {}
-        for record in records if isinstance(records, list) else []:
-            if not isinstance(record, Mapping):
-                continue
-            key = (
-                str(record.get("name", "")),
-                str(record.get("type", "")),
-                str(record.get("set_identifier") or ""),
-            )
-            sides[side][key] = record
-            if key not in order:
-                order.append(key)
-    rows = []
-    for key in order:
-        before, after = sides["before"].get(key), sides["after"].get(key)
-        if before is None:
-            change = "added"
-        elif after is None:
-            change = "deleted"
-        else:
-            change = "unchanged" if before == after else "replaced"
-        rows.append(
-            {
-                "name": key[0],
-                "type": key[1],
-                "before": _record_cell(before),
-                "after": _record_cell(after),
-                "change": change,
-            }
-        )
-    return rows
-
-
 def _pending_hook(execution: Execution) -> Hook | None:
     return execution.hooks.awaiting_operator().first()
 
 
 def pending_approval(execution: Execution) -> dict[str, Any] | None:
     """The operator checkpoint the execution waits on (as the API's ``pending_approval``),
-    with its plan as table rows."""
+    with its plan as its workflow shows it."""
     hook = _pending_hook(execution)
     if hook is None:
         return None
     payload = hook.payload if isinstance(hook.payload, Mapping) else {}
-    plan = payload.get("plan")
-    changes = plan.get("changes") if isinstance(plan, Mapping) else None
-    batch = [c for c in changes if isinstance(c, Mapping)] if isinstance(changes, list) else []
+    workflow = workflow_find(execution.workflow)
     return {
         "hook": hook,
         "plan_hash": str(payload.get("plan_hash", "")),
         "summary": str(payload.get("summary", "")),
-        "zone": plan.get("zone", "") if isinstance(plan, Mapping) else "",
-        "name": plan.get("name", "") if isinstance(plan, Mapping) else "",
-        "rows": plan_rows(plan),
-        "changes": [
-            f"{c.get('action')} {c['record'].get('name')} {c['record'].get('type')}"
-            for c in batch
-            if isinstance(c.get("record"), Mapping)
-        ],
+        "view": workflow.approval_view(payload) if workflow is not None else ApprovalView(),
         "expires_at": hook.expires_at,
         # display only: the service decides expiry on the database's clock
         "expired": hook.expires_at is not None and hook.expires_at <= timezone.now(),

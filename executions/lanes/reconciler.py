@@ -200,7 +200,7 @@ def lane_reconcile_on_finish(
     """After the commit of every terminal transition (``execution_finished``, connected by
     ``ExecutionsConfig.ready``): act on that lane now; beat is the guarantee."""
     if not lane_key:
-        return  # no lane (add-subdomain), or a child under its root's ownership
+        return  # no lane (a workflow that takes none), or a child under its root's ownership
     try:
         lane_reconcile(lane_key)
     except Exception:

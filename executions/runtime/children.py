@@ -25,7 +25,7 @@ def child_create(parent_id: str, workflow: str, input: dict[str, Any]) -> tuple[
     canonical = definition.canonicalize(input)
     identity = logical_identity(workflow, canonical)
     # A later run of the parent (a retry) finds the child an earlier run started, if it
-    # succeeded: the same operation is not done twice (a second certificate).
+    # succeeded: the same operation is not done twice (a second of what the child made).
     earlier = (
         Execution.objects.filter(
             parent_id=parent_id,

@@ -84,7 +84,7 @@ def holder_process_dead(holder: str) -> bool:
 
 def holder_gone(holder: str) -> bool:
     """Whether ``holder`` is known to be gone: its process dead on this host, or its worker
-    no longer present. One read (by primary key, and over the fleet's rows), only for a
+    no longer present. One read (by primary key, and over the workers' rows), only for a
     holder whose lease still runs."""
     if holder_process_dead(holder):
         return True

@@ -628,7 +628,7 @@ def test_a_service_refusal_is_a_message_not_a_500(failed_in_rollback):
 
 
 def test_a_record_set_whose_values_change_is_one_replaced_row():
-    from executions.admin.pages import plan_rows
+    from workflows.views import plan_rows
 
     plain = {**CNAME, "type": "A", "ttl": 60, "values": ["192.0.2.1", "192.0.2.2"]}
     weighted = {**plain, "set_identifier": "blue", "routing": {"Weight": 10}}

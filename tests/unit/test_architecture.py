@@ -3,8 +3,11 @@ source), and the check would see a breach: each kind is planted and found."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from tests import architecture
-from tests.architecture import Import, breaches, circles
+from tests.architecture import ROOT, Import, breaches, circles
 
 
 def test_the_house_has_no_upward_import_no_circle_and_no_import_in_a_function():
@@ -72,3 +75,41 @@ def test_a_circle_is_found():
         Import("workflows.steps.argocd", "workflows.steps.errors", 1, None),
     ]
     assert circles(found) == [["workflows.steps.argocd", "workflows.steps.gitops"]]
+
+
+# The words of the workflows and of their providers: none belongs in the engine (docs/
+# architecture.md, "The house"), which learns what it shows of a workflow from the catalogue.
+WORKFLOW_VOCABULARY = re.compile(
+    r"add-subdomain|add-domain|onboard-domain|add-certificate|update-lambda-version"
+    r"|add_subdomain|add_domain|onboard_domain|add_certificate|update_lambda_version"
+    r"|[Rr]oute ?53|\bACM\b|\bacm\b|Lambda|[Gg]it[Hh]ub|[Aa]rgo ?CD|argocd|\b[Zz]ones?\b"
+    r"|[Ss]ubdomains?|hosted.zone|[Cc]loud[Ff]ront|\bDNS\b|\b[Cc]ertificates?\b|[Kk]irby"
+    r"|\b[Ff]leets?\b|\b[Dd]omains?\b|\bnginx\b|\bRecord sets?\b"
+)
+ENGINE = ROOT / "executions"
+ENGINE_TEMPLATES = ROOT / "templates" / "admin" / "executions"
+
+
+def _engine_sources() -> list[Path]:
+    code = [p for p in ENGINE.rglob("*.py") if "migrations" not in p.parts]
+    return code + sorted(ENGINE_TEMPLATES.rglob("*.html"))
+
+
+def test_the_engine_names_no_workflow_and_no_provider():
+    """Its code (comments and messages included) and its admin templates: what an execution
+    acts on, how its plan reads and what its search looks in come from the workflow, through
+    the catalogue (``executions.catalog.Workflow``)."""
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {match.group(0)!r}"
+        for path in _engine_sources()
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        for match in [WORKFLOW_VOCABULARY.search(line)]
+        if match
+    ]
+    assert len(_engine_sources()) > 60
+    assert found == []
+
+
+def test_the_vocabulary_check_finds_a_workflow_word():
+    assert WORKFLOW_VOCABULARY.search('subject = data["zone"]  # the Route53 zone')
+    assert not WORKFLOW_VOCABULARY.search("timezone.now(); lambda x: x; the executions' lanes")

@@ -645,3 +645,83 @@ def test_schema_messages_do_not_echo_the_input() -> None:
     with pytest.raises(InvalidInput) as caught:
         add_certificate.validate({"domain": "x" * 301})
     assert [e.message for e in caught.value.errors] == ["must be at most 300 characters"]
+
+
+# --- what the engine shows of a workflow (the catalogue's subject, approval view, search) ---
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "subject"),
+    [
+        (
+            "add-subdomain",
+            {"zone": "example.com", "subdomain": "api.example.com"},
+            "api.example.com",
+        ),
+        ("add-subdomain", {"zone": "example.com", "subdomain": "api"}, "api.example.com"),
+        ("add-domain", {"domain": "shop.example.com"}, "shop.example.com"),
+        ("onboard-domain", {"domain": "example.com"}, "example.com"),
+        ("add-certificate", {"domain": "*.example.com"}, "*.example.com"),
+        (
+            "update-lambda-version",
+            {"target": "checkout-api", "environment": "production", "version": "42"},
+            "checkout-api on production → version 42",
+        ),
+        ("update-lambda-version", {}, ""),
+    ],
+)
+def test_each_workflow_names_its_subject(name: str, data: dict[str, Any], subject: str) -> None:
+    assert workflow_get(name).subject(data) == subject
+
+
+def test_the_admin_searches_each_workflows_free_form_fields_and_no_flag() -> None:
+    assert workflow_get("add-subdomain").searched_fields == ("zone", "subdomain", "ticket_ids")
+    assert "kirby_mode" not in workflow_get("add-domain").searched_fields  # a choice
+    assert "dry_run" not in workflow_get("add-domain").searched_fields
+    assert "certificate_arn" in workflow_get("add-domain").searched_fields
+
+
+def test_a_record_set_plan_is_shown_as_a_table_and_its_batch() -> None:
+    cname = {"name": "api.example.com", "type": "CNAME", "ttl": 300, "values": ["old.example.net"]}
+    view = add_subdomain.approval_view(
+        {
+            "plan": {
+                "zone": "example.com",
+                "name": "api.example.com",
+                "before": [cname],
+                "after": [],
+                "changes": [{"action": "DELETE", "record": cname}],
+            }
+        }
+    )
+    assert view.facts == (("Record", "api.example.com in zone example.com"),)
+    assert [[c.lines for c in row.cells] for row in view.rows] == [
+        [
+            ("api.example.com",),
+            ("CNAME",),
+            ("300",),
+            ("old.example.net",),
+            ("—",),
+            ("(none)",),
+            ("deleted",),
+        ]
+    ]
+    assert view.rows[0].cells[3].css == "before-data deleted"
+    assert view.batch == ("DELETE api.example.com CNAME",)
+
+
+def test_an_alias_plan_is_shown_as_facts_and_an_unknown_one_as_nothing() -> None:
+    view = update_lambda_version.approval_view(
+        {
+            "plan": {
+                "function": "checkout",
+                "alias": "live",
+                "before": {"version": "7"},
+                "after": {"version": "6"},
+            }
+        }
+    )
+    assert view.facts == (("Function", "checkout"), ("Alias", "live"), ("Version", "7 → 6"))
+    assert view.rows == ()
+    empty = update_lambda_version.approval_view({"plan": "not a mapping"})
+    assert empty.facts == () and empty.rows == ()

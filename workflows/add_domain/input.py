@@ -79,5 +79,8 @@ class AddDomain(Workflow):
             "certificate_arn": fields.canonical_arn(filled["certificate_arn"]),
         }
 
+    def subject(self, data: Mapping[str, Any]) -> str:
+        return str(data.get("domain") or "")
+
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return LaneClaim("aws-infrastructure")

@@ -103,5 +103,12 @@ class AddSubdomain(Workflow):
             "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
         }
 
+    def subject(self, data: Mapping[str, Any]) -> str:
+        """The record's name in full (a canonical input's is; a raw one may be relative)."""
+        name, zone = str(data.get("subdomain") or ""), str(data.get("zone") or "")
+        if not name:
+            return zone
+        return name if not zone or name.endswith(zone) else f"{name}.{zone}"
+
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return None

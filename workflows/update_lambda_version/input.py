@@ -117,6 +117,13 @@ class UpdateLambdaVersion(Workflow):
             "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
         }
 
+    def subject(self, data: Mapping[str, Any]) -> str:
+        """The fleet on its environment, and the version it is moved to."""
+        if not data.get("target"):
+            return ""
+        fleet = f"{data['target']} on {data.get('environment') or '?'}"
+        return f"{fleet} → version {data['version']}" if data.get("version") else fleet
+
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return LaneClaim(
             f"lambda:{canonical['target']}:{canonical['environment']}",

@@ -15,10 +15,10 @@ error, the controls the caller may use and what it waits for.
 Each says what happens next and, where the operator must act again, what to run:
 
 - ``approve`` follows the run for ``--wait`` seconds (default 30) until it has taken the
-  approval: the plan is being applied (or the execution ended), or — DNS changed since the
-  plan was made — the approved plan is superseded by a new one, whose hash it names with the
-  command that approves it (exit status 1: nothing was applied). A run no worker resumed in
-  time is said to be so.
+  approval: the plan is being applied (or the execution ended), or — what the plan read
+  changed since it was made — the approved plan is superseded by a new one, whose hash it
+  names with the command that approves it (exit status 1: nothing was applied). A run no
+  worker resumed in time is said to be so.
 - ``rollback`` says whether its run starts now, waits in its lane's queue, or cannot start
   until an operator recovers the lane (an owner whose lane is ``recovery_required``), and
   then names the lane and the ``alfred_lanes recover`` command that starts it.
@@ -239,7 +239,7 @@ def _pending_plan(execution_id: str) -> Hook | None:
 
 def _after_approval(execution_id: str, plan_hash: str, *, wait: float) -> str:
     """What became of the approval once the run took it, read until ``wait`` runs out: the
-    approval was recorded, but the run reads DNS again before it changes anything."""
+    approval was recorded, but the run reads what it changes again before it changes it."""
     deadline = time.monotonic() + wait
     while True:
         execution = Execution.objects.only("status", "error").get(pk=execution_id)
@@ -249,8 +249,8 @@ def _after_approval(execution_id: str, plan_hash: str, *, wait: float) -> str:
             until = f" (until {pending.expires_at.isoformat()})" if pending.expires_at else ""
             raise CommandError(
                 f"{execution_id}: the plan {plan_hash} you approved was superseded before it "
-                "was applied (DNS changed since it was made); nothing was changed. A new plan "
-                f"waits for approval{until}: {current}. Review it with `manage.py "
+                "was applied (what it read changed since it was made); nothing was changed. "
+                f"A new plan waits for approval{until}: {current}. Review it with `manage.py "
                 f"alfred_executions show {execution_id}`, then approve it with `manage.py "
                 f"alfred_executions approve {execution_id} --plan-hash {current} --reason "
                 '"…"`'
@@ -269,8 +269,8 @@ def _after_approval(execution_id: str, plan_hash: str, *, wait: float) -> str:
         if time.monotonic() >= deadline:
             return (
                 f"{execution_id}: approval of plan {plan_hash} recorded; no worker has resumed "
-                f"the run yet (waited {wait:g} s). Before it changes anything it reads DNS "
-                "again, and asks for a new approval if DNS changed: follow it with "
+                f"the run yet (waited {wait:g} s). Before it changes anything it reads it "
+                "again, and asks for a new approval if it changed: follow it with "
                 f"`manage.py alfred_executions show {execution_id}`"
             )
         time.sleep(0.25)

@@ -4,74 +4,10 @@ batch per request, its failures mapped onto :mod:`providers.errors`.
 The values it reads and writes are :mod:`.model`'s; the batch it sends is
 :func:`.batch.compare_and_swap` of the caller's against the records it read first.
 
-**Every batch sent is a compare-and-swap against the records read first.**
-
-1. ``change()`` first reads the records at the batch's names: the exact **pre-state**. If they
-   already hold the batch's **post-state** (every CREATE/UPSERT present exactly, every DELETEd
-   set absent), nothing is sent and the handle is *recovered* with ``already_applied``: this is
-   what makes a caller's retry after an applied batch whose response was lost safe.
-2. Otherwise the batch is rewritten against the pre-state before it is sent: an UPSERT becomes
-   DELETE (the record set exactly as read, if there was one) + CREATE (the new one) — Route53's
-   replace idiom, applied atomically — and CREATE and DELETE stay as they are (they already
-   state their precondition). Every change of the **sent batch** therefore names the state it
-   was based on, so Route53 refuses any copy of it that arrives once that state has changed:
-   a late or repeated copy of an applied batch (its DELETE is stale, or its CREATE meets an
-   existing set), and a copy arriving after another writer changed one of its sets. An UPSERT
-   can no longer apply twice or overwrite a write it did not see (a set another writer changes
-   between the read and the write makes the batch a Conflict, as any compare-and-swap would).
-   The sent batch is recorded in the handle (``observations["sent"]``, ``None`` when nothing
-   was sent). It goes ONCE, through a client with ``max_attempts=1`` (botocore would re-send
-   it after a dropped connection or a read timeout, when Route53 may already have applied
-   it). Throttling is retried here: a throttled batch was not applied.
-3. After an **ambiguous** failure (the response lost, the read timed out, a TLS or proxy error,
-   or a 5xx answer — a gateway's 502/504 can follow an applied batch) the records are read
-   again:
-
-   - the post-state: the batch was applied; a *recovered* handle;
-   - the pre-state read in step 1 at every record set the batch changes: not applied *so
-     far*. It is not re-sent here: :class:`~providers.errors.Transient` (``NotApplied``, the
-     records as evidence) with ``details["retry_after_seconds"]``
-     (:attr:`Route53.in_flight_window`: the change client's connect timeout + read timeout +
-     a margin). **The caller MUST NOT retry sooner.** The copy may still be in flight, and
-     step 2 protects against it only while the sets differ from the state it was based on: a
-     retry inside the window whose batch applies makes that copy stale (refused if it lands
-     now), but compensating the retry (``sent`` reversed) puts the sets back exactly as read
-     — DNS values repeat — and the copy, should it land then, matches again and applies,
-     undoing the compensation. Nothing in Route53 tells the two attempts apart; only waiting
-     until the copy has landed or died does. After the wait step 1 decides again: the
-     post-state (the copy landed: recovered, unproven) or the pre-state (it died: sent anew);
-   - anything else (another writer changed the names; the read failed):
-     :class:`~providers.errors.Unknown` with what was observed. Never re-sent.
-
-An ``InvalidChangeBatch`` that names the current records (a Conflict: a CREATE of an existing
-set, a stale DELETE) is re-checked before it is reported: if the records hold the batch's
-post-state (an earlier copy of it, still in flight at step 1, landed since), the handle is
-*recovered* instead. A recovered handle has ``id`` None (Route53 has no API that lists
-changes, so the change id is unknowable), ``status`` ``APPLIED`` and the observed records.
-:meth:`Route53.batch_state` reads the evidence again for an operator.
-
-**Ownership.** ``observations["ownership"]`` is ``"proven"`` only when Route53 answered our
-batch with its change id: that batch, exactly as ``sent``, is what changed the names, and
-reversing ``sent`` (in reverse order, DELETE what it created and CREATE what it deleted)
-undoes exactly it — itself a compare-and-swap, refused if anyone changed the sets since (and
-safe against an earlier attempt's copy only once the ``NotApplied`` wait was honoured). Every
-recovered handle (``already_applied``, after an ambiguous failure, after a re-checked
-InvalidChangeBatch) is ``"unproven"``: the names hold the batch's result, but another writer
-may have put it there — a foreign batch with the same result, or one that made the result
-while the batch's own preconditions did not hold (a DELETE of a set that was not there, the
-CREATE's set already current) — and no read can tell (Route53 lists neither changes nor who
-made them). Compensation must not blindly reverse an unproven change: it could overwrite the
-other writer; the workflow layer asks an operator.
-
-``inspect()`` of a recovered handle cannot ask GetChange. It re-reads the records: if they no
-longer hold the post-state the handle is ``DRIFTED`` (done, not ok); otherwise it stays
-``APPLIED`` and not done until ``settle_seconds`` (default 60 s, Route53's documented
-propagation time) have passed since the recovery, then done and ok — the INSYNC it could not
-observe, assumed after the time Route53 takes to propagate. A recovered hosted-zone creation
-(found by its CallerReference) follows the same rule.
-
-``stop()`` raises :class:`~providers.handles.StopUnsupported`: a submitted batch cannot be
-stopped, only compensated by another batch.
+Every batch sent is a compare-and-swap against the records read first; an ambiguous failure is
+resolved by reading again, never by sending again; a recovered handle's ownership is
+"unproven". The whole protocol, step by step, is in docs/providers.md ("Route53: every batch
+a compare-and-swap"), which this module implements.
 """
 
 from __future__ import annotations

@@ -379,12 +379,29 @@ def _take(
     end, ended_events = ended or (None, [])
     pending: list[Change] = [end] if end is not None else []
     now: datetime = run.db_now  # type: ignore[attr-defined]
+    refused = _claim_refused(execution, run, stage["name"], now, pending, ended_events)
+    if refused is not None:
+        return refused
+    return _claim_write(execution, run, stage, worker, now, pending, ended_events)
+
+
+def _claim_refused(
+    execution: Execution,
+    run: Run,
+    stage_name: str,
+    now: datetime,
+    pending: list[Change],
+    ended_events: list[Event],
+) -> Outcome | None:
+    """Why the stage is not claimed, having written what that means (with the end of the
+    stage before, in ``pending`` and ``ended_events``), or None: the execution may not run
+    now (its lane is another's), its run was canceled, or the run passed its deadline."""
     refusal = claim_refusal(execution)
     if refusal is not None:
         # Dispatched without its lane (a stale message, a scan's guess): nothing runs.
         # The lane's handover dispatches it again once it is its turn.
-        log.warning("run %s stage %s not claimed: %s", run.id, stage["name"], refusal)
-        if end is not None:
+        log.warning("run %s stage %s not claimed: %s", run.id, stage_name, refusal)
+        if pending:
             _hand_off(run, now, pending)
             transition_write(pending, execution.id, ended_events)
         return Outcome.STOP
@@ -394,7 +411,20 @@ def _take(
     if run.deadline_at is not None and now > run.deadline_at:
         failure = FatalError("the run passed its deadline", code="timed_out")
         return _fail_locked(execution, failure, events=ended_events, rows=pending)
+    return None
 
+
+def _claim_write(
+    execution: Execution,
+    run: Run,
+    stage: dict[str, Any],
+    worker: str,
+    now: datetime,
+    pending: list[Change],
+    ended_events: list[Event],
+) -> _Claim:
+    """The claim: the run fenced anew under ``worker``'s lease, the stage running, the
+    execution running (and started), with their events, in one write after ``pending``."""
     if run.started_at is None and run.deadline_at is None:
         deadline = _deadline_seconds(execution.workflow)
         run.deadline_at = now + timedelta(seconds=deadline) if deadline else None

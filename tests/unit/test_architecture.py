@@ -3,6 +3,7 @@ source), and the check would see a breach: each kind is planted and found."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -113,3 +114,46 @@ def test_the_engine_names_no_workflow_and_no_provider():
 def test_the_vocabulary_check_finds_a_workflow_word():
     assert WORKFLOW_VOCABULARY.search('subject = data["zone"]  # the Route53 zone')
     assert not WORKFLOW_VOCABULARY.search("timezone.now(); lambda x: x; the executions' lanes")
+
+
+def _ready_calls(apps_py: Path) -> set[str]:
+    """What an app's ``ready()`` calls (``name`` or ``object.method``), and the modules it
+    imports for their side effect alone (``import name``: imported, never used)."""
+    tree = ast.parse(apps_py.read_text())
+    ready = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name == "ready"
+    )
+    used = {n.id for n in ast.walk(ready) if isinstance(n, ast.Name)}
+    found: set[str] = set()
+    for node in ast.walk(ready):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Name):
+                found.add(func.id)
+            elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+                found.add(f"{func.value.id}.{func.attr}")
+        elif isinstance(node, ast.ImportFrom):
+            found |= {f"import {a.name}" for a in node.names if (a.asname or a.name) not in used}
+    return found
+
+
+def test_every_hook_up_is_in_the_architecture_documents_table():
+    """docs/architecture.md, "The house": what each ``ready()`` connects, listed where a
+    newcomer looks; a hook-up added or removed in code and not in the table fails here."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("<!-- hook-ups: start -->")[1].split("<!-- hook-ups: end -->")[0]
+    documented = {
+        (cells[1], cells[2].strip("`"))
+        for line in table.splitlines()
+        if (cells := [c.strip() for c in line.split("|")]) and len(cells) > 3
+        if cells[1] not in ("App", "---")
+    }
+    in_code = {
+        (path.parent.name, call)
+        for path in sorted(ROOT.glob("*/apps.py"))
+        for call in _ready_calls(path)
+    }
+    assert len(in_code) >= 12
+    assert documented == in_code

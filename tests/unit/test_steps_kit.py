@@ -15,7 +15,7 @@ from executions.runtime.stage import StageContext
 from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient, Unknown
 from workflows.steps.compensations import Drifted, mutation
 from workflows.steps.errors import engine_error, provider_errors
-from workflows.steps.planning import approval_token, plan_hash, with_hash
+from workflows.steps.planning import approval_token, plan_hash
 
 
 def _error(cls: type, **details: object) -> object:
@@ -80,9 +80,6 @@ def test_the_plan_hash_changes_with_what_is_proposed_or_what_exists_and_with_not
     )
     assert a != plan_hash(
         proposed=[{"name": "b", "type": "A"}], existing={"ttl": 60, "values": [1]}
-    )
-    assert with_hash({"proposed": [], "existing": {}, "zone": "z"})["plan_hash"] == plan_hash(
-        proposed=[], existing={}
     )
 
 

@@ -22,11 +22,6 @@ def approval_token(execution_id: str, hash_: str) -> str:
     return hashlib.sha256(f"{execution_id}\n{hash_}".encode()).hexdigest()
 
 
-def with_hash(plan: Mapping[str, Any]) -> dict[str, Any]:
-    """``plan`` (with ``proposed`` and ``existing``) and its ``plan_hash``."""
-    return {**plan, "plan_hash": plan_hash(proposed=plan["proposed"], existing=plan["existing"])}
-
-
 def change_summary(zone: str, name: str, changes: Sequence[Mapping[str, Any]], before: Any) -> str:
     """One line a person asked to approve reads first (a chat message, a ticket title)."""
     moves = ", ".join(

@@ -67,7 +67,7 @@ class LaneAdmin(ReadOnlyAdmin):
     def owner_link(self, lane: Lane) -> str:
         if not lane.owner_id:
             return "—"
-        url = reverse("admin:executions_execution_change", args=[quote(lane.owner_id)])
+        url = lane_effects().execution_admin_url(lane.owner_id)
         return format_html('<a href="{}">{}</a>', url, lane.owner_id)
 
     @admin.display(description="Owner's status")

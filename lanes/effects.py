@@ -106,6 +106,10 @@ class LaneEffects(Protocol):
         """Make ``change`` known to the executions it names: events now, runs on commit."""
         ...
 
+    def execution_admin_url(self, execution_id: str) -> str:
+        """Where the admin shows ``execution_id`` (a lane's page links its owner there)."""
+        ...
+
 
 _installed: LaneEffects | None = None
 

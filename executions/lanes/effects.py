@@ -14,6 +14,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import assert_never
 
+from django.contrib.admin.utils import quote
+from django.urls import reverse
+
 from executions.models import ACTIVE_STATUSES, AuditEntry, Execution, ExecutionStatus
 from executions.outbox import event_emit, event_key
 from executions.runtime.dispatch import run_dispatch_on_commit
@@ -28,6 +31,9 @@ from lanes.effects import (
 
 class ExecutionLaneEffects:
     active_statuses: frozenset[str] = ACTIVE_STATUSES
+
+    def execution_admin_url(self, execution_id: str) -> str:
+        return reverse("admin:executions_execution_change", args=[quote(execution_id)])
 
     def executions_lock(self, ids: Collection[str], *, skip_locked: bool) -> list[str]:
         # In id order: two lane writers naming the same executions lock them in one order.

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
 from django.db import models
 from django.test import Client, override_settings
@@ -213,6 +214,15 @@ def test_every_changelist_and_change_page_renders(records, role, read_only, labe
             assert b"whsec_hidden" not in page.content  # a secret is never shown again
         if read_only or model_admin.has_change_permission(_request(client, role), obj) is False:
             assert b'name="_save"' not in page.content, (label, obj.pk)
+
+
+def test_a_lanes_page_links_its_owner_to_the_owners_page(records):
+    """The lanes reach the executions' admin through their port (``lanes.effects``)."""
+    lane = Lane.objects.get(key="aws-infrastructure")
+    owner_page = f"/admin/executions/execution/{quote(lane.owner_id)}/change/"
+    html = _login("viewer").get("/admin/lanes/lane/").content.decode()
+    assert f'href="{owner_page}"' in html
+    assert _login("viewer").get(owner_page).status_code == 200
 
 
 def test_no_action_is_offered_on_a_read_only_instance_or_to_a_viewer(records, role, read_only):

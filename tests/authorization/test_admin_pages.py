@@ -219,6 +219,7 @@ def test_every_changelist_and_change_page_renders(records, role, read_only, labe
 def test_a_lanes_page_links_its_owner_to_the_owners_page(records):
     """The lanes reach the executions' admin through their port (``lanes.effects``)."""
     lane = Lane.objects.get(key="aws-infrastructure")
+    assert lane.owner_id is not None
     owner_page = f"/admin/executions/execution/{quote(lane.owner_id)}/change/"
     html = _login("viewer").get("/admin/lanes/lane/").content.decode()
     assert f'href="{owner_page}"' in html

@@ -112,17 +112,18 @@ def _an_execution() -> Any:
     )
 
 
-def _emit(execution_id: str, type: str = "bench.tick") -> tuple[str, float]:
+def _emit(execution_id: str) -> tuple[str, float]:
     from django.db import connection, transaction
 
+    from executions.events import EventType
     from executions.outbox import event_emit
 
     with transaction.atomic():
         event_emit(
             execution_id=execution_id,
-            type=type,
+            type=EventType.ASSISTANCE,
             key=f"{execution_id}:{uuid.uuid4().hex}",
-            payload={"n": 1},
+            payload={"kind": "bench", "n": 1},
         )
         with connection.cursor() as cursor:
             cursor.execute(

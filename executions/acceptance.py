@@ -43,6 +43,7 @@ from alfred.principals import Caller
 from alfred.readonly import writes_allowed
 from executions.catalog import FieldError, InvalidInput, LaneClaim, Workflow, workflow_get
 from executions.controls import audit_record
+from executions.events import EventType
 from executions.identity import NotCanonicalizable, fingerprint, logical_identity
 from executions.lanes.holding import execution_lane_claim
 from executions.models import (
@@ -405,7 +406,7 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
     _lane_event(execution, lane)
     event_emit(
         execution_id=execution.id,
-        type="execution.continued",
+        type=EventType.CONTINUED,
         key=event_key(execution.id, f"{run.id}:continued"),
         payload={"run": run.id, "from_status": previous_status, "lane": _lane_payload(lane)},
     )
@@ -418,9 +419,9 @@ def _lane_event(execution: Execution, lane: LaneClaimResult | None) -> None:
     kind = "acquired" if lane.role == "owner" else "queued"
     event_emit(
         execution_id=execution.id,
-        type=f"lane.{kind}",
+        type=EventType(f"lane.{kind}"),
         key=event_key(execution.id, f"{execution.current_run_id}:lane:{kind}"),
-        payload=_lane_payload(lane) or {},
+        payload={"lane": lane.key, "key": lane.key, "role": lane.role, "position": lane.position},
     )
 
 

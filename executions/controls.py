@@ -29,6 +29,7 @@ from django.db import transaction
 from alfred.principals import Caller
 from alfred.readonly import ReadOnlyInstance, writes_allowed
 from executions.catalog import InvalidInput, workflow_get
+from executions.events import EventType
 from executions.lanes.holding import execution_lane_claim
 from executions.models import (
     TERMINAL_STATUSES,
@@ -238,7 +239,7 @@ def execution_retry(*, execution_id: str, caller: Caller, reason: str = "") -> E
         lane = execution_lane_claim(execution, workflow.lane(execution.input), urgent=True)
         event_emit(
             execution_id=execution.id,
-            type="execution.retried",
+            type=EventType.RETRIED,
             key=event_key(execution.id, f"{run.id}:retried"),
             payload={
                 "run": run.id,
@@ -365,7 +366,7 @@ def execution_rollback(*, execution_id: str, caller: Caller, reason: str) -> Exe
         lane = execution_lane_claim(execution, workflow.lane(execution.input), urgent=True)
         event_emit(
             execution_id=execution.id,
-            type="execution.rollback_requested",
+            type=EventType.ROLLBACK_REQUESTED,
             key=event_key(execution.id, f"{run.id}:rollback"),
             payload={"run": run.id, "from_status": previous, "by": caller.principal},
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -16,6 +16,7 @@ from django.db import transaction
 
 from alfred.db import Statement, statements_run
 from alfred.metrics import TRANSITIONS
+from executions.events import EventType, payload_problem
 from executions.models import (
     DeliveryStatus,
     Execution,
@@ -90,14 +91,23 @@ _EMIT_SQL = f"""
 
 @dataclass(frozen=True)
 class Event:
-    """One event for :func:`events_emit`."""
+    """One event for :func:`events_emit`: of a public type, its payload as the catalogue
+    declares it (``executions.events``; anything else is refused, ValueError, before it is
+    written)."""
 
-    type: str
+    type: EventType
     key: str
-    payload: dict[str, Any]
+    payload: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        problem = payload_problem(self.type, self.payload)
+        if problem is not None:
+            raise ValueError(problem)
 
 
-def event_emit(*, execution_id: str, type: str, key: str, payload: dict[str, Any]) -> int | None:
+def event_emit(
+    *, execution_id: str, type: EventType, key: str, payload: Mapping[str, Any]
+) -> int | None:
     """Append one event; returns its sequence, or None when ``key`` was already emitted.
 
     Two emitters for one execution serialize on its row lock, so sequences stay gapless and

@@ -49,7 +49,7 @@ LEVELS = {
 }
 # What the runtime builds on, of the rest of executions: the records it writes.
 RUNTIME_SEES = ("executions.runtime", "executions.models", "executions.outbox", "executions.links",
-                "executions.identity")  # fmt: skip
+                "executions.identity", "executions.events")  # fmt: skip
 
 
 @dataclass(frozen=True)

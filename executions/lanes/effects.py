@@ -17,6 +17,7 @@ from typing import assert_never
 from django.contrib.admin.utils import quote
 from django.urls import reverse
 
+from executions.events import EventType
 from executions.models import ACTIVE_STATUSES, AuditEntry, Execution, ExecutionStatus
 from executions.outbox import event_emit, event_key
 from executions.runtime.dispatch import run_dispatch_on_commit
@@ -81,16 +82,16 @@ def _handed_over(change: LaneHandedOver) -> None:
     if change.previous:
         event_emit(
             execution_id=change.previous,
-            type="lane.released",
+            type=EventType.LANE_RELEASED,
             key=event_key(change.previous, f"lane:{lane}:{change.version}:released"),
             payload={"lane": lane, "reason": change.reason, "next": change.owner},
         )
     if change.owner is not None:
         event_emit(
             execution_id=change.owner,
-            type="lane.acquired",
+            type=EventType.LANE_ACQUIRED,
             key=event_key(change.owner, f"lane:{lane}:{change.version}:acquired"),
-            payload={"lane": lane, "after": change.previous},
+            payload={"lane": lane, "key": lane, "role": "owner", "after": change.previous},
         )
         _start(change.owner)
 
@@ -99,7 +100,7 @@ def _blocked(change: LaneBlocked) -> None:
     if change.owner:
         event_emit(
             execution_id=change.owner,
-            type="lane.recovery_required",
+            type=EventType.LANE_RECOVERY_REQUIRED,
             key=event_key(change.owner, f"lane:{change.key}:{change.version}:recovery"),
             payload={"lane": change.key, "reason": change.reason},
         )

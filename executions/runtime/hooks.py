@@ -9,6 +9,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from executions.events import EventType
 from executions.models import Hook, HookSignal, HookStatus
 from executions.outbox import event_emit, event_key
 from executions.runtime.dispatch import run_wake
@@ -55,7 +56,7 @@ def hook_signal_locked(
     hook.save(update_fields=["status", "resolved_at"])
     event_emit(
         execution_id=hook.execution_id,
-        type="hook.signalled",
+        type=EventType.HOOK_SIGNALLED,
         key=event_key(hook.execution_id, f"{hook.id}:signalled"),
         payload={"hook": hook.id, "name": hook.name, "by": principal},
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from executions.events import EventType
 from executions.models import Execution
 from executions.outbox import Event, event_key, events_emit
 
@@ -38,7 +39,7 @@ def start_state_event(
     """The event that announces start ``state`` (for a caller that writes the projection and
     emits its events together)."""
     return Event(
-        type=f"execution.{state}",
+        type=EventType(f"execution.{state}"),
         key=event_key(execution.id, f"{run_id}:{state}"),
         payload={"run": run_id, **({"error": error} if error else {}), **payload},
     )

@@ -10,6 +10,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from alfred.db import insert_statement, statements_run
+from executions.events import EventType
 from executions.models import (
     Execution,
     ExecutionStatus,
@@ -66,7 +67,7 @@ def execution_insert(
     inserted = stage_rows(run, stages)
     # Through the outbox like every event: its NOTIFY and its webhook deliveries with it.
     accepted = Event(
-        type="execution.accepted",
+        type=EventType.ACCEPTED,
         key=event_key(execution.id, "accepted"),
         payload={
             "workflow": workflow,

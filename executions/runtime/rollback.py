@@ -18,6 +18,7 @@ from typing import Any
 
 from django.db.models import Q
 
+from executions.events import EventType
 from executions.models import (
     ACTIVE_STATUSES,
     Execution,
@@ -229,7 +230,7 @@ def child_rollback_start(parent_id: str, child_id: str) -> dict[str, Any]:
     run = run_again(child, kind=RunKind.ROLLBACK, stages=STAGES)
     event_emit(
         execution_id=child.id,
-        type="execution.rollback_requested",
+        type=EventType.ROLLBACK_REQUESTED,
         key=event_key(child.id, f"{run.id}:rollback"),
         payload={"run": run.id, "from_status": previous, "by": f"execution:{parent_id}"},
     )

@@ -49,6 +49,7 @@ from django.utils import timezone
 from alfred.db import columns, instances, row_fetched
 from alfred.logs import log_context
 from alfred.metrics import DUPLICATE_DELIVERIES, LEASE_TAKEOVERS, STAGES
+from executions.events import EventType
 from executions.links import approval_links
 from executions.models import (
     TERMINAL_STATUSES,
@@ -479,7 +480,9 @@ def _claim_write(
     if changed:
         execution.updated_at = timezone.now()
         pending.append(fields_of(execution, [*changed, "updated_at"]))
-    events.append(_stage_event(execution.id, run, "stage.started", stage_name, worker=worker))
+    events.append(
+        _stage_event(execution.id, run, EventType.STAGE_STARTED, stage_name, worker=worker)
+    )
     transition_write(pending, execution.id, events)
     return _Claim(
         run,
@@ -564,7 +567,7 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
         if execution.status != status:
             details = _approval_asked(execution, run) if suspend.operator else {}
             _status_set(execution, status, run, stage_name, reason=suspend.reason, **details)
-        _emit(execution.id, run, "stage.waiting", stage_name, reason=suspend.reason)
+        _emit(execution.id, run, EventType.STAGE_WAITING, stage_name, reason=suspend.reason)
         woken = run.wakeups != claim.wakeups
     if woken:
         # A signal, timer or child finished while this stage ran: it may already be what the
@@ -653,7 +656,11 @@ def _stage_end(
     )
     events = [
         _stage_event(
-            execution.id, run, f"stage.{status}", stage, **({"error": error} if error else {})
+            execution.id,
+            run,
+            EventType(f"stage.{status}"),
+            stage,
+            **({"error": error} if error else {}),
         )
     ]
     if status == StageStatus.SUCCEEDED and isinstance(output, dict):
@@ -680,7 +687,7 @@ def _assistance_add(execution: Execution, run: Run, stage: str, items: Any) -> l
     execution.save(update_fields=["assistance", "updated_at"])
     return [
         Event(
-            type="execution.assistance",
+            type=EventType.ASSISTANCE,
             key=event_key(execution.id, f"assistance:{position}"),
             payload=item,
         )
@@ -782,17 +789,17 @@ def _status_set(execution: Execution, status: str, run: Run, stage: str, **paylo
 def _status_event(execution: Execution, run: Run, stage: str, **payload: Any) -> Event:
     """``execution.<status>`` for the status ``execution`` has now."""
     return Event(
-        type=f"execution.{execution.status}",
+        type=EventType(f"execution.{execution.status}"),
         key=event_key(execution.id, f"{run.id}:{execution.status}:{run.fence}"),
         payload={"run": run.id, "stage": stage, **payload},
     )
 
 
-def _emit(execution_id: str, run: Run, type: str, stage: str, **payload: Any) -> None:
+def _emit(execution_id: str, run: Run, type: EventType, stage: str, **payload: Any) -> None:
     events_emit(execution_id, [_stage_event(execution_id, run, type, stage, **payload)])
 
 
-def _stage_event(execution_id: str, run: Run, type: str, stage: str, **payload: Any) -> Event:
+def _stage_event(execution_id: str, run: Run, type: EventType, stage: str, **payload: Any) -> Event:
     return Event(
         type=type,
         key=event_key(execution_id, f"{run.id}:{stage}:{type}:{run.fence}"),

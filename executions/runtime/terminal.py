@@ -13,6 +13,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from alfred.db import Statement, statements_run
+from executions.events import EventType
 from executions.models import (
     TERMINAL_STATUSES,
     Execution,
@@ -56,7 +57,7 @@ def execution_stop(
             run.save(update_fields=["cancel_requested_at"])
             event_emit(
                 execution_id=execution.id,
-                type="execution.cancel_requested",
+                type=EventType.CANCEL_REQUESTED,
                 key=event_key(execution.id, f"{run.id}:cancel_requested"),
                 payload={"run": run.id, "by": actor, "reason": reason},
             )
@@ -122,7 +123,7 @@ def execution_finish(
     execution.finished_at = execution.updated_at = now
     json = Execution._meta.get_field("result")
     terminal = Event(
-        type=f"execution.{status}",
+        type=EventType(f"execution.{status}"),
         key=event_key(execution.id, f"{run_id}:{status}"),
         payload={"run": run_id, "result": result, "error": error},
     )

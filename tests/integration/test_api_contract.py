@@ -359,15 +359,16 @@ def test_reading_one_execution_sees_what_the_list_sees(role):
 
 
 def test_events_are_read_in_pages_after_a_sequence(api):
+    from executions.events import EventType
     from executions.outbox import event_emit
 
     execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
     for i in range(4):
         event_emit(
             execution_id=execution_id,
-            type="test.tick",
+            type=EventType.ASSISTANCE,
             key=f"{execution_id}:t{i}",
-            payload={"i": i},
+            payload={"kind": "test", "i": i},
         )
 
     first = api.get(f"/api/v1/executions/{execution_id}/events?limit=3").json()
@@ -383,13 +384,17 @@ def test_events_are_read_in_pages_after_a_sequence(api):
 
 
 def test_a_re_emitted_event_key_is_a_no_op(api):
+    from executions.events import EventType
     from executions.outbox import event_emit
+
+    ASSISTANCE = EventType.ASSISTANCE
 
     execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
 
-    first = event_emit(execution_id=execution_id, type="t", key="same", payload={})
-    again = event_emit(execution_id=execution_id, type="t", key="same", payload={})
-    after = event_emit(execution_id=execution_id, type="t", key="next", payload={})
+    tick = {"kind": "test"}
+    first = event_emit(execution_id=execution_id, type=ASSISTANCE, key="same", payload=tick)
+    again = event_emit(execution_id=execution_id, type=ASSISTANCE, key="same", payload=tick)
+    after = event_emit(execution_id=execution_id, type=ASSISTANCE, key="next", payload=tick)
 
     assert (first, again, after) == (2, None, 3)
 
@@ -399,15 +404,21 @@ def test_events_emitted_together_skip_known_keys_number_gaplessly_and_owe_delive
     import psycopg
     from django.db import transaction
 
+    from executions.events import EventType
     from executions.models import Execution, OutboxEvent, WebhookDelivery, WebhookEndpoint
     from executions.outbox import CHANNEL, Event, event_emit, events_emit
     from tests.conftest import subprocess_database_url
 
+    A, B = EventType.ASSISTANCE, EventType.LANE_QUEUED  # two types; an endpoint wants B
+
+    def a(n: int) -> dict[str, object]:
+        return {"kind": "test", "n": n}
+
     execution_id = submit(api, "add-subdomain", SUBDOMAIN).json()["id"]
     wants_b = WebhookEndpoint.objects.create(
-        url="https://hooks.example.com/b", secret="s", event_types=["t.b"]
+        url="https://hooks.example.com/b", secret="s", event_types=[B]
     )
-    event_emit(execution_id=execution_id, type="t.a", key="known", payload={})  # sequence 2
+    event_emit(execution_id=execution_id, type=A, key="known", payload=a(0))  # sequence 2
 
     with psycopg.connect(subprocess_database_url(), autocommit=True) as listener:
         listener.execute(f"LISTEN {CHANNEL}")
@@ -416,26 +427,26 @@ def test_events_emitted_together_skip_known_keys_number_gaplessly_and_owe_delive
             sequences = events_emit(
                 execution_id,
                 [
-                    Event("t.a", "first", {"n": 1}),
-                    Event("t.a", "known", {"n": 2}),  # emitted before: left out
-                    Event("t.b", "second", {"n": 3}),
+                    Event(A, "first", a(1)),
+                    Event(A, "known", a(2)),  # emitted before: left out
+                    Event(B, "second", {"reason": "3"}),
                 ],
             )
-            again = events_emit(execution_id, [Event("t.a", "first", {})])
+            again = events_emit(execution_id, [Event(A, "first", a(9))])
         notified = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
 
     assert (sequences, again) == ([3, 4], [])
     rows = OutboxEvent.objects.filter(execution_id=execution_id).order_by("sequence")
     assert [(e.sequence, e.key, e.payload) for e in rows][1:] == [
-        (2, "known", {}),
-        (3, "first", {"n": 1}),
-        (4, "second", {"n": 3}),
+        (2, "known", a(0)),
+        (3, "first", a(1)),
+        (4, "second", {"reason": "3"}),
     ]
     assert Execution.objects.get(pk=execution_id).last_sequence == 4
     assert notified == [f"{execution_id} 3", f"{execution_id} 4"]
     owed = WebhookDelivery.objects.filter(endpoint=wants_b).values_list("event__key", flat=True)
     assert list(owed) == ["second"]
-    assert event_emit(execution_id=execution_id, type="t", key="next", payload={}) == 5
+    assert event_emit(execution_id=execution_id, type=A, key="next", payload=a(5)) == 5
 
 
 def test_the_workflows_and_their_schemas(api):

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from httpx_sse import aconnect_sse, connect_sse
 
 from alfred.tokens import token_create
+from executions.events import EventType
 from executions.lanes.reconciler import Action, lane_reconcile
 from executions.models import Execution, ExecutionStatus, OutboxEvent, Run
 from executions.outbox import event_emit
@@ -59,16 +60,16 @@ def running(principal: str) -> Execution:
     )
 
 
-def emit(execution: Execution, count: int, type: str = "test.tick") -> list[int]:
+def emit(execution: Execution, count: int) -> list[int]:
     """``count`` events for ``execution``, each committed on its own."""
     sequences = []
     for _ in range(count):
         with transaction.atomic():
             sequence = event_emit(
                 execution_id=execution.id,
-                type=type,
+                type=EventType.ASSISTANCE,
                 key=f"{execution.id}:{uuid.uuid4().hex}",
-                payload={"n": uuid.uuid4().hex[:6]},
+                payload={"kind": "test", "n": uuid.uuid4().hex[:6]},
             )
         assert sequence is not None
         sequences.append(sequence)
@@ -80,9 +81,9 @@ def finish(execution: Execution) -> None:
         Execution.objects.filter(pk=execution.pk).update(status=ExecutionStatus.SUCCEEDED)
         event_emit(
             execution_id=execution.id,
-            type="execution.succeeded",
+            type=EventType.SUCCEEDED,
             key=f"{execution.id}:done",
-            payload={},
+            payload={"run": execution.current_run_id, "result": {}, "error": None},
         )
 
 
@@ -237,9 +238,9 @@ def test_an_ended_lane_owner_streams_until_its_lane_lets_it_go(web, api, integra
         Run.objects.filter(pk=execution.current_run_id).update(status="succeeded")
         ended = event_emit(
             execution_id=execution_id,
-            type="execution.succeeded",
+            type=EventType.SUCCEEDED,
             key=f"{execution_id}:done",
-            payload={"result": {}},
+            payload={"run": execution.current_run_id, "result": {}, "error": None},
         )
     assert ended is not None
     headers = {"Authorization": f"Bearer {integration_token}"}
@@ -357,9 +358,9 @@ def test_a_client_too_slow_to_keep_up_is_dropped_and_loses_nothing():
             with transaction.atomic():
                 event_emit(
                     execution_id=execution.id,
-                    type="test.big",
+                    type=EventType.ASSISTANCE,
                     key=f"{execution.id}:{uuid.uuid4().hex}",
-                    payload={"big": big},
+                    payload={"kind": "test", "big": big},
                 )
         wait_for(lambda: "fell behind" in server.output(), timeout=20)
         sock.close()

@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 
 from alfred.principals import Caller
 from delivery.endpoints import webhook_endpoint_save
+from executions.events import EventType
 from executions.models import DeliveryStatus, Execution, WebhookDelivery, WebhookEndpoint
 from executions.outbox import event_emit
 from tests.support.helpers import assert_problem
@@ -40,9 +41,9 @@ def owe(count: int) -> list[int]:
         with transaction.atomic():
             event_emit(
                 execution_id=execution.id,
-                type="execution.running",
+                type=EventType.ASSISTANCE,
                 key=f"{execution.id}:{uuid.uuid4().hex}",
-                payload={},
+                payload={"kind": "test"},
             )
     return list(
         WebhookDelivery.objects.filter(event__execution=execution)
@@ -78,7 +79,7 @@ def test_deliveries_are_paged_newest_first_by_cursor(operator_api, endpoint):
     # and each delivery carries its event and its attempts
     [newest] = operator_api.get(f"{path}?limit=1").json()["results"]
     assert (newest["event_type"], newest["status"], newest["attempts_log"]) == (
-        "execution.running",
+        "execution.assistance",
         DeliveryStatus.PENDING,
         [],
     )

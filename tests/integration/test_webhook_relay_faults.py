@@ -21,6 +21,7 @@ from rest_framework.test import APIClient
 from alfred.tokens import token_create
 from delivery import relay
 from delivery.endpoints import endpoint_url_check
+from executions.events import EventType
 from executions.models import (
     DeliveryStatus,
     Execution,
@@ -34,7 +35,8 @@ from tests.integration.test_webhooks import FAST, Receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BAD = "test.bad"  # the one event type only the poisoned endpoint asks for
+BAD = EventType.LANE_QUEUED  # the one event type only the poisoned endpoint asks for
+TICK = EventType.ASSISTANCE
 PLANTED = "planted at"
 
 
@@ -57,13 +59,14 @@ def endpoint_for(receiver: Receiver, *event_types: str, url: str = "") -> Webhoo
     )
 
 
-def emit(label: str, type_: str) -> str:
+def emit(label: str, type_: EventType) -> str:
     execution = Execution.objects.create(
         workflow="test-counter", input={"label": label}, logical_identity=label, principal="p"
     )
     key = f"{execution.id}:{uuid.uuid4().hex}"
     with transaction.atomic():
-        event_emit(execution_id=execution.id, type=type_, key=key, payload={"label": label})
+        payload = {"kind": "test", "label": label} if type_ == TICK else {"reason": label}
+        event_emit(execution_id=execution.id, type=type_, key=key, payload=payload)
     return key
 
 
@@ -145,9 +148,9 @@ def test_an_attempt_that_raises_is_its_own_failed_attempt_and_its_batch_is_sent_
     settings.ALFRED_WEBHOOK_RETRY_SCHEDULE = [0, 0]  # two attempts, no wait between
     # given two healthy endpoints and one whose attempt raises at ``point``, in one batch
     first, second, third = receivers
-    healthy = [endpoint_for(first, "test.tick"), endpoint_for(second, "test.tick")]
+    healthy = [endpoint_for(first, TICK), endpoint_for(second, TICK)]
     bad = endpoint_for(third, BAD, url=third.url.replace("/hooks", BAD_PATH))
-    good_key = emit("good", "test.tick")
+    good_key = emit("good", TICK)
     bad_key = emit("bad", BAD)
     plant(monkeypatch, point, bad)
 
@@ -185,8 +188,8 @@ def test_a_failure_to_record_one_answer_leaves_the_others_recorded(
 ):
     settings.ALFRED_WEBHOOK_ALLOW_PRIVATE = True
     third = receivers[2]
-    endpoints = [endpoint_for(each, "test.tick") for each in receivers]
-    key = emit("record", "test.tick")
+    endpoints = [endpoint_for(each, TICK) for each in receivers]
+    key = emit("record", TICK)
     real = relay.delivery_record
 
     def record(item: relay.Claimed, answer: relay.Answer) -> None:
@@ -255,9 +258,9 @@ def test_the_api_refuses_a_port_past_65535_with_a_problem(settings):
 def test_a_legacy_endpoint_with_a_bad_port_fails_alone_in_a_real_worker(receivers):
     # given a healthy endpoint and a row saved before the port check, and a real relay worker
     first, _, _ = receivers
-    healthy = endpoint_for(first, "test.tick")
+    healthy = endpoint_for(first, TICK)
     bad = endpoint_for(first, BAD, url="http://127.0.0.1:99999/a")
-    keys = [emit(f"w{n}", "test.tick") for n in range(3)]
+    keys = [emit(f"w{n}", TICK) for n in range(3)]
     emit("wbad", BAD)
     worker = WorkerProcess("relay-faults").start(environ=FAST)
     try:

@@ -17,6 +17,7 @@ from django.db import connection, transaction
 
 from delivery import relay
 from delivery.endpoints import endpoint_url_check
+from executions.events import EventType
 from executions.models import (
     DeliveryStatus,
     Execution,
@@ -45,9 +46,9 @@ def emit_many(execution: Execution, count: int) -> None:
         with transaction.atomic():
             event_emit(
                 execution_id=execution.id,
-                type="test.tick",
+                type=EventType.ASSISTANCE,
                 key=f"{execution.id}:{uuid.uuid4().hex}",
-                payload={},
+                payload={"kind": "test"},
             )
 
 

@@ -25,6 +25,7 @@ from standardwebhooks.webhooks import Webhook
 from alfred.principals import Caller
 from alfred.tokens import token_create
 from delivery.endpoints import webhook_endpoint_save
+from executions.events import EventType
 from executions.models import (
     AuditEntry,
     DeliveryStatus,
@@ -245,7 +246,12 @@ def emit_many(execution: Execution, count: int) -> list[str]:
     for _ in range(count):
         key = f"{execution.id}:{uuid.uuid4().hex}"
         with transaction.atomic():
-            event_emit(execution_id=execution.id, type="test.tick", key=key, payload={})
+            event_emit(
+                execution_id=execution.id,
+                type=EventType.ASSISTANCE,
+                key=key,
+                payload={"kind": "test"},
+            )
         keys.append(key)
     return keys
 

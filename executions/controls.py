@@ -86,14 +86,27 @@ def retry_allowed(execution: Execution) -> bool:
 
 @dataclass(frozen=True)
 class Control:
-    """A control, the rule for the states it acts in (``allows``), who may use it (an
-    operator, or unless ``operators_only`` the execution's owner) and whether its caller must
-    say why (``reason_required``: something besides whitespace, ``alfred.text``)."""
+    """A control, declared once: every face is made from this (the API's view, route, OpenAPI
+    entry and link, the command's subcommand, the admin's confirmation page), and
+    :func:`control_perform` calls its service.
+
+    ``allows``: the states it acts in; who may use it (an operator, or unless
+    ``operators_only`` the execution's owner); whether its caller must say why
+    (``reason_required``: something besides whitespace, ``alfred.text``); ``summary``: what it
+    does, in one line; ``title`` and ``done``: its button, and what its caller is told once it
+    is recorded; what its caller sends besides the reason: the pending plan's hash
+    (``plan_hash``: what that hash is of, said to the caller) and the blast-radius override
+    (``force``)."""
 
     name: str
     allows: Callable[[Execution], bool]
+    summary: str = ""
+    title: str = ""  # its button and confirmation page
+    done: str = ""  # what its caller is told once it is recorded ({plan_hash}: the one named)
     operators_only: bool = False
     reason_required: bool = False
+    plan_hash: str = ""
+    force: bool = False
 
     def usable_by(self, caller: Caller, execution: Execution) -> bool:
         return caller.may_act_on(execution.principal) and (
@@ -118,13 +131,51 @@ def rollback_allowed(execution: Execution) -> bool:
     )
 
 
-CANCEL = Control("cancel", cancel_allowed)
-RETRY = Control("retry", retry_allowed)
-APPROVE = Control("approve", approve_allowed, operators_only=True)
+CANCEL = Control(
+    "cancel",
+    cancel_allowed,
+    "Cancel: at once when waiting or queued, at the next step boundary when running",
+    title="Cancel",
+    done="cancel recorded",
+)
+RETRY = Control(
+    "retry",
+    retry_allowed,
+    "Retry a failed or canceled execution: a new run, no step cache",
+    title="Retry",
+    done="retry recorded: a new run is queued",
+)
+APPROVE = Control(
+    "approve",
+    approve_allowed,
+    "Approve the pending plan, named by its hash (operators; another plan's hash is refused)",
+    title="Approve the plan",
+    done="approved the plan {plan_hash}",
+    operators_only=True,
+    plan_hash="The hash of the pending plan (pending_approval.plan_hash).",
+    force=True,
+)
 # The cancel of a paused execution bound, like approve, to the plan the operator saw.
-REJECT = Control("reject", approve_allowed, operators_only=True)
-ROLLBACK = Control("rollback", rollback_allowed, operators_only=True, reason_required=True)
+REJECT = Control(
+    "reject",
+    approve_allowed,
+    "Reject the pending plan, named by its hash: the execution is canceled (operators)",
+    title="Reject the plan",
+    done="rejected the plan {plan_hash}: the execution is canceled",
+    operators_only=True,
+    plan_hash="The hash of the pending plan you reject (pending_approval.plan_hash).",
+)
+ROLLBACK = Control(
+    "rollback",
+    rollback_allowed,
+    "Roll back what the execution changed, from its receipts (operators)",
+    title="Roll back",
+    done="rollback recorded: a rollback run is queued",
+    operators_only=True,
+    reason_required=True,
+)
 CONTROLS: tuple[Control, ...] = (CANCEL, RETRY, APPROVE, REJECT, ROLLBACK)
+CONTROLS_BY_NAME: dict[str, Control] = {control.name: control for control in CONTROLS}
 
 # A plan hash as the engine makes them (sha256, hex): what approve and reject name. Anything
 # else is a typo, said as such on every face (never "another hash is waiting").
@@ -376,6 +427,48 @@ def execution_rollback(*, execution_id: str, caller: Caller, reason: str) -> Exe
         return execution
 
 
+@dataclass(frozen=True)
+class ControlBody:
+    """What a caller sends with a control, whichever face it came through."""
+
+    reason: str = ""
+    plan_hash: str = ""
+    force: bool = False
+
+
+def control_perform(
+    control: Control, *, execution_id: str, caller: Caller, body: ControlBody
+) -> Execution:
+    """``control``'s service on ``execution_id``: the execution as the control left it (the
+    services decide who may act and whether the state allows it, under the row lock)."""
+    return _SERVICES[control.name](execution_id, caller, body)
+
+
+_SERVICES: dict[str, Callable[[str, Caller, ControlBody], Execution]] = {
+    "cancel": lambda id_, caller, body: (
+        execution_cancel(execution_id=id_, caller=caller, reason=body.reason).execution
+    ),
+    "retry": lambda id_, caller, body: execution_retry(
+        execution_id=id_, caller=caller, reason=body.reason
+    ),
+    "approve": lambda id_, caller, body: execution_approve(
+        execution_id=id_,
+        caller=caller,
+        plan_hash=body.plan_hash,
+        force=body.force,
+        reason=body.reason,
+    ),
+    "reject": lambda id_, caller, body: (
+        execution_reject(
+            execution_id=id_, caller=caller, plan_hash=body.plan_hash, reason=body.reason
+        ).execution
+    ),
+    "rollback": lambda id_, caller, body: execution_rollback(
+        execution_id=id_, caller=caller, reason=body.reason
+    ),
+}
+
+
 def audit_record(
     caller: Caller, action: str, execution_id: str, reason: str, **data: object
 ) -> None:
@@ -395,6 +488,7 @@ __all__ = [
     "APPROVE",
     "CANCEL",
     "CONTROLS",
+    "CONTROLS_BY_NAME",
     "PLAN_HASH_EXPECTED",
     "PLAN_HASH_PATTERN",
     "REJECT",
@@ -402,6 +496,7 @@ __all__ = [
     "ROLLBACK",
     "ApprovalExpired",
     "Control",
+    "ControlBody",
     "ForceRequired",
     "HistoryPruned",
     "InvalidInput",
@@ -413,6 +508,7 @@ __all__ = [
     "StalePlan",
     "cancel_allowed",
     "check_control_usable",
+    "control_perform",
     "execution_approve",
     "execution_cancel",
     "execution_controls",

@@ -41,9 +41,7 @@ from django.utils.safestring import mark_safe
 from alfred.admin_base import ReadOnlyAdmin, ReadOnlyInline, admin_caller
 from alfred.admin_confirm import (
     ConfirmItem,
-    OptionalReasonForm,
     ReasonField,
-    ReasonForm,
     confirmation_page,
     reason_confirmed,
 )
@@ -53,22 +51,14 @@ from executions import selectors
 from executions.admin import pages
 from executions.catalog import searched_fields
 from executions.controls import (
-    APPROVE,
-    CANCEL,
     CONTROLS,
     PLAN_HASH_PATTERN,
     REFUSALS,
-    REJECT,
-    RETRY,
-    ROLLBACK,
     Control,
+    ControlBody,
     ForceRequired,
     StalePlan,
-    execution_approve,
-    execution_cancel,
-    execution_reject,
-    execution_retry,
-    execution_rollback,
+    control_perform,
 )
 from executions.history import history_json
 from executions.models import (
@@ -80,80 +70,51 @@ from executions.models import (
 from lanes.models import Lane
 
 
-def _reason_form(control: Control) -> type[forms.Form]:
-    """The confirmation form of a control: its reason, required as the control declares."""
-    return ReasonForm if control.reason_required else OptionalReasonForm
-
-
-class ApproveForm(forms.Form):
-    reason = ReasonField(required=APPROVE.reason_required)
-    plan_hash = forms.RegexField(regex=PLAN_HASH_PATTERN, widget=forms.HiddenInput)
-    force = forms.BooleanField(
-        required=False,
-        help_text="Lift the blast-radius guard for this batch: needed (and only honoured) "
-        "when the plan is over the thresholds.",
-    )
-
-
-class RejectForm(forms.Form):
-    reason = ReasonField(required=REJECT.reason_required)
-    plan_hash = forms.RegexField(regex=PLAN_HASH_PATTERN, widget=forms.HiddenInput)
+def control_form(control: Control) -> type[forms.Form]:
+    """A control's confirmation form, from its declaration: its reason (required as the
+    control says), the plan's hash it names (hidden: the plan the page showed) and the
+    blast-radius override."""
+    fields: dict[str, forms.Field] = {"reason": ReasonField(required=control.reason_required)}
+    if control.plan_hash:
+        fields["plan_hash"] = forms.RegexField(regex=PLAN_HASH_PATTERN, widget=forms.HiddenInput)
+    if control.force:
+        fields["force"] = forms.BooleanField(
+            required=False,
+            help_text="Lift the blast-radius guard for this batch: needed (and only honoured) "
+            "when the plan is over the thresholds.",
+        )
+    return type(f"{control.name.title()}Form", (forms.Form,), fields)
 
 
 @dataclass(frozen=True)
 class ControlPage:
-    """A control's confirmation page: its title, its form, and the one service call its POST
-    makes (returning the message to show)."""
+    """A control's confirmation page: its title and form, and the one service call its POST
+    makes (returning the message to show), all from the control's declaration."""
 
-    title: str
+    control: Control
     form: type[forms.Form]
-    perform: Callable[[str, Caller, dict[str, Any]], str]
 
+    @property
+    def title(self) -> str:
+        return self.control.title
 
-def _approve(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
-    execution_approve(
-        execution_id=execution_id,
-        caller=caller,
-        plan_hash=data["plan_hash"],
-        force=bool(data.get("force")),
-        reason=data["reason"],
-    )
-    return f"approved the plan {data['plan_hash']}"
-
-
-def _reject(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
-    """Rejects the plan the page showed, and only that one: the service checks the hash under
-    the row lock (``StalePlan`` otherwise)."""
-    execution_reject(
-        execution_id=execution_id,
-        caller=caller,
-        plan_hash=data["plan_hash"],
-        reason=data["reason"],
-    )
-    return f"rejected the plan {data['plan_hash']}: the execution is canceled"
-
-
-def _rollback(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
-    execution_rollback(execution_id=execution_id, caller=caller, reason=data["reason"])
-    return "rollback requested: a rollback run is queued"
-
-
-def _cancel(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
-    result = execution_cancel(execution_id=execution_id, caller=caller, reason=data["reason"])
-    return "canceled" if result.immediate else "cancel requested: the running step finishes first"
-
-
-def _retry(execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
-    execution_retry(execution_id=execution_id, caller=caller, reason=data["reason"])
-    return "retrying: a new run is queued"
+    def perform(self, execution_id: str, caller: Caller, data: dict[str, Any]) -> str:
+        execution = control_perform(
+            self.control,
+            execution_id=execution_id,
+            caller=caller,
+            body=ControlBody(
+                reason=data.get("reason", ""),
+                plan_hash=data.get("plan_hash", ""),
+                force=bool(data.get("force")),
+            ),
+        )
+        said = self.control.done.format(plan_hash=data.get("plan_hash", ""))
+        return f"{said}; now {execution.status}"
 
 
 CONTROL_PAGES: dict[str, ControlPage] = {
-    "approve": ControlPage("Approve the plan", ApproveForm, _approve),
-    "reject": ControlPage("Reject the plan", RejectForm, _reject),
-    "rollback": ControlPage("Roll back", _reason_form(ROLLBACK), _rollback),
-    "cancel": ControlPage("Cancel", _reason_form(CANCEL), _cancel),
-    "retry": ControlPage("Retry", _reason_form(RETRY), _retry),
+    control.name: ControlPage(control, control_form(control)) for control in CONTROLS
 }
 
 
@@ -527,7 +488,9 @@ class ExecutionAdmin(ReadOnlyAdmin):
             title="Cancel executions",
             intro="Canceled executions can be retried or rolled back later.",
             describe=describe,
-            perform=lambda pk, caller, reason: _cancel(pk, caller, {"reason": reason}),
+            perform=lambda pk, caller, reason: CONTROL_PAGES["cancel"].perform(
+                pk, caller, {"reason": reason}
+            ),
         )
 
     @admin.action(description="Retry the selected executions…", permissions=["operate"])
@@ -542,7 +505,9 @@ class ExecutionAdmin(ReadOnlyAdmin):
             describe=lambda e: ConfirmItem(
                 e, [f"{e.workflow}, {e.status}: a retry run is queued, ahead of its lane's queue."]
             ),
-            perform=lambda pk, caller, reason: _retry(pk, caller, {"reason": reason}),
+            perform=lambda pk, caller, reason: CONTROL_PAGES["retry"].perform(
+                pk, caller, {"reason": reason}
+            ),
         )
 
     @admin.action(description="Roll back the selected executions…", permissions=["operate"])
@@ -567,5 +532,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
             intro="A compensation whose resource someone changed since is not clobbered: the "
             "rollback fails with drifted and can be asked for again.",
             describe=describe,
-            perform=lambda pk, caller, reason: _rollback(pk, caller, {"reason": reason}),
+            perform=lambda pk, caller, reason: CONTROL_PAGES["rollback"].perform(
+                pk, caller, {"reason": reason}
+            ),
         )

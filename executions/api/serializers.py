@@ -4,6 +4,7 @@ Schema, not by serializers."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -16,14 +17,9 @@ from alfred.principals import Caller
 from alfred.text import FreeTextField
 from executions import selectors
 from executions.controls import (
-    APPROVE,
-    CANCEL,
     CONTROLS,
     PLAN_HASH_EXPECTED,
     PLAN_HASH_PATTERN,
-    REJECT,
-    RETRY,
-    ROLLBACK,
     Control,
     execution_controls,
 )
@@ -48,43 +44,37 @@ def _plan_hash(help_text: str) -> serializers.RegexField:
     )
 
 
-class CancelRequestSerializer(serializers.Serializer):
-    """The optional body of a cancel: ``{"reason": "..."}``, kept in the audit log."""
-
-    reason = _reason(CANCEL)
-
-
-class RetryRequestSerializer(serializers.Serializer):
-    """The optional body of a retry: ``{"reason": "..."}``, kept in the audit log."""
-
-    reason = _reason(RETRY)
+class ControlRequestSerializer(serializers.Serializer):
+    """The body of a control: its ``reason`` (kept in the audit log), and what the control
+    declares it takes besides (``executions.controls.Control``: the plan's hash, ``force``)."""
 
 
-class ApproveRequestSerializer(serializers.Serializer):
-    """``{"plan_hash": "...", "force": false, "reason": "..."}``: consent to exactly the plan
-    of that hash."""
-
-    plan_hash = _plan_hash("The hash of the pending plan (pending_approval.plan_hash).")
-    force = StrictBooleanField(
-        default=False,
-        help_text="Lift the blast-radius guard for this batch: required (and only honoured) "
-        "when pending_approval.force_required.",
+def control_request_serializer(control: Control) -> type[ControlRequestSerializer]:
+    """The body ``control`` takes, as a serializer named after it (``ApproveRequest`` in the
+    OpenAPI document)."""
+    fields: dict[str, Any] = {}
+    if control.plan_hash:
+        fields["plan_hash"] = _plan_hash(control.plan_hash)
+    if control.force:
+        fields["force"] = StrictBooleanField(
+            default=False,
+            help_text="Lift the blast-radius guard for this batch: required (and only "
+            "honoured) when pending_approval.force_required.",
+        )
+    fields["reason"] = _reason(control)
+    shown = {name: False if name == "force" else "..." for name in fields}
+    needed = "required" if control.reason_required else "optional"
+    doc = (
+        f"The body of {control.name}: ``{json.dumps(shown)}``; the reason ({needed}) is kept "
+        "in the audit log."
     )
-    reason = _reason(APPROVE)
+    name = f"{control.name.title()}RequestSerializer"
+    return type(name, (ControlRequestSerializer,), {**fields, "__doc__": doc})
 
 
-class RejectRequestSerializer(serializers.Serializer):
-    """``{"plan_hash": "...", "reason": "..."}``: reject exactly the plan of that hash (the
-    execution is canceled)."""
-
-    plan_hash = _plan_hash("The hash of the pending plan you reject (pending_approval.plan_hash).")
-    reason = _reason(REJECT)
-
-
-class RollbackRequestSerializer(serializers.Serializer):
-    """``{"reason": "..."}``: required, kept in the audit log."""
-
-    reason = _reason(ROLLBACK)
+CONTROL_REQUESTS: dict[str, type[ControlRequestSerializer]] = {
+    control.name: control_request_serializer(control) for control in CONTROLS
+}
 
 
 class StageSerializer(PlannedSerializer):

@@ -1,13 +1,7 @@
 from django.urls import path
 
 from executions.api.views.audit import AuditEntryListApi
-from executions.api.views.controls import (
-    ExecutionApproveApi,
-    ExecutionCancelApi,
-    ExecutionRejectApi,
-    ExecutionRetryApi,
-    ExecutionRollbackApi,
-)
+from executions.api.views.controls import CONTROL_VIEWS
 from executions.api.views.executions import (
     ExecutionCreateApi,
     ExecutionDetailApi,
@@ -27,30 +21,9 @@ urlpatterns = [
     path("executions", ExecutionListApi.as_view(), name="execution-list"),
     path("executions/<str:execution_id>", ExecutionDetailApi.as_view(), name="execution-detail"),
     # Each control at executions/<id>/<name>, named execution-<name> (execution_links).
-    path(
-        "executions/<str:execution_id>/cancel",
-        ExecutionCancelApi.as_view(),
-        name="execution-cancel",
-    ),
-    path(
-        "executions/<str:execution_id>/retry",
-        ExecutionRetryApi.as_view(),
-        name="execution-retry",
-    ),
-    path(
-        "executions/<str:execution_id>/approve",
-        ExecutionApproveApi.as_view(),
-        name="execution-approve",
-    ),
-    path(
-        "executions/<str:execution_id>/reject",
-        ExecutionRejectApi.as_view(),
-        name="execution-reject",
-    ),
-    path(
-        "executions/<str:execution_id>/rollback",
-        ExecutionRollbackApi.as_view(),
-        name="execution-rollback",
+    *(
+        path(f"executions/<str:execution_id>/{name}", view.as_view(), name=f"execution-{name}")
+        for name, view in CONTROL_VIEWS.items()
     ),
     path(
         "executions/<str:execution_id>/events",

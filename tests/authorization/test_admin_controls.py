@@ -577,7 +577,7 @@ def test_cancel_rejects_the_pending_plan_and_records_the_reason(paused):
     )
 
     assert response.redirect_chain == [(_page(paused), 302)]
-    assert f"Execution {paused.pk}: canceled" in response.content.decode()
+    assert f"Execution {paused.pk}: cancel recorded; now canceled" in response.content.decode()
     assert Execution.objects.get(pk=paused.pk).status == ExecutionStatus.CANCELED
     assert _audit(paused, "execution.cancel").reason == "CHG-7 withdrawn"
 

@@ -409,7 +409,7 @@ def test_events_emitted_together_skip_known_keys_number_gaplessly_and_owe_delive
     from executions.outbox import CHANNEL, Event, event_emit, events_emit
     from tests.conftest import subprocess_database_url
 
-    A, B = EventType.ASSISTANCE, EventType.LANE_QUEUED  # two types; an endpoint wants B
+    A, B = EventType.ASSISTANCE, EventType.LANE_RECOVERY_REQUIRED  # an endpoint wants B
 
     def a(n: int) -> dict[str, object]:
         return {"kind": "test", "n": n}
@@ -429,7 +429,7 @@ def test_events_emitted_together_skip_known_keys_number_gaplessly_and_owe_delive
                 [
                     Event(A, "first", a(1)),
                     Event(A, "known", a(2)),  # emitted before: left out
-                    Event(B, "second", {"reason": "3"}),
+                    Event(B, "second", {"lane": "l", "reason": "3"}),
                 ],
             )
             again = events_emit(execution_id, [Event(A, "first", a(9))])
@@ -440,7 +440,7 @@ def test_events_emitted_together_skip_known_keys_number_gaplessly_and_owe_delive
     assert [(e.sequence, e.key, e.payload) for e in rows][1:] == [
         (2, "known", a(0)),
         (3, "first", a(1)),
-        (4, "second", {"reason": "3"}),
+        (4, "second", {"lane": "l", "reason": "3"}),
     ]
     assert Execution.objects.get(pk=execution_id).last_sequence == 4
     assert notified == [f"{execution_id} 3", f"{execution_id} 4"]

@@ -112,14 +112,14 @@ def _assert_expected(message: str, pattern: str) -> None:
 
 
 def test_a_plan_hash_off_its_pattern_is_told_what_is_expected():
-    from executions.api.serializers import ApproveRequestSerializer
+    from executions.api.serializers import CONTROL_REQUESTS
 
     execution: Execution = ExecutionFactory.create(status="paused")
     response = _token("operator").post(
         f"/api/v1/executions/{execution.id}/approve", {"plan_hash": "abc"}, format="json"
     )
 
-    field = ApproveRequestSerializer().fields["plan_hash"]
+    field = CONTROL_REQUESTS["approve"]().fields["plan_hash"]
     (pattern,) = [v.regex.pattern for v in field.validators if hasattr(v, "regex")]
     _assert_expected(_message(response, "/plan_hash"), pattern)
 

@@ -35,7 +35,7 @@ from tests.integration.test_webhooks import FAST, Receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BAD = EventType.LANE_QUEUED  # the one event type only the poisoned endpoint asks for
+BAD = EventType.LANE_RECOVERY_REQUIRED  # the one event type only the poisoned endpoint asks for
 TICK = EventType.ASSISTANCE
 PLANTED = "planted at"
 
@@ -65,7 +65,9 @@ def emit(label: str, type_: EventType) -> str:
     )
     key = f"{execution.id}:{uuid.uuid4().hex}"
     with transaction.atomic():
-        payload = {"kind": "test", "label": label} if type_ == TICK else {"reason": label}
+        payload = (
+            {"kind": "test", "label": label} if type_ == TICK else {"lane": "l", "reason": label}
+        )
         event_emit(execution_id=execution.id, type=type_, key=key, payload=payload)
     return key
 

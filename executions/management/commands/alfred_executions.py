@@ -41,20 +41,15 @@ from executions import selectors
 from executions.api.serializers import ExecutionSerializer
 from executions.controls import (
     APPROVE,
-    CANCEL,
+    CONTROLS,
+    CONTROLS_BY_NAME,
     PLAN_HASH_EXPECTED,
     PLAN_HASH_PATTERN,
     REFUSALS,
-    REJECT,
-    RETRY,
-    ROLLBACK,
+    ControlBody,
     StalePlan,
-    execution_approve,
-    execution_cancel,
+    control_perform,
     execution_controls,
-    execution_reject,
-    execution_retry,
-    execution_rollback,
 )
 from executions.models import Execution, ExecutionStatus, Hook
 from lanes.models import Lane, LaneState
@@ -77,15 +72,9 @@ class Command(BaseCommand):
         listing.add_argument("--limit", type=_positive, default=50, help="at most (default 50)")
         show = sub.add_parser("show", help="the execution resource, as JSON")
         show.add_argument("execution")
-        for rule, text in [
-            (APPROVE, "approve the pending plan, named by its hash"),
-            (REJECT, "reject the pending plan, named by its hash: the execution is canceled"),
-            (ROLLBACK, "undo what the execution changed, from its receipts"),
-            (CANCEL, "cancel (a running step finishes first)"),
-            (RETRY, "a new run on a failed or canceled execution"),
-        ]:
+        for rule in CONTROLS:
             name = rule.name
-            control = sub.add_parser(name, help=text)
+            control = sub.add_parser(name, help=rule.summary)
             control.add_argument("execution")
             control.add_argument(
                 "--reason",
@@ -97,9 +86,11 @@ class Command(BaseCommand):
             control.add_argument(
                 "--actor", type=cli_actor, help="your name in the audit log (default: the OS user)"
             )
-            if name in ("approve", "reject"):
-                control.add_argument("--plan-hash", type=_plan_hash, required=True)
-            if name == "approve":
+            if rule.plan_hash:
+                control.add_argument(
+                    "--plan-hash", type=_plan_hash, required=True, help=rule.plan_hash
+                )
+            if name == APPROVE.name:  # how the command follows it, not what it takes
                 control.add_argument(
                     "--wait",
                     type=float,
@@ -108,6 +99,7 @@ class Command(BaseCommand):
                     help="follow the run this long until it has taken the approval (0: not at "
                     "all; default 30)",
                 )
+            if rule.force:
                 control.add_argument(
                     "--force",
                     action="store_true",
@@ -147,27 +139,16 @@ class Command(BaseCommand):
         caller = cli_caller(options["actor"])
         reason = options["reason"]
         try:
-            if action == "approve":
-                execution_approve(
-                    execution_id=execution_id,
-                    caller=caller,
-                    plan_hash=options["plan_hash"],
-                    force=options["force"],
+            control_perform(
+                CONTROLS_BY_NAME[action],
+                execution_id=execution_id,
+                caller=caller,
+                body=ControlBody(
                     reason=reason,
-                )
-            elif action == "reject":
-                execution_reject(
-                    execution_id=execution_id,
-                    caller=caller,
-                    plan_hash=options["plan_hash"],
-                    reason=reason,
-                )
-            elif action == "rollback":
-                execution_rollback(execution_id=execution_id, caller=caller, reason=reason)
-            elif action == "cancel":
-                execution_cancel(execution_id=execution_id, caller=caller, reason=reason)
-            else:
-                execution_retry(execution_id=execution_id, caller=caller, reason=reason)
+                    plan_hash=options.get("plan_hash") or "",
+                    force=bool(options.get("force")),
+                ),
+            )
         except Execution.DoesNotExist:
             raise CommandError(f"no execution {execution_id}") from None
         except StalePlan as exc:

@@ -59,6 +59,7 @@ from executions.runtime.errors import (
     Suspend,
 )
 from executions.runtime.heartbeat import HEARTBEAT
+from executions.runtime.hooks import hook_answer, hook_expire, hook_expiry_cancel, hook_open
 from executions.runtime.rollback import child_rollback_start, child_rollback_state
 from executions.runtime.stage import DEFAULT_RETRY, RetryPolicy
 from executions.runtime.tracing import step_span, wait_span
@@ -331,40 +332,17 @@ class Context:
             expires_at = now + timedelta(seconds=expires_in) if expires_in is not None else None
 
             def open_hook() -> None:
-                # A hook of an earlier run of this execution with this token (the same plan)
-                # carries over to this run: a signal it already got still counts; a pending,
-                # superseded, expired or canceled one waits again, for this run.
-                earlier = Hook.objects.filter(token=token).first()
-                if earlier is not None and earlier.execution_id != self.execution_id:
-                    raise FatalError(
-                        f"hook token {token!r} belongs to execution {earlier.execution_id}",
-                        code="hook_token_taken",
-                    )
-                Hook.objects.filter(
+                hook_open(
                     execution_id=self.execution_id,
+                    run_id=self.run_id,
+                    stage=self.stage,
                     name=name,
-                    status__in=(HookStatus.PENDING, HookStatus.SIGNALLED),
-                ).exclude(token=token).update(status=HookStatus.SUPERSEDED, resolved_at=now)
-                if earlier is not None:
-                    signalled = earlier.status == HookStatus.SIGNALLED
-                    Hook.objects.filter(pk=earlier.pk).update(
-                        run_id=self.run_id,
-                        stage=self.stage,
-                        status=HookStatus.SIGNALLED if signalled else HookStatus.PENDING,
-                        expires_at=earlier.expires_at if signalled else expires_at,
-                        resolved_at=earlier.resolved_at if signalled else None,
-                    )
-                else:
-                    Hook.objects.create(
-                        execution_id=self.execution_id,
-                        run_id=self.run_id,
-                        stage=self.stage,
-                        name=name,
-                        token=token,
-                        operator=operator,
-                        payload=payload or {},
-                        expires_at=expires_at,
-                    )
+                    token=token,
+                    operator=operator,
+                    payload=payload or {},
+                    expires_at=expires_at,
+                    now=now,
+                )
 
             expiry = (f"{key}:expiry", TimerPurpose.EXPIRY, expires_at) if expires_at else None
             receipt = self._record(
@@ -391,25 +369,15 @@ class Context:
                     expired_at=hook.expires_at.isoformat() if hook.expires_at else None,
                 )
             raise Suspend(f"awaiting {name}", operator=operator)
-        signal = hook.signals.order_by("created_at", "id").values_list("payload", flat=True)[0]
+        signal = hook_answer(hook)
         self._resolve(receipt, {"token": token, "signal": signal})
-        self._durably(
-            lambda: (
-                Timer.objects.filter(run_id=self.run_id, stage=self.stage, key=f"{key}:expiry")
-                .filter(status=TimerStatus.PENDING)
-                .update(status=TimerStatus.CANCELED)
-            )
-        )
+        self._durably(lambda: hook_expiry_cancel(self.run_id, self.stage, f"{key}:expiry"))
         return signal
 
     def _expire(self, hook: Hook) -> None:
         """Mark ``hook`` expired unless a signal got there first (the approve service refuses
         from ``expires_at`` on, by the same clock, so none can)."""
-        self._durably(
-            lambda: Hook.objects.filter(pk=hook.pk, status=HookStatus.PENDING).update(
-                status=HookStatus.EXPIRED, resolved_at=self._clock.now()
-            )
-        )
+        self._durably(lambda: hook_expire(hook, self._clock.now()))
 
     def child(self, key: str, workflow: str, input: dict[str, Any]) -> dict[str, Any]:
         """Start a child execution (same transaction as its receipt, no lane slot) and wait

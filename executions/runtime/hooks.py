@@ -1,18 +1,21 @@
-"""Signalling a hook (``ctx.wait_for_hook``). The HookSignal ledger is keyed by the sender's
+"""A hook's writes: opening one (``ctx.wait_for_hook``, in the transaction of its receipt),
+signalling it, reading its answer, expiring it. The HookSignal ledger is keyed by the sender's
 idempotency key: a resent signal is a no-op; the first signal of a hook is its answer."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from executions.events import EventType
-from executions.models import Hook, HookSignal, HookStatus
+from executions.models import Hook, HookSignal, HookStatus, Timer, TimerStatus
 from executions.outbox import event_emit, event_key
 from executions.runtime.dispatch import run_wake
+from executions.runtime.errors import FatalError
 
 
 class HookClosed(Exception):
@@ -62,3 +65,75 @@ def hook_signal_locked(
     )
     run_wake(hook.run_id)
     return SignalResult(hook.id, accepted=True)
+
+
+def hook_open(
+    *,
+    execution_id: str,
+    run_id: str,
+    stage: str,
+    name: str,
+    token: str,
+    operator: bool,
+    payload: dict[str, Any],
+    expires_at: datetime | None,
+    now: datetime,
+) -> None:
+    """Open the hook ``token`` for ``stage`` of ``run_id``, superseding the execution's other
+    open hooks of that ``name`` (a new checkpoint replaces the one before it). In the caller's
+    transaction, with the wait's receipt.
+
+    A hook of an earlier run of this execution with this token (the same plan) carries over to
+    this run: a signal it already got still counts; a pending, superseded, expired or canceled
+    one waits again, for this run. A token another execution holds is refused."""
+    earlier = Hook.objects.filter(token=token).first()
+    if earlier is not None and earlier.execution_id != execution_id:
+        raise FatalError(
+            f"hook token {token!r} belongs to execution {earlier.execution_id}",
+            code="hook_token_taken",
+        )
+    Hook.objects.filter(
+        execution_id=execution_id,
+        name=name,
+        status__in=(HookStatus.PENDING, HookStatus.SIGNALLED),
+    ).exclude(token=token).update(status=HookStatus.SUPERSEDED, resolved_at=now)
+    if earlier is not None:
+        signalled = earlier.status == HookStatus.SIGNALLED
+        Hook.objects.filter(pk=earlier.pk).update(
+            run_id=run_id,
+            stage=stage,
+            status=HookStatus.SIGNALLED if signalled else HookStatus.PENDING,
+            expires_at=earlier.expires_at if signalled else expires_at,
+            resolved_at=earlier.resolved_at if signalled else None,
+        )
+        return
+    Hook.objects.create(
+        execution_id=execution_id,
+        run_id=run_id,
+        stage=stage,
+        name=name,
+        token=token,
+        operator=operator,
+        payload=payload,
+        expires_at=expires_at,
+    )
+
+
+def hook_answer(hook: Hook) -> Any:
+    """The payload of a signalled hook's first signal: its answer."""
+    return hook.signals.order_by("created_at", "id").values_list("payload", flat=True)[0]
+
+
+def hook_expire(hook: Hook, now: datetime) -> None:
+    """Mark ``hook`` expired unless a signal got there first (the approve service refuses
+    from ``expires_at`` on, by the same clock, so none can)."""
+    Hook.objects.filter(pk=hook.pk, status=HookStatus.PENDING).update(
+        status=HookStatus.EXPIRED, resolved_at=now
+    )
+
+
+def hook_expiry_cancel(run_id: str, stage: str, key: str) -> None:
+    """Cancel an answered hook's expiry timer."""
+    Timer.objects.filter(run_id=run_id, stage=stage, key=key, status=TimerStatus.PENDING).update(
+        status=TimerStatus.CANCELED
+    )

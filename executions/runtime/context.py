@@ -262,6 +262,12 @@ class Context:
         something truthy, which is recorded and returned; FatalError ``wait_timed_out`` after
         ``timeout`` seconds. Between polls no worker is held.
 
+        A poll that raises :class:`RetryableError` (a provider's transient failure or its
+        throttling) is a poll that saw nothing: the next one comes after ``every`` seconds, or
+        after the error's ``retry_after`` if that is longer, and the wait's timeout runs on.
+        The last such error is kept in the wait's receipt, and given as ``last_error`` if the
+        wait times out. Any other exception fails the stage as it would anywhere.
+
         ``wake_on``: names (opaque to the engine) of what the probe reads; news of one
         (``executions.runtime.scans.polls_hasten``) brings the next poll forward to now. The
         poll timer stays the guarantee: news lost or never sent changes only when the poll
@@ -281,8 +287,12 @@ class Context:
         now = self._clock.now()
         since = _parse(_state(receipt)["since"]) if receipt is not None else now
         polls = (_state(receipt)["polls"] if receipt is not None else 0) + 1
+        failed: RetryableError | None = None
         with wait_span(key):
-            value = probe()
+            try:
+                value = probe()
+            except RetryableError as exc:
+                value, failed = None, exc
         if value:
             _check_json(key, value)
             state = {"since": since.isoformat(), "polls": polls, "value": value}
@@ -291,10 +301,18 @@ class Context:
             else:
                 self._resolve(receipt, state)
             return value
+        last_error = failed.projection() if failed is not None else None
         if (now - since).total_seconds() >= timeout:
-            raise FatalError(f"{key!r} not met after {timeout:.0f}s", code="wait_timed_out")
-        next_poll = now + timedelta(seconds=every)
+            raise FatalError(
+                f"{key!r} not met after {timeout:.0f}s",
+                code="wait_timed_out",
+                **({"last_error": last_error} if last_error else {}),
+            )
+        wait = max(every, (failed.retry_after or 0.0) if failed is not None else 0.0)
+        next_poll = now + timedelta(seconds=wait)
         state = {"since": since.isoformat(), "polls": polls, "next_poll_at": next_poll.isoformat()}
+        if last_error:
+            state["last_error"] = last_error
         self._record(
             key,
             "poll",

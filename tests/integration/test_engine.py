@@ -185,6 +185,33 @@ def test_wait_until_gives_up_after_its_timeout(api, worker):
     assert execution.error["code"] == "wait_timed_out"
 
 
+def test_a_poll_that_meets_a_transient_provider_error_is_polled_again(api, worker):
+    """A probe's read failing as a provider's transient error would is a poll that saw
+    nothing (it failed the execution before): the wait goes on and succeeds."""
+    from tests.support.engine_workflows import counters
+
+    counters().set("alfred-test:ready:blink", "yes")
+    body = submit(api, "test-probe", {"label": "blink", "flaky": 2}).json()
+
+    execution = finished(body["id"], worker)
+
+    assert execution.status == "succeeded", execution.error
+    assert execution.result["value"] == "yes"
+    receipt = StepReceipt.objects.get(run_id=execution.current_run_id, step_key="ready")
+    assert receipt.output["polls"] == effects("blink", "polls") == 3
+
+
+def test_a_wait_whose_polls_keep_failing_times_out_naming_the_last_error(api, worker):
+    body = submit(api, "test-probe", {"label": "down", "flaky": 10_000, "timeout": 1}).json()
+
+    execution = finished(body["id"], worker)
+
+    assert execution.status == "failed"
+    assert execution.error["code"] == "wait_timed_out"
+    assert execution.error["last_error"]["code"] == "provider_transient"
+    assert effects("down", "polls") >= 2
+
+
 def test_a_replay_that_reaches_another_step_key_is_fatal(api, worker):
     body = submit(api, "test-shifty", {"label": "shift"}).json()
 

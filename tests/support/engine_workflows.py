@@ -253,7 +253,9 @@ class Probe(TestWorkflow):
 
     name = "test-probe"
     stages = ("plan",)
-    input_schema: ClassVar[dict[str, Any]] = _schema(timeout={"type": "number"})
+    input_schema: ClassVar[dict[str, Any]] = _schema(
+        timeout={"type": "number"}, flaky={"type": "integer"}
+    )
 
     def stage_plan(self, ctx: StageContext) -> Any:
         label = ctx.input["label"]
@@ -261,7 +263,9 @@ class Probe(TestWorkflow):
         counters().rpush(f"alfred-test:now:{label}", before.isoformat())  # once per replay
 
         def ready() -> Any:
-            effect(label, "polls")
+            # ``flaky``: the first that many polls fail as a provider's transient error would
+            if effect(label, "polls") <= ctx.input.get("flaky", 0):
+                raise RetryableError("the provider blinked", code="provider_transient")
             value = counters().get(f"alfred-test:ready:{label}")
             return value.decode() if value else None
 

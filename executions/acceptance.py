@@ -246,7 +246,9 @@ def _accept_once(req: _Request) -> Acceptance:
         if outcome != AcceptanceOutcome.REUSED and (lane is None or lane.may_start):
             fresh = outcome == AcceptanceOutcome.CREATED
             dispatch = run_dispatch_on_commit(
-                str(execution.current_run_id), stages=req.workflow.stages if fresh else None
+                str(execution.current_run_id),
+                stages=req.workflow.stages if fresh else None,
+                workflow=req.workflow.name,
             )
         return Acceptance(execution, outcome, False, req.key, lane, dispatch, stages)
 

@@ -32,7 +32,9 @@ from executions.runtime.runner import stage_execute
     reject_on_worker_lost=True,
     ignore_result=True,
 )
-def run_stage(self: Any, run_id: str, stage: str) -> str:
+def run_stage(self: Any, run_id: str, stage: str, workflow: str = "") -> str:
+    """Run ``stage`` of ``run_id`` and the stages after it that share its queue. ``workflow``
+    is for whoever looks at the worker's tasks (the run says which it is)."""
     if settings.ALFRED_READ_ONLY:
         # A read-only instance changes nothing, its workers included. The message is dropped:
         # the run stays as it was, and a writable instance's recovery scan publishes it again.

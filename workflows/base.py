@@ -153,6 +153,12 @@ class Workflow:
     # Whether every execution queues on a lane (``lane`` returns a claim for any input): its
     # answer then names the lane, which the OpenAPI document links to the lane's operations.
     queues_on_a_lane: ClassVar[bool] = True
+    # The Celery queue of a stage that must run on workers of its own (a stage that needs
+    # a network path, credentials or a machine the others lack); every other stage goes to
+    # the default queue, "stages". A stage whose queue differs from the one before it is
+    # handed over by a message to its queue (docs/architecture.md, "Queues"): a worker
+    # consuming that queue must run somewhere.
+    stage_queues: ClassVar[Mapping[str, str]] = {}
     # The stages a continuation may skip when an earlier run persisted their output (None:
     # any but the last, verify). A workflow whose plan freezes compare-and-swap tokens
     # (update-lambda-version's RevisionIds) plans again instead: stale tokens would only be
@@ -269,6 +275,7 @@ class Workflow:
             deadline_seconds=self.deadline_seconds,
             version=self.version,
             outputs_compatible_with=self.outputs_compatible_with,
+            queues=tuple(sorted(self.stage_queues.items())),
         )
 
     def definitions(self) -> tuple[Definition, ...]:

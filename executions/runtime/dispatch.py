@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from executions.models import Execution, Run, Stage, StageStatus, StartState
 from executions.runtime.projections import start_state_set
+from executions.runtime.registry import stage_queue, stage_queues_declared
 
 log = logging.getLogger(__name__)
 
@@ -30,34 +31,48 @@ def run_publish(
     app: Celery | None = None,
     countdown: float | None = None,
     stages: tuple[str, ...] | None = None,
+    workflow: str | None = None,
 ) -> None:
     """Publish one ``run_stage`` message for the run's first remaining stage (the first of
-    ``stages`` when the caller knows them): the worker that takes it runs the stages after it
-    too (``stage_execute``)."""
+    ``stages`` when the caller knows them) to that stage's queue: the worker that takes it
+    runs the stages after it too (``stage_execute``), as long as they share its queue. The
+    message names the workflow, for whoever looks at a worker's tasks (``celery inspect
+    active``, Flower)."""
     app = app or current_app
-    first = (
-        stages[0]
-        if stages
-        else Stage.objects.filter(run_id=run_id)
-        .exclude(status=StageStatus.SUCCEEDED)
-        .order_by("position")
-        .values_list("name", flat=True)
-        .first()
-    )
-    if first is None:
+    if stages is None or (workflow is None and stage_queues_declared()):
+        found = (
+            Stage.objects.filter(run_id=run_id)
+            .exclude(status=StageStatus.SUCCEEDED)
+            .order_by("position")
+            .values_list("name", "run__execution__workflow")
+            .first()
+        )
+        if found is None:
+            return
+        first, workflow = found
+    elif not stages:
         return
-    app.signature(RUN_STAGE_TASK, args=[run_id, first], queue="stages", immutable=True).apply_async(
-        countdown=countdown or 0
-    )
+    else:
+        first = stages[0]
+    app.signature(
+        RUN_STAGE_TASK,
+        args=[run_id, first],
+        kwargs={"workflow": workflow or ""},
+        queue=stage_queue(workflow, first),
+        immutable=True,
+    ).apply_async(countdown=countdown or 0)
 
 
 def run_dispatch(
-    run_id: str, app: Celery | None = None, stages: tuple[str, ...] | None = None
+    run_id: str,
+    app: Celery | None = None,
+    stages: tuple[str, ...] | None = None,
+    workflow: str | None = None,
 ) -> bool:
     """Publish now; a failure to publish a run that never started records ``start_failed``.
     Returns whether the run was published."""
     try:
-        run_publish(run_id, app, stages=stages)
+        run_publish(run_id, app, stages=stages, workflow=workflow)
     except Exception as exc:
         log.exception("publishing run %s failed", run_id)
         run_start_failed(run_id, exc)
@@ -74,11 +89,13 @@ class Dispatch:
     failed: bool = False
 
 
-def run_dispatch_on_commit(run_id: str, stages: tuple[str, ...] | None = None) -> Dispatch:
+def run_dispatch_on_commit(
+    run_id: str, stages: tuple[str, ...] | None = None, workflow: str | None = None
+) -> Dispatch:
     dispatch = Dispatch()
 
     def publish() -> None:
-        dispatch.failed = not run_dispatch(run_id, stages=stages)
+        dispatch.failed = not run_dispatch(run_id, stages=stages, workflow=workflow)
 
     transaction.on_commit(publish)
     return dispatch

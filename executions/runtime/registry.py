@@ -29,6 +29,13 @@ class Definition:
     # Earlier versions whose stages' outputs this one reads as its own (the workflow's
     # ``outputs_compatible_with``): a continuation carries their outputs over.
     outputs_compatible_with: tuple[int, ...] = ()
+    # The Celery queue of each stage that names one (stage, queue); the rest go to
+    # DEFAULT_QUEUE. Where the next stage's queue differs, the worker does not run it on:
+    # it hands the run over with a message to that queue (docs/architecture.md, "Queues").
+    queues: tuple[tuple[str, str], ...] = ()
+
+    def queue_of(self, stage: str) -> str:
+        return dict(self.queues).get(stage, DEFAULT_QUEUE)
 
     def recorded(self) -> dict[str, Any]:
         """What a run records of the definition it starts under (``Run.definition``)."""
@@ -50,6 +57,22 @@ class Definition:
 
 
 _DEFINITIONS: dict[str, Definition] = {}
+DEFAULT_QUEUE = "stages"
+
+
+def stage_queue(workflow: str | None, stage: str) -> str:
+    """The Celery queue ``stage`` of ``workflow`` is sent to (a stage no current definition
+    names, a rollback's for one, goes to DEFAULT_QUEUE)."""
+    definition = _DEFINITIONS.get(workflow or "")
+    return definition.queue_of(stage) if definition is not None else DEFAULT_QUEUE
+
+
+def stage_queues_declared() -> bool:
+    """Whether any workflow sends a stage to a queue of its own (when none does, publishing
+    needs to know no workflow)."""
+    return any(definition.queues for definition in _DEFINITIONS.values())
+
+
 # Earlier versions a deploy still serves, by (name, version): a run started under one wakes
 # under it (the workflow keeps it in ``previous`` until no such run is active).
 _EARLIER: dict[tuple[str, int], Definition] = {}

@@ -213,8 +213,22 @@ def _stage_run_logged(claimed: _Claim, worker: str, *, onward: bool) -> _Claim |
     took("succeeded")
     stages = ROLLBACK_STAGES if rollback else definition.stages
     following = stages[stages.index(stage) + 1] if stage != stages[-1] else None
+    # The next stage on another queue: handed over by a message to it, not run on here.
+    hop = (
+        definition.queue_of(following)
+        if following is not None
+        and not rollback
+        and definition.queue_of(following) != definition.queue_of(stage)
+        else None
+    )
     try:
-        ended = _complete(claimed, output, following=following, worker=worker if onward else None)
+        ended = _complete(
+            claimed,
+            output,
+            following=following,
+            worker=worker if onward and hop is None else None,
+            publish=(following, claimed.workflow) if hop and following else None,
+        )
     except _DATABASE_AWAY as lost:
         # Written or not (a commit whose answer was lost), the claim again finds out: a stage
         # still running is replayed from its receipts, one done stands for the next.
@@ -577,14 +591,21 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
 
 
 def _complete(
-    claim: _Claim, output: Any, *, following: str | None, worker: str | None
+    claim: _Claim,
+    output: Any,
+    *,
+    following: str | None,
+    worker: str | None,
+    publish: tuple[str, str] | None = None,
 ) -> _Claim | _Onward | Outcome | None:
     """Write the stage's success; None when the round is no longer ours and nothing was
     written. After the last stage, with the terminal transition: STOP. Else, with a
     ``worker`` to go on and ``following`` pending, in the same transaction the claim of it
     for that worker (the claim's outcome: a ``_Claim``, or STOP where it was refused); with
     ``following`` in any other state, ``_Onward`` to it (its claim by name decides); without
-    a worker, the run is left between stages for whoever delivers the next: NEXT."""
+    a worker, the run is left between stages for whoever delivers the next: NEXT; with
+    ``publish`` (the following stage and the workflow), the message that delivers it is sent
+    once this commits (a lost one is the recovery scan's, after the hand-off's grace)."""
     now = claim.clock.now()
     with transaction.atomic(durable=True):
         locked = _lock_current(claim, stages=following is not None and worker is not None)
@@ -608,6 +629,11 @@ def _complete(
         changes = [end]
         _hand_off(run, now, changes)
         transition_write(changes, execution.id, events)
+        if publish is not None:
+            next_stage, workflow = publish
+            transaction.on_commit(
+                lambda: run_dispatch(run.id, stages=(next_stage,), workflow=workflow)
+            )
     # Not claimed here: the caller delivers the next stage, or the following stage is not
     # simply pending (done already: a continuation's skipped stage; missing) and the claim
     # by its name decides (it goes on past a stage done, fails a stage that is not there).

@@ -490,6 +490,25 @@ class Laned(TestWorkflow):
 
 WORKFLOWS.append(Laned())
 
+
+class Hopping(TestWorkflow):
+    """Two stages on two queues: ``far`` runs only on a worker consuming the queue "far".
+    Each stage says which worker ran it (``ALFRED_TEST_WORKER``, set by the test)."""
+
+    name = "test-hopping"
+    stages = ("near", "far")
+    stage_queues: ClassVar[Mapping[str, str]] = {"far": "far"}
+    input_schema: ClassVar[dict[str, Any]] = _schema()
+
+    def stage_near(self, ctx: StageContext) -> Any:
+        return {"worker": os.environ.get("ALFRED_TEST_WORKER", "")}
+
+    def stage_far(self, ctx: StageContext) -> Any:
+        return {"worker": os.environ.get("ALFRED_TEST_WORKER", ""), "near": ctx.output_of("near")}
+
+
+WORKFLOWS.append(Hopping())
+
 # add-subdomain's kill points at the Route53 adapter's edge, installed only in the workers
 # started to ask for them (tests/support/kill_points.py); imported last, as it uses kill_point
 # above.

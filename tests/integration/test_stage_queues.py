@@ -66,7 +66,7 @@ def test_the_hop_survives_the_first_workers_death_and_a_lost_message(api):
     assert run.lease_owner == ""
     # and the hop's message is lost (the queue purged)
     with current_app.connection_for_write() as connection:
-        purged = connection.default_channel.queue_purge("far")
+        purged = current_app.amqp.queues["far"].bind(connection.default_channel).purge()
     assert purged == 1
 
     # when a worker of that queue comes up (with the scans: the recovery scan finds the run

@@ -10,15 +10,22 @@ what is active, not what is remembered.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple
 
+from celery import current_app
+from django.conf import settings
 from django.db import connection
+from kombu import Queue
+from kombu.exceptions import ChannelError
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from alfred import workers
 from alfred.models import BeatLease
+
+log = logging.getLogger(__name__)
 
 
 class SqlGauge(NamedTuple):
@@ -70,3 +77,47 @@ ALFRED_GAUGES: tuple[SqlGauge, ...] = (
         f"SELECT count(*) FROM {workers.TABLE} h WHERE {workers.CONSUMING}",  # noqa: S608
     ),
 )
+
+
+class BrokerQueues(Collector):
+    """``alfred_broker_queue_messages{queue}``: the messages waiting in each broker queue,
+    read from the broker at each scrape (a passive declare: Redis counts a list's length).
+    ``queues`` names them when asked: the settings' own and any a workflow's stage declares.
+    A queue the broker never saw holds nothing; a broker that does not answer is left out of
+    the scrape (logged), and its absence is what an alert on this gauge sees."""
+
+    NAME = "alfred_broker_queue_messages"
+
+    def __init__(self, queues: Callable[[], Iterable[str]]) -> None:
+        self.queues = queues
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            self.NAME,
+            "Messages waiting in each broker queue: one that only grows has no worker "
+            "consuming it (or too few).",
+            labels=("queue",),
+        )
+        try:
+            with current_app.connection_for_read() as broker:
+                channel = broker.default_channel
+                for name in sorted(set(self.queues())):
+                    family.add_metric([name], float(_waiting(channel, name)))
+        except Exception as exc:  # the broker away: no sample, not a failed scrape
+            log.warning("broker queue depths not read: %s", exc)
+            return
+        yield family
+
+
+def _waiting(channel: Any, name: str) -> int:
+    try:
+        declared: Any = Queue(name).bind(channel).queue_declare(passive=True)
+        return int(declared.message_count)  # kombu types the answer as the queue's name
+    except ChannelError:  # never declared: nothing was ever sent to it
+        return 0
+
+
+def settings_queues() -> set[str]:
+    """The queues the settings route Alfred's tasks to, and Celery's default."""
+    routed = {route["queue"] for route in settings.CELERY_TASK_ROUTES.values()}
+    return {settings.CELERY_TASK_DEFAULT_QUEUE, "celery", *routed}

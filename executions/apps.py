@@ -14,19 +14,20 @@ class ExecutionsConfig(AppConfig):
 
     def ready(self) -> None:
         from alfred.metrics import state_register
-        from alfred.metrics_state import SqlGauges
+        from alfred.metrics_state import BrokerQueues, SqlGauges, settings_queues
         from alfred.problems import problems_register
         from executions.api.problems import PROBLEMS
         from executions.lanes.effects import ExecutionLaneEffects
         from executions.lanes.holding import execution_lane_refusal
         from executions.lanes.reconciler import lane_reconcile_on_finish
         from executions.metrics import EXECUTION_GAUGES
-        from executions.runtime.registry import claim_guard_register
+        from executions.runtime.registry import claim_guard_register, stage_queues_all
         from executions.runtime.terminal import execution_finished
         from lanes.effects import lane_effects_install
 
         problems_register(*PROBLEMS)
         state_register(SqlGauges(EXECUTION_GAUGES))
+        state_register(BrokerQueues(lambda: settings_queues() | stage_queues_all()))
         claim_guard_register(execution_lane_refusal)
         lane_effects_install(ExecutionLaneEffects())
         execution_finished.connect(lane_reconcile_on_finish, dispatch_uid="lanes.reconcile")

@@ -67,6 +67,11 @@ def stage_queue(workflow: str | None, stage: str) -> str:
     return definition.queue_of(stage) if definition is not None else DEFAULT_QUEUE
 
 
+def stage_queues_all() -> set[str]:
+    """Every queue a workflow's stage declares."""
+    return {queue for definition in _DEFINITIONS.values() for _, queue in definition.queues}
+
+
 def stage_queues_declared() -> bool:
     """Whether any workflow sends a stage to a queue of its own (when none does, publishing
     needs to know no workflow)."""

@@ -9,6 +9,8 @@ import time
 
 import pytest
 from celery import current_app
+from django.test import Client
+from prometheus_client.parser import text_string_to_metric_families
 
 from executions.models import Execution, Run, Stage
 from tests.conftest import WorkerProcess, wait_for
@@ -23,6 +25,20 @@ def _submit(api, label: str) -> str:
     response = submit(api, "test-hopping", {"label": label})
     assert response.status_code == 202, response.content
     return str(response.json()["id"])
+
+
+def depth(queue: str) -> float:
+    """``alfred_broker_queue_messages`` for ``queue``, as a scrape of the web's /metrics
+    reads it from the broker."""
+    response = Client().get("/metrics")
+    assert response.status_code == 200, response.content
+    samples = {
+        (sample.name, sample.labels.get("queue")): sample.value
+        for family in text_string_to_metric_families(response.content.decode())
+        for sample in family.samples
+    }
+    assert ("alfred_broker_queue_messages", "stages") in samples  # the settings' queues too
+    return samples[("alfred_broker_queue_messages", queue)]
 
 
 def _between_stages(execution_id: str) -> bool:
@@ -64,10 +80,13 @@ def test_the_hop_survives_the_first_workers_death_and_a_lost_message(api):
         near.kill()  # when the hop has been sent: the first worker dies
     run = Run.objects.get(execution_id=execution_id)
     assert run.lease_owner == ""
-    # and the hop's message is lost (the queue purged)
+    # the hop's message waits in its queue, as the web's /metrics says
+    assert depth("far") == 1
+    # and it is lost (the queue purged)
     with current_app.connection_for_write() as connection:
         purged = current_app.amqp.queues["far"].bind(connection.default_channel).purge()
     assert purged == 1
+    assert depth("far") == 0
 
     # when a worker of that queue comes up (with the scans: the recovery scan finds the run
     # once the hand-off's grace is over and publishes its next stage to its queue again)

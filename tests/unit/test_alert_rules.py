@@ -16,7 +16,7 @@ import yaml
 from prometheus_client import Counter, Histogram
 
 from alfred import metrics
-from alfred.metrics_state import ALFRED_GAUGES
+from alfred.metrics_state import ALFRED_GAUGES, BrokerQueues
 from executions.metrics import EXECUTION_GAUGES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def exported() -> set[str]:
     """Every series name Alfred exports: its counters and histograms with the suffixes
     prometheus-client gives them, and the gauges read from the database."""
-    names = {gauge.name for gauge in (*ALFRED_GAUGES, *EXECUTION_GAUGES)}
+    names = {gauge.name for gauge in (*ALFRED_GAUGES, *EXECUTION_GAUGES)} | {BrokerQueues.NAME}
     for found in vars(metrics).values():
         if isinstance(found, Counter):
             names |= {f"{found._name}_total", f"{found._name}_created"}
@@ -72,6 +72,7 @@ def test_the_alert_rules_check_and_pass_their_unit_tests():
     assert {"AlfredRunNotStarting", "AlfredLaneBlocked", "AlfredNoBeatTick"} <= covered <= alerts
     # executions failing, and a target Prometheus cannot scrape, are alerted on (tested)
     assert {"AlfredExecutionsFailing", "AlfredScrapeTargetDown"} <= covered
+    assert "AlfredBrokerQueueGrowing" in covered
 
 
 @needs_promtool

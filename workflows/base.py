@@ -159,6 +159,9 @@ class Workflow:
     # handed over by a message to its queue (docs/architecture.md, "Queues"): a worker
     # consuming that queue must run somewhere.
     stage_queues: ClassVar[Mapping[str, str]] = {}
+    # A stage's time limit in seconds: it runs in a message of its own, which Celery stops
+    # there (the stage fails stage_time_limit; the process is killed if it does not stop).
+    stage_time_limits: ClassVar[Mapping[str, float]] = {}
     # The stages a continuation may skip when an earlier run persisted their output (None:
     # any but the last, verify). A workflow whose plan freezes compare-and-swap tokens
     # (update-lambda-version's RevisionIds) plans again instead: stale tokens would only be
@@ -276,6 +279,7 @@ class Workflow:
             version=self.version,
             outputs_compatible_with=self.outputs_compatible_with,
             queues=tuple(sorted(self.stage_queues.items())),
+            time_limits=tuple(sorted(self.stage_time_limits.items())),
         )
 
     def definitions(self) -> tuple[Definition, ...]:

@@ -17,7 +17,12 @@ from django.utils import timezone
 
 from executions.models import Execution, Run, Stage, StageStatus, StartState
 from executions.runtime.projections import start_state_set
-from executions.runtime.registry import stage_queue, stage_queues_declared
+from executions.runtime.registry import (
+    STAGE_KILL_GRACE_SECONDS,
+    stage_queue,
+    stage_routing_declared,
+    stage_time_limit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +44,7 @@ def run_publish(
     message names the workflow, for whoever looks at a worker's tasks (``celery inspect
     active``, Flower)."""
     app = app or current_app
-    if stages is None or (workflow is None and stage_queues_declared()):
+    if stages is None or (workflow is None and stage_routing_declared()):
         found = (
             Stage.objects.filter(run_id=run_id)
             .exclude(status=StageStatus.SUCCEEDED)
@@ -54,13 +59,21 @@ def run_publish(
         return
     else:
         first = stages[0]
-    app.signature(
+    limit = stage_time_limit(workflow, first)
+    message = app.signature(
         RUN_STAGE_TASK,
         args=[run_id, first],
         kwargs={"workflow": workflow or ""},
+        # a time-limited stage: Celery tells it at the limit, and kills it a grace later
+        options=(
+            {"soft_time_limit": limit, "time_limit": limit + STAGE_KILL_GRACE_SECONDS}
+            if limit is not None
+            else {}
+        ),
         queue=stage_queue(workflow, first),
         immutable=True,
-    ).apply_async(countdown=countdown or 0)
+    )
+    message.apply_async(countdown=countdown or 0)
 
 
 def run_dispatch(

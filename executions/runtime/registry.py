@@ -33,9 +33,25 @@ class Definition:
     # DEFAULT_QUEUE. Where the next stage's queue differs, the worker does not run it on:
     # it hands the run over with a message to that queue (docs/architecture.md, "Queues").
     queues: tuple[tuple[str, str], ...] = ()
+    # The time limit, in seconds, of each stage that declares one (stage, seconds): such a
+    # stage runs in a message of its own, which Celery stops at the limit (docs/architecture.md,
+    # "Queues"); the stage fails ``stage_time_limit``.
+    time_limits: tuple[tuple[str, float], ...] = ()
 
     def queue_of(self, stage: str) -> str:
         return dict(self.queues).get(stage, DEFAULT_QUEUE)
+
+    def time_limit_of(self, stage: str) -> float | None:
+        return dict(self.time_limits).get(stage)
+
+    def runs_on_after(self, stage: str, following: str) -> bool:
+        """Whether the worker that ran ``stage`` runs ``following`` on, in the same task:
+        same queue, and neither of the two bounded by a time limit of its own."""
+        return (
+            self.queue_of(following) == self.queue_of(stage)
+            and self.time_limit_of(stage) is None
+            and self.time_limit_of(following) is None
+        )
 
     def recorded(self) -> dict[str, Any]:
         """What a run records of the definition it starts under (``Run.definition``)."""
@@ -58,6 +74,9 @@ class Definition:
 
 _DEFINITIONS: dict[str, Definition] = {}
 DEFAULT_QUEUE = "stages"
+# After a stage's time limit (its soft one: the stage is told), the seconds before Celery
+# kills the process running it (the hard one: a stage that did not stop).
+STAGE_KILL_GRACE_SECONDS = 30.0
 
 
 def stage_queue(workflow: str | None, stage: str) -> str:
@@ -72,10 +91,15 @@ def stage_queues_all() -> set[str]:
     return {queue for definition in _DEFINITIONS.values() for _, queue in definition.queues}
 
 
-def stage_queues_declared() -> bool:
-    """Whether any workflow sends a stage to a queue of its own (when none does, publishing
-    needs to know no workflow)."""
-    return any(definition.queues for definition in _DEFINITIONS.values())
+def stage_time_limit(workflow: str | None, stage: str) -> float | None:
+    definition = _DEFINITIONS.get(workflow or "")
+    return definition.time_limit_of(stage) if definition is not None else None
+
+
+def stage_routing_declared() -> bool:
+    """Whether any workflow sends a stage to a queue of its own or bounds one by a time limit
+    (when none does, publishing needs to know no workflow)."""
+    return any(d.queues or d.time_limits for d in _DEFINITIONS.values())
 
 
 # Earlier versions a deploy still serves, by (name, version): a run started under one wakes

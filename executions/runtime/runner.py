@@ -42,6 +42,7 @@ from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
@@ -86,6 +87,7 @@ from executions.runtime.registry import (
     claim_refusal,
     definition_get,
     definition_of_run,
+    stage_time_limit,
 )
 from executions.runtime.rollback import STAGES as ROLLBACK_STAGES
 from executions.runtime.rollback import rollback_stage
@@ -197,6 +199,14 @@ def _stage_run_logged(claimed: _Claim, worker: str, *, onward: bool) -> _Claim |
         # workflow's failure, and nothing can be written now.
         took("lost")
         return _claim_patiently(run_id, stage, worker, away=lost)
+    except SoftTimeLimitExceeded:
+        took("failed")
+        limit = stage_time_limit(claimed.workflow, stage)
+        failure = FatalError(
+            f"stage {stage} ran past its time limit of {limit or 0:g} s",
+            code="stage_time_limit",
+        )
+        return _finish(claimed, stage, ExecutionStatus.FAILED, error=failure.projection())
     except Canceled as canceled:
         took("canceled")
         return _finish(claimed, stage, ExecutionStatus.CANCELED, error=canceled.projection())
@@ -213,20 +223,15 @@ def _stage_run_logged(claimed: _Claim, worker: str, *, onward: bool) -> _Claim |
     took("succeeded")
     stages = ROLLBACK_STAGES if rollback else definition.stages
     following = stages[stages.index(stage) + 1] if stage != stages[-1] else None
-    # The next stage on another queue: handed over by a message to it, not run on here.
-    hop = (
-        definition.queue_of(following)
-        if following is not None
-        and not rollback
-        and definition.queue_of(following) != definition.queue_of(stage)
-        else None
-    )
+    # The next stage on another queue, or bounded by a time limit (or this one is): handed
+    # over by a message of its own, not run on here.
+    hop = following is not None and not rollback and not definition.runs_on_after(stage, following)
     try:
         ended = _complete(
             claimed,
             output,
             following=following,
-            worker=worker if onward and hop is None else None,
+            worker=worker if onward and not hop else None,
             publish=(following, claimed.workflow) if hop and following else None,
         )
     except _DATABASE_AWAY as lost:

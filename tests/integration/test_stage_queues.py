@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from executions.models import Execution, Run, Stage
 from tests.conftest import WorkerProcess, wait_for
+from tests.support.engine_workflows import effects
 from tests.support.helpers import submit
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -22,7 +23,11 @@ DEFAULT = "stages,scanners,webhooks,celery"
 
 
 def _submit(api, label: str) -> str:
-    response = submit(api, "test-hopping", {"label": label})
+    return _submit_to(api, "test-hopping", {"label": label})
+
+
+def _submit_to(api, workflow: str, body: dict[str, object]) -> str:
+    response = submit(api, workflow, body)
     assert response.status_code == 202, response.content
     return str(response.json()["id"])
 
@@ -101,3 +106,18 @@ def test_the_hop_survives_the_first_workers_death_and_a_lost_message(api):
         Stage.objects.filter(run__execution_id=execution_id).values_list("name", "output")
     )
     assert (outputs["near"]["worker"], outputs["far"]["worker"]) == ("near", "far")
+
+
+def test_a_stage_past_its_time_limit_fails_and_its_worker_goes_on(api, worker):
+    """``stage_time_limits``: Celery stops the stage at its limit (the soft one, raised in the
+    stage's code); the execution fails ``stage_time_limit`` instead of holding a worker, and
+    the worker runs the next execution. Within its limit the same stage succeeds."""
+    stuck = _submit_to(api, "test-limited", {"label": "stuck", "sleep": 30})
+    wait_for(lambda: Execution.objects.get(pk=stuck).status == "failed", timeout=30)
+    failed = Execution.objects.get(pk=stuck)
+    assert failed.error["code"] == "stage_time_limit", failed.error
+    assert "1 s" in failed.error["message"]
+    assert effects("stuck", "slow") == 1  # stopped, not run again
+
+    quick = _submit_to(api, "test-limited", {"label": "quick", "sleep": 0})
+    wait_for(lambda: Execution.objects.get(pk=quick).status == "succeeded", timeout=30)

@@ -509,6 +509,27 @@ class Hopping(TestWorkflow):
 
 WORKFLOWS.append(Hopping())
 
+
+class Limited(TestWorkflow):
+    """``slow`` is bounded to 1 s and sleeps ``sleep`` seconds (in the stage's code: a hung
+    provider call would do the same); ``quick`` before it runs in a message of its own."""
+
+    name = "test-limited"
+    stages = ("quick", "slow")
+    stage_time_limits: ClassVar[Mapping[str, float]] = {"slow": 1.0}
+    input_schema: ClassVar[dict[str, Any]] = _schema(sleep={"type": "number"})
+
+    def stage_quick(self, ctx: StageContext) -> Any:
+        return {"pid": os.getpid()}
+
+    def stage_slow(self, ctx: StageContext) -> Any:
+        effect(ctx.input["label"], "slow")
+        time.sleep(ctx.input.get("sleep", 0))
+        return {"slept": ctx.input.get("sleep", 0)}
+
+
+WORKFLOWS.append(Limited())
+
 # add-subdomain's kill points at the Route53 adapter's edge, installed only in the workers
 # started to ask for them (tests/support/kill_points.py); imported last, as it uses kill_point
 # above.

@@ -266,6 +266,11 @@ def banner(base_url: str, state: Path, providers: dict[str, str]) -> None:
         f"  admin     {base_url}/admin/",
         f"  API docs  {base_url}/api/docs/",
         f"  metrics   {base_url}/metrics  and  {worker_metrics} (worker)",
+        *(
+            [f"  flower    http://127.0.0.1:{flower}/  (Celery's monitor)"]
+            if (flower := flower_port())
+            else []
+        ),
         *sandbox,
         f"  state     {state}  (kept across runs)",
         "  Ctrl-C stops everything.",
@@ -340,10 +345,35 @@ def metrics_dir(state: Path, child: str) -> str:
     return str(directory)
 
 
+def flower_port() -> str | None:
+    """ALFRED_FLOWER_PORT: where Flower, Celery's monitor, serves on 127.0.0.1 (off unless
+    set). It shows each worker's tasks, a stage's message naming its workflow and stage."""
+    port = os.environ.get("ALFRED_FLOWER_PORT", "")
+    return port if port.isdigit() else None
+
+
+def flower_child(port: str) -> Child:
+    return Child(
+        "flower",
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "alfred",
+            "flower",
+            "--address=127.0.0.1",
+            f"--port={port}",
+        ],
+    )
+
+
 def children_for(host: str, port: str, state: Path) -> list[Child]:
     py = sys.executable
     worker_port = worker_http_port(port)
+    flower = flower_port()
     return [
+        *([flower_child(flower)] if flower is not None else []),
         Child(
             "web",
             [

@@ -112,6 +112,7 @@ def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack
         "ALFRED_SANDBOX_PORT_BASE": str(base),
         "DATABASE_URL": devstack_database,
         "CELERY_BROKER_URL": _other_redis_db(settings.CELERY_BROKER_URL),
+        "ALFRED_FLOWER_PORT": str(base + 8),  # Flower, switched on
     }
     env.pop("AWS_ENDPOINT_URL", None)
     launcher = Launcher(env, state)
@@ -138,6 +139,20 @@ def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack
         # and: the printed curl starts an execution that runs to the end on its own
         _printed_curl_succeeds(launcher.lines)
 
+        # and: Flower, switched on, is named in the banner and answers
+        flower = f"http://127.0.0.1:{base + 8}"
+        assert any(f"flower    {flower}/" in line for line in launcher.lines)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                health = httpx.get(f"{flower}/healthcheck", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "\n".join(launcher.lines[-40:])
+                time.sleep(0.5)
+        assert (health.status_code, health.text) == (200, "OK")
+        assert httpx.get(f"{flower}/workers", timeout=10).status_code == 200
+
         # and: the printed demo login is an operator, not a superuser
         _demo_operator_can_operate_but_not_add_users(launcher.lines, f"http://127.0.0.1:{base + 4}")
 
@@ -156,7 +171,7 @@ def test_make_run_starts_the_seeded_stand_ins_and_points_alfred_at_them(devstack
     killed = [line for line in launcher.lines if "SIGKILL" in line]
     assert killed == [], "\n".join(launcher.lines[-40:])
     assert took < GRACE_SECONDS, "\n".join(launcher.lines[-40:])
-    for offset in (1, 2, 3, 4):
+    for offset in (1, 2, 3, 4, 8):
         with socket.socket() as probe:
             # as a server binds (TIME_WAIT of closed connections does not count)
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

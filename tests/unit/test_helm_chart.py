@@ -617,3 +617,34 @@ def test_compose_web_serves_metrics_on_a_port_it_does_not_publish_and_believes_n
     assert published == ["8000"]
     assert "--port 8000" in command and "--no-proxy-headers" in command
     assert web["environment"]["ALFRED_TRUSTED_PROXIES"] == "${ALFRED_TRUSTED_PROXIES:-}"
+
+
+def test_flower_is_off_unless_enabled_and_then_only_inside_the_cluster(docs):
+    # given: the default release has no Flower (test_the_release_is_web_worker_beat_...)
+    assert not [d for d in docs if "flower" in d["metadata"]["name"]]
+
+    # when: it is switched on
+    enabled = render("-f", str(VALUES_FROM_VALUES), "--set", "flower.enabled=true")
+
+    # then: a Deployment running Celery's monitor on its port, probed on its health check, and
+    # a ClusterIP Service; the Ingress routes nothing to it
+    flower = container(one(enabled, "Deployment", "alfred-flower"))
+    assert flower["command"][-4:] == ["alfred", "flower", "--address=0.0.0.0", "--port=5555"]
+    assert flower["ports"] == [{"name": "flower", "containerPort": 5555, "protocol": "TCP"}]
+    assert flower["readinessProbe"]["httpGet"]["path"] == "/healthcheck"
+    service = one(enabled, "Service", "alfred-flower")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"][0]["port"] == 5555
+    ingress = one(enabled, "Ingress", "alfred")
+    assert "flower" not in json.dumps(ingress)
+    for doc in enabled:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSIONS[0], strict=True)
+
+
+def test_compose_runs_flower_only_in_its_profile_on_the_loopback():
+    flower = compose()["services"]["flower"]
+
+    assert flower["profiles"] == ["flower"]
+    assert flower["command"][-3:] == ["flower", "--address=0.0.0.0", "--port=5555"]
+    assert flower["ports"] == ["127.0.0.1:5555:5555"]
+    assert "/healthcheck" in " ".join(flower["healthcheck"]["test"])

@@ -103,5 +103,7 @@ def test_the_rules_and_the_dashboard_name_only_metrics_alfred_exports():
         for q in (*rule_queries(), *dashboard_queries())
         for n in re.findall(r"\b(alfred_[a-z_]+)\b", q)
     }
-    for gauge in (*ALFRED_GAUGES, *EXECUTION_GAUGES):
-        assert gauge.name in used, f"{gauge.name} is in neither the dashboard nor an alert"
+    for name in (*(g.name for g in (*ALFRED_GAUGES, *EXECUTION_GAUGES)), BrokerQueues.NAME):
+        assert name in used, f"{name} is in neither the dashboard nor an alert"
+    dashboard = " ".join(dashboard_queries())
+    assert BrokerQueues.NAME in dashboard

@@ -423,13 +423,16 @@ def _lane_event(execution: Execution, lane: LaneClaimResult | None) -> None:
         execution_id=execution.id,
         type=EventType(f"lane.{kind}"),
         key=event_key(execution.id, f"{execution.current_run_id}:lane:{kind}"),
-        payload={"lane": lane.key, "key": lane.key, "role": lane.role, "position": lane.position},
+        payload={**_lane_place(lane), "lane": lane.key},
     )
 
 
 def _lane_payload(lane: LaneClaimResult | None) -> dict[str, Any] | None:
-    if lane is None:
-        return None
+    return None if lane is None else _lane_place(lane)
+
+
+def _lane_place(lane: LaneClaimResult) -> dict[str, Any]:
+    """Where the execution stands on its lane (``executions.events.LanePlace``)."""
     return {"key": lane.key, "role": lane.role, "position": lane.position}
 
 

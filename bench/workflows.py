@@ -7,21 +7,22 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from executions.runtime.stage import StageContext
-from workflows.base import LaneClaim, Workflow
+from workflows.base import LaneClaim, Workflow, WorkflowInput
 
 STAGES = 4
+
+
+class BenchInput(WorkflowInput):
+    """``n`` tells runs apart; ``steps``: how many steps bench-steps runs."""
+
+    n: int = 0
+    steps: int = 0
 
 
 class _Bench(Workflow):
     title = description = "benchmark"
     lane_description = "none"
-    input_schema: ClassVar[dict[str, Any]] = {
-        "type": "object",
-        "properties": {"n": {"type": "integer"}, "steps": {"type": "integer"}},
-    }
-
-    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(data)
+    Input: ClassVar[type[WorkflowInput]] = BenchInput
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return None
@@ -48,7 +49,7 @@ class Steps(_Bench):
     stages = ("s0",)
 
     def run_stage(self, stage: str, ctx: StageContext) -> Any:
-        for i in range(ctx.input["steps"]):
+        for i in range(ctx.input.steps):
             ctx.step(f"step-{i}", _noop)
         return {}
 

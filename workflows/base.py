@@ -8,144 +8,27 @@ validation and canonicalization happen before the acceptance transaction opens.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any, ClassVar
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
-
-from alfred.problems import shown
 from executions.catalog import ApprovalView, FieldError, InvalidInput, LaneClaim
 from executions.runtime.errors import FatalError
 from executions.runtime.registry import Definition
 from executions.runtime.stage import StageContext
 from workflows import views
+from workflows.inputs import WorkflowInput, documented
 
-
-def _pointer(path: Any) -> str:
-    parts = [str(p).replace("~", "~0").replace("/", "~1") for p in path]
-    return "/" + "/".join(parts) if parts else ""
-
-
-_REQUIRED_MESSAGE = re.compile(r"^'(.+)' is a required property$")
-
-
-_TYPE_NAMES = {
-    "string": "a string",
-    "integer": "an integer",
-    "number": "a number",
-    "boolean": "true or false",
-    "array": "an array",
-    "object": "an object",
-    "null": "null",
-}
-
-
-def _schema_message(error: ValidationError) -> str:
-    """Alfred's message for a JSON Schema error. jsonschema's own messages quote the instance
-    (``"[... 9000 items] is too long"``): they are neither bounded nor in the API's words.
-    Only the schema's values (bounds, enums, patterns) are shown."""
-    keyword = str(error.validator)
-    value: Any = error.validator_value
-    if keyword == "type":
-        types = [str(t) for t in (value if isinstance(value, list) else [value])]
-        return "must be " + " or ".join(_TYPE_NAMES.get(t, t) for t in types)
-    if keyword == "required":
-        return "is required"
-    if keyword == "enum":
-        return "must be one of " + ", ".join(json.dumps(choice) for choice in value)
-    if keyword == "const":
-        return f"must be {json.dumps(value)}"
-    if keyword == "pattern":
-        # A regular expression tells a person little: the schema says what it stands for.
-        return _expected(error.schema) or "is not in the expected form"
-    if keyword == "format":
-        return f"must be a valid {value}"
-    messages = {
-        "maxLength": f"must be at most {value} characters",
-        "minLength": f"must be at least {value} characters",
-        "maxItems": f"must have at most {value} items",
-        "minItems": f"must have at least {value} items",
-        "uniqueItems": "must not repeat an item",
-        "minimum": f"must be at least {value}",
-        "maximum": f"must be at most {value}",
-        "exclusiveMinimum": f"must be more than {value}",
-        "exclusiveMaximum": f"must be less than {value}",
-        "anyOf": "matches none of the allowed forms",
-        "oneOf": "must match exactly one of the allowed forms",
-    }
-    return messages.get(keyword, f"breaks the schema's {keyword} rule")
-
-
-# The annotation beside every ``pattern`` (and on an ``anyOf`` of forms): what the value must be,
-# in words with an example ("a ticket ID: ..., e.g. OPS-123"). An ``x-`` name, so the schema
-# stays a valid OpenAPI 3.0 schema object too (executions.api.schema); JSON Schema ignores it.
-EXPECTED = "x-expected"
-
-
-def expected(what: str, example: str) -> dict[str, str]:
-    """The ``x-expected`` annotation: ``what`` the value must be, and an example of it."""
-    return {EXPECTED: f"{what}, e.g. {example}"}
-
-
-def _expected(schema: Any) -> str | None:
-    text = schema.get(EXPECTED) if isinstance(schema, Mapping) else None
-    return f"must be {text}" if text else None
-
-
-def _located(error: ValidationError) -> list[FieldError]:
-    """The errors at their place: for a missing or an unexpected property, the property
-    itself (``/domain``), not the object that lacks or carries it."""
-    base = list(error.absolute_path)
-    instance = error.instance if isinstance(error.instance, dict) else {}
-    if error.validator == "required":
-        # jsonschema reports each missing property as its own error and names it only in
-        # the message: "'zone' is a required property".
-        match = _REQUIRED_MESSAGE.match(error.message)
-        pointer = _pointer([*base, match.group(1)]) if match else _pointer(base)
-        return [FieldError(pointer, "is required")]
-    if error.validator == "additionalProperties" and instance:
-        schema = error.schema if isinstance(error.schema, Mapping) else {}
-        allowed = sorted(schema.get("properties", {}))
-        extra = sorted(k for k in instance if k not in allowed)
-        known = "the properties are " + ", ".join(allowed)
-        return [
-            FieldError(_pointer([*base, name]), f"unknown property {shown(name)}; {known}")
-            for name in extra
-        ] or [FieldError(_pointer(base), f"unknown property; {known}")]
-    return [FieldError(_pointer(base), _schema_message(error))]
-
-
-# What a served schema states instead of a property's ``pattern``. The validator ignores it
-# (an unknown keyword); :func:`documented` puts it in place for the schema the API serves.
-DOCUMENTED_PATTERN = "x-documented-pattern"
-
-
-def documented(schema: Any) -> Any:
-    """``schema`` as the API serves it: each property's documented pattern in place of the
-    one it is validated with. Why two: the server takes more than a pattern can say (a Unicode
-    name IDNA accepts, a name relative to or inside a zone), and a pattern that said less
-    would promise acceptance of names it then refuses (a single label, an all-digit top-level
-    label, a name past 253 characters). A served pattern states a form every value of which
-    is accepted; a client that needs more sends it and the server judges (422 with the field)."""
-    if isinstance(schema, list):
-        return [documented(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    served = {key: documented(value) for key, value in schema.items() if key != DOCUMENTED_PATTERN}
-    if DOCUMENTED_PATTERN in schema:
-        served["pattern"] = schema[DOCUMENTED_PATTERN]
-    return served
+__all__ = ["FieldError", "InvalidInput", "LaneClaim", "Workflow", "WorkflowInput"]
 
 
 class Workflow:
     name: ClassVar[str]
     title: ClassVar[str]
     description: ClassVar[str]
-    input_schema: ClassVar[dict[str, Any]]
+    # The input, declared as a model (workflows.inputs): its schema, its validation, its
+    # canonical form and what stage code reads as ``ctx.input``.
+    Input: ClassVar[type[WorkflowInput]]
     stages: ClassVar[tuple[str, ...]]
     # A failed or canceled execution asked for again (new key, same identity) is continued:
     # a new run on the same execution that skips stages whose output is persisted and valid.
@@ -189,18 +72,10 @@ class Workflow:
     # both have reads the other's outputs unchanged.
     outputs_compatible_with: ClassVar[tuple[int, ...]] = ()
 
-    _validator: ClassVar[Draft202012Validator | None] = None
-
-    @classmethod
-    def validator(cls) -> Draft202012Validator:
-        validator = cls.__dict__.get("_validator")
-        if validator is None:
-            Draft202012Validator.check_schema(cls.input_schema)
-            validator = Draft202012Validator(
-                cls.input_schema, format_checker=Draft202012Validator.FORMAT_CHECKER
-            )
-            cls._validator = validator
-        return validator
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The input's JSON Schema, generated from :attr:`Input` (validation's patterns)."""
+        return self.Input.json_schema()
 
     @property
     def served_schema(self) -> dict[str, Any]:
@@ -209,38 +84,14 @@ class Workflow:
         return served
 
     def validate(self, data: Any) -> None:
-        """Raise :class:`InvalidInput` with every field error (JSON Pointers), schema first,
-        then the workflow's own semantic checks in :meth:`check_semantics`."""
-        errors = sorted(
-            self.validator().iter_errors(data), key=lambda e: (list(e.absolute_path), e.message)
-        )
-        if errors:
-            seen: dict[str, FieldError] = {}
-            for err in errors:
-                # For a oneOf/anyOf mismatch, what the forms stand for when the schema says
-                # so; else the most relevant sub-error.
-                described = _expected(err.schema) if err.context else None
-                if described is not None:
-                    pointer = _pointer(err.absolute_path)
-                    seen.setdefault(pointer, FieldError(pointer, described))
-                    continue
-                chosen = best_match([err]) if err.context else err
-                for located in _located(chosen):
-                    seen.setdefault(located.field, located)
-            raise InvalidInput(list(seen.values()))
-        semantic = self.check_semantics(data)
-        if semantic:
-            raise InvalidInput(semantic)
-
-    def check_semantics(self, data: Mapping[str, Any]) -> list[FieldError]:
-        """Checks JSON Schema cannot express (override per workflow)."""
-        return []
+        """Raise :class:`InvalidInput` with every field error (JSON Pointers)."""
+        self.Input.parsed(data)
 
     def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        """The canonical input for schema-valid ``data``: every default filled in, every
-        value in its one normal form. Two requests that mean the same operation have equal
-        canonical inputs; the logical identity is the hash of this form."""
-        raise NotImplementedError
+        """The canonical input for valid ``data``: every default filled in, every value in its
+        one normal form (the model's validators return it). Two requests that mean the same
+        operation have equal canonical inputs; the logical identity is the hash of this form."""
+        return self.Input.parsed(data).canonical()
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         raise NotImplementedError
@@ -275,6 +126,7 @@ class Workflow:
             stages=self.stages,
             run_stage=self.run_stage,
             canonicalize=self.canonicalize,
+            load_input=self.Input.stored,
             deadline_seconds=self.deadline_seconds,
             version=self.version,
             outputs_compatible_with=self.outputs_compatible_with,

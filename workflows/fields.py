@@ -1,16 +1,16 @@
-"""Field schemas and normalizers shared by the workflow definitions.
+"""The field types the workflows' input models share (``workflows.inputs``): each one
+declaration of a field's schema, its validation and its canonical form.
 
-Two layers per field. The JSON Schema checks the raw *shape* of what a client may send
-(type, length, a loose pattern that admits case and surrounding whitespace); the strict checks
-that need normalization first (hostnames) run in ``check_semantics`` through the ``*_errors``
-helpers here; the ``canonical_*`` helpers turn schema- and semantics-valid values into the one
+Two layers per field. The shape of what a client may send (type, length, a loose pattern that
+admits case and surrounding whitespace) is checked first; the strict checks that need
+normalization (hostnames) run after it, in the field's validator, which returns the one
 normal form that the logical identity hashes.
 
 Every string pattern admits surrounding whitespace and every canonical form strips it. That is
-a contract choice, and also a guard: the jsonschema library matches ``pattern`` with Python's
-``re.search``, where ``$`` also matches before a final newline, so ``"checkout-api\\n"`` passes
-``^[a-z-]+$``. Stripping makes such input mean exactly what it would mean without the newline
-instead of yielding a second lane key or identity.
+a contract choice, and also a guard: Python's ``re``, which matches the patterns here and in
+most of the served schema's readers, lets ``$`` also match before a final newline, so
+``"checkout-api\\n"`` passes ``^[a-z-]+$``. Stripping makes such input mean exactly what it
+would mean without the newline instead of yielding a second lane key or identity.
 
 Hostnames (domains, alternative names, zones, subdomains) follow the one copy of the rules in
 ``providers/hostnames.py`` (IDNA 2008 per label, the A-label as canonical form, the
@@ -20,13 +20,15 @@ editors use too; here they are applied with Alfred's own quoting of values in me
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import AfterValidator, Field, StringConstraints
+from pydantic_core import PydanticCustomError, core_schema
 
 from alfred.problems import shown
 from providers import hostnames
-from workflows.base import DOCUMENTED_PATTERN, FieldError, expected
+from workflows.inputs import DOCUMENTED_PATTERN, expected
 
 MAX_HOSTNAME_LENGTH = hostnames.MAX_HOSTNAME_LENGTH
 label_scripts = hostnames.label_scripts
@@ -63,128 +65,139 @@ def documented_label_pattern() -> str:
     return rf"^{_SPACE}{_LABEL}{_SPACE}$"
 
 
-def hostname_property(
-    title: str,
-    description: str,
-    examples: list[str],
-    *,
-    documented_pattern: str | None = None,
-) -> dict[str, Any]:
-    """A hostname field: validated with a loose pattern (raw shape only: the strict rules run
-    on the normalized name, in ``check_semantics``) and served with ``documented_pattern``
-    (default: any hostname, no wildcard), a form every value of which is accepted."""
-    return {
-        "title": title,
-        "description": description
-        + " Surrounding whitespace, letter case and one trailing dot are ignored;"
-        " non-ASCII labels are IDNA-encoded (punycode): the pattern states the ASCII form.",
-        "type": "string",
-        "minLength": 1,
-        "maxLength": _LOOSE_MAX_LENGTH,
-        "pattern": _LOOSE_NAME,
-        DOCUMENTED_PATTERN: documented_pattern or documented_hostname_pattern(),
-        **expected("one name without spaces (a hostname)", examples[0]),
-        "examples": examples,
-    }
+class Hostname:
+    """A hostname field's type: ``Annotated[str, Hostname("Zone", "...", ["example.com"])]``.
+
+    The raw shape is checked first (a string, 1-300 characters, one word: a loose pattern,
+    since the strict rules run on the normalized name); then the name itself, under the one
+    copy of the rules in ``providers/hostnames.py``; the field's value is the canonical name
+    (the A-label, lower case, no trailing dot). ``normalized=False`` keeps the raw string for
+    a model validator that places the name (add-subdomain's subdomain, inside its zone). The
+    served schema states ``documented_pattern`` (default: any hostname, no wildcard), a form
+    every value of which is accepted (``workflows.inputs.documented``)."""
+
+    def __init__(
+        self,
+        title: str,
+        description: str,
+        examples: list[str],
+        *,
+        wildcard: bool = False,
+        normalized: bool = True,
+        documented_pattern: str | None = None,
+    ) -> None:
+        self.title, self.description, self.examples = title, description, examples
+        self.wildcard, self.normalized = wildcard, normalized
+        self.documented_pattern = documented_pattern or documented_hostname_pattern()
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> core_schema.CoreSchema:
+        shape = core_schema.str_schema(
+            min_length=1, max_length=_LOOSE_MAX_LENGTH, pattern=_LOOSE_NAME, strict=True
+        )
+        if not self.normalized:
+            return shape
+        return core_schema.no_info_after_validator_function(self._canonical, shape)
+
+    def __get_pydantic_json_schema__(self, schema: Any, handler: Any) -> dict[str, Any]:
+        return {
+            **handler(schema),
+            "title": self.title,
+            "description": self.description
+            + " Surrounding whitespace, letter case and one trailing dot are ignored;"
+            " non-ASCII labels are IDNA-encoded (punycode): the pattern states the ASCII form.",
+            DOCUMENTED_PATTERN: self.documented_pattern,
+            **expected("one name without spaces (a hostname)", self.examples[0]),
+            "examples": self.examples,
+        }
+
+    def _canonical(self, raw: str) -> str:
+        problem = hostnames.input_problem(raw, wildcard=self.wildcard, show=shown)
+        if problem:
+            raise invalid(f"not a valid hostname: {problem}")
+        return normalize_hostname(raw)
 
 
-TICKET_IDS: dict[str, Any] = {
-    "title": "Ticket IDs",
-    "description": "Tickets this change is done for, e.g. OPS-123 (project key, '-', number). "
-    "Case and surrounding whitespace are ignored; duplicates collapse. Part of the identity.",
-    "type": "array",
-    "items": {
-        "type": "string",
-        "maxLength": 64,
-        "pattern": r"^\s*[A-Za-z][A-Za-z0-9]*-[1-9][0-9]*\s*$",
-        **expected(
+def invalid(message: str) -> PydanticCustomError:
+    """A field validator's refusal, in Alfred's words (``workflows.inputs.field_errors``)."""
+    return PydanticCustomError("alfred_invalid", message)
+
+
+def _ticket_ids(raw: list[str]) -> list[str]:
+    return sorted({ticket.strip().upper() for ticket in raw})
+
+
+TicketId = Annotated[
+    str,
+    StringConstraints(max_length=64, pattern=r"^\s*[A-Za-z][A-Za-z0-9]*-[1-9][0-9]*\s*$"),
+    Field(
+        json_schema_extra=expected(
             "a ticket ID: a project key (a letter, then letters or digits), '-' and a number "
             "from 1",
             "OPS-123",
-        ),
-    },
-    "maxItems": 50,
-    "default": [],
-    "examples": [["OPS-123"], ["OPS-123", "NET-7"]],
-}
+        )
+    ),
+]
 
-DRY_RUN: dict[str, Any] = {
-    "title": "Dry run",
-    "description": "Plan and simulate against the frozen plan; no provider is mutated. "
-    "Part of the identity: a dry run is a different operation from the real one.",
-    "type": "boolean",
-    "default": False,
-    "examples": [False, True],
-}
+TicketIds = Annotated[
+    list[TicketId],
+    Field(
+        title="Ticket IDs",
+        description="Tickets this change is done for, e.g. OPS-123 (project key, '-', number). "
+        "Case and surrounding whitespace are ignored; duplicates collapse. Part of the "
+        "identity.",
+        max_length=50,
+        examples=[["OPS-123"], ["OPS-123", "NET-7"]],
+    ),
+    AfterValidator(_ticket_ids),
+]
 
-KIRBY_MODES = ("disabled", "enabled")
+DryRun = Annotated[
+    bool,
+    Field(
+        title="Dry run",
+        description="Plan and simulate against the frozen plan; no provider is mutated. "
+        "Part of the identity: a dry run is a different operation from the real one.",
+        examples=[False, True],
+    ),
+]
 
-KIRBY_MODE: dict[str, Any] = {
-    "title": "Kirby mode",
-    "description": "Mystique Kirby routing for the domain. 'disabled': no Kirby routing entry "
-    "is written; the domain is served by the nginx hosts entry alone. 'enabled': the routing "
-    "stage also adds the domain to the Mystique Kirby routing values "
-    "(a feat(kirby-routing) commit). Part of the identity.",
-    "type": "string",
-    "enum": list(KIRBY_MODES),
-    "default": "disabled",
-    "examples": ["disabled", "enabled"],
-}
+KirbyModeChoice = Literal["disabled", "enabled"]
+KIRBY_MODES: tuple[KirbyModeChoice, ...] = get_args(KirbyModeChoice)
+
+KirbyMode = Annotated[
+    KirbyModeChoice,
+    Field(
+        title="Kirby mode",
+        description="Mystique Kirby routing for the domain. 'disabled': no Kirby routing "
+        "entry is written; the domain is served by the nginx hosts entry alone. 'enabled': the "
+        "routing stage also adds the domain to the Mystique Kirby routing values "
+        "(a feat(kirby-routing) commit). Part of the identity.",
+        examples=["disabled", "enabled"],
+    ),
+]
 
 _ARN = (
     r"arn:aws:acm:[a-z]{2}(?:-[a-z]+)+-[0-9]+:[0-9]{12}:"
     r"certificate/[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}"
 )
 
-CERTIFICATE_ARN: dict[str, Any] = {
-    "title": "Certificate ARN",
-    "description": "An existing ACM certificate to use instead of requesting one "
-    "(arn:aws:acm:<region>:<12-digit account>:certificate/<uuid>). null requests a new "
-    "certificate. Part of the identity.",
-    "type": ["string", "null"],
-    "pattern": rf"^\s*{_ARN}\s*$",
-    **expected(
-        "null or an ACM certificate's ARN",
-        "arn:aws:acm:us-east-1:123456789012:certificate/0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f",
+CertificateArn = Annotated[
+    Annotated[str, StringConstraints(pattern=rf"^\s*{_ARN}\s*$"), AfterValidator(str.strip)] | None,
+    Field(
+        title="Certificate ARN",
+        description="An existing ACM certificate to use instead of requesting one "
+        "(arn:aws:acm:<region>:<12-digit account>:certificate/<uuid>). null requests a new "
+        "certificate. Part of the identity.",
+        json_schema_extra=expected(
+            "null or an ACM certificate's ARN",
+            "arn:aws:acm:us-east-1:123456789012:certificate/0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f",
+        ),
+        examples=[
+            None,
+            "arn:aws:acm:us-east-1:123456789012:certificate/0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f",
+        ],
     ),
-    "default": None,
-    "examples": [
-        None,
-        "arn:aws:acm:us-east-1:123456789012:certificate/0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f",
-    ],
-}
-
-
-def object_schema(
-    *,
-    title: str,
-    description: str,
-    properties: dict[str, dict[str, Any]],
-    required: list[str],
-    examples: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """A closed draft 2020-12 object schema. Property schemas are copied so no two workflow
-    schemas share a mutable dict."""
-    return {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": title,
-        "description": description,
-        "type": "object",
-        "properties": copy.deepcopy(properties),
-        "required": required,
-        "additionalProperties": False,
-        "examples": examples,
-    }
-
-
-def with_defaults(schema: dict[str, Any], data: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` with every property the schema declares a default for filled in, so the
-    defaults live in one place: the schema integrators read."""
-    return {
-        key: data[key] if key in data else copy.deepcopy(prop["default"])
-        for key, prop in schema["properties"].items()
-        if key in data or "default" in prop
-    }
+]
 
 
 def normalize_hostname(raw: str) -> str:
@@ -202,19 +215,6 @@ def hostname_problem(name: str, *, allow_wildcard: bool) -> str | None:
     return hostnames.hostname_problem(name, wildcard=allow_wildcard, show=shown)
 
 
-def hostname_errors(pointer: str, raw: str, *, allow_wildcard: bool = False) -> list[FieldError]:
-    problem = hostnames.input_problem(raw, wildcard=allow_wildcard, show=shown)
-    return [FieldError(pointer, f"not a valid hostname: {problem}")] if problem else []
-
-
-def canonical_hostnames(raw: Iterable[str], *, exclude: str) -> list[str]:
-    """Normalized, de-duplicated, sorted, without ``exclude`` (the primary name)."""
-    return sorted({normalize_hostname(name) for name in raw} - {exclude})
-
-
-def canonical_ticket_ids(raw: Iterable[str]) -> list[str]:
-    return sorted({ticket.strip().upper() for ticket in raw})
-
-
-def canonical_arn(raw: str | None) -> str | None:
-    return raw.strip() if raw is not None else None
+def canonical_hostnames(names: Iterable[str], *, exclude: str) -> list[str]:
+    """Canonical ``names``, de-duplicated and sorted, without ``exclude`` (the primary name)."""
+    return sorted(set(names) - {exclude})

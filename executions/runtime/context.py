@@ -101,7 +101,8 @@ class Context:
         run: Run,
         stage: str,
         fence: int,
-        input: dict[str, Any],
+        input: Any,
+        dry_run: bool,
         wake: Callable[..., None],
         clock: Clock,
         workflow: str = "",
@@ -111,8 +112,8 @@ class Context:
         self.workflow = workflow
         self.stage = stage
         self.fence = fence
-        self.input = input
-        self.dry_run = bool(input.get("dry_run", False))
+        self.input = input  # the workflow's typed input (Definition.load_input)
+        self.dry_run = dry_run
         self._wake = wake  # schedules a re-dispatch of this run (a Celery countdown hint)
         self._clock = clock
         # Set by the heartbeat when renewals have failed for half a lease: the lease may lapse
@@ -201,10 +202,12 @@ class Context:
         )
         return output
 
-    def output_of(self, stage: str) -> Any:
+    def output_of(self, stage: str | Callable[..., Any]) -> Any:
         """The output of an earlier stage of this run (a continuation's run carries the
-        outputs of the stages it skips). Fixed once that stage succeeded: a replay reads the
-        same value."""
+        outputs of the stages it skips), named or given as its function. Fixed once that
+        stage succeeded: a replay reads the same value."""
+        if not isinstance(stage, str):
+            stage = stage.__name__
         output = (
             Stage.objects.filter(run_id=self.run_id, name=stage, status=StageStatus.SUCCEEDED)
             .values_list("output", flat=True)

@@ -22,6 +22,9 @@ class Definition:
     stages: tuple[str, ...]
     run_stage: Callable[[str, StageContext], Any]  # (stage, its context) -> its output
     canonicalize: Callable[[Mapping[str, Any]], dict[str, Any]]
+    # A run's stored canonical input as its stage code reads it (``ctx.input``): the
+    # workflow's typed input (``workflows.inputs``); by default the mapping itself.
+    load_input: Callable[[Mapping[str, Any]], Any] = dict
     deadline_seconds: float | None = None
     # The workflow's own count of its changes: a run records it with its stage list, and
     # is run later only by a definition of the same version and stages.

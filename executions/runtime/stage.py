@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, overload
 
 
 @dataclass(frozen=True)
@@ -31,17 +31,29 @@ class RetryPolicy:
 DEFAULT_RETRY = RetryPolicy()
 
 
-class StageContext(Protocol):
+InputT = TypeVar("InputT", covariant=True)
+OutputT = TypeVar("OutputT")
+
+
+class StageContext(Protocol[InputT]):
     """The durable primitives of one stage of one run. Each is recorded under its key: a
     replay (after a crash, a wait, a retry of the stage) returns what was recorded instead of
-    doing it again. A wait raises out of the stage and the run sleeps without a worker."""
+    doing it again. A wait raises out of the stage and the run sleeps without a worker.
+
+    ``StageContext[ItsInput]``: ``ctx.input`` is the workflow's typed input (its
+    model, ``workflows.inputs``); a bare ``StageContext`` is a context of any workflow (a
+    step or a compensation shared between workflows)."""
 
     run_id: str
     execution_id: str
     workflow: str
     stage: str
-    input: dict[str, Any]
     dry_run: bool
+
+    @property
+    def input(self) -> InputT:
+        """The execution's canonical input, typed as its workflow declares it."""
+        ...
 
     def step(
         self,
@@ -56,8 +68,14 @@ class StageContext(Protocol):
         receipt (resource, action, undo), which a rollback undoes."""
         ...
 
-    def output_of(self, stage: str) -> Any:
-        """An earlier stage's output in this run."""
+    @overload
+    def output_of(self, stage: str) -> Any: ...
+    @overload
+    def output_of(self, stage: Callable[..., OutputT]) -> OutputT: ...
+    def output_of(self, stage: str | Callable[..., Any]) -> Any:
+        """An earlier stage's output in this run: by the stage's name, or by its function,
+        which types it (``ctx.output_of(plan)`` is what ``plan`` returned, as ``plan``'s
+        return annotation says)."""
         ...
 
     def now(self) -> datetime:

@@ -14,7 +14,7 @@ from executions.catalog import workflow_get
 from executions.models import Execution, WebhookEndpoint
 from tests.support.factories import ExecutionFactory
 from tests.support.helpers import assert_problem, submit
-from workflows.base import EXPECTED
+from workflows.inputs import EXPECTED
 
 pytestmark = pytest.mark.django_db
 

@@ -12,18 +12,19 @@ import os
 import signal
 import time
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from django.conf import settings
 from django.db import DatabaseError, connection
 from django.dispatch import receiver
+from pydantic import ConfigDict
 
 from executions.runtime.errors import FatalError, ReadinessFailure, RetryableError
 from executions.runtime.signals import stage_claiming, stage_completed
 from executions.runtime.stage import StageContext
-from workflows.base import LaneClaim, Workflow
+from workflows.base import LaneClaim, Workflow, WorkflowInput
 
 
 def counters() -> redis.Redis:
@@ -45,25 +46,25 @@ def effects(label: str, name: str) -> int:
     return int(counters().get(f"alfred-test:effect:{label}:{name}") or 0)
 
 
-def _schema(**properties: Any) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "additionalProperties": False,
-        "required": ["label"],
-        "properties": {"label": {"type": "string"}, **properties},
-        "examples": [{"label": "example"}],
-    }
+class LabelInput(WorkflowInput):
+    """A test workflow's input: a label naming its counted effects, and what the workflow
+    adds."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"label": "example"}]})
+
+    label: str
 
 
 class TestWorkflow(Workflow):
     title = description = "a workflow of the tests"
     lane_description = "none"
 
-    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        return dict(data)
-
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return None
+
+
+class CounterInput(LabelInput):
+    steps: int = 5
 
 
 class Counter(TestWorkflow):
@@ -72,15 +73,15 @@ class Counter(TestWorkflow):
 
     name = "test-counter"
     stages = ("plan", "work", "verify")
-    input_schema: ClassVar[dict[str, Any]] = _schema(steps={"type": "integer"})
+    Input = CounterInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
-        return {"planned": ctx.input.get("steps", 5)}
+        return {"planned": ctx.input.steps}
 
     def stage_work(self, ctx: StageContext) -> Any:
-        label = ctx.input["label"]
+        label = ctx.input.label
         done = []
-        for i in range(1, ctx.input.get("steps", 5) + 1):
+        for i in range(1, ctx.input.steps + 1):
             done.append(ctx.step(f"effect-{i}", effect, label, f"effect-{i}"))
             if counters().srem(f"alfred-test:kill:{label}", i):
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -90,30 +91,39 @@ class Counter(TestWorkflow):
         return {"verified": True}
 
 
+class WaitsInput(LabelInput):
+    mode: Literal["sleep", "hook", "operator"] = "hook"
+    seconds: float = 1
+
+
 class Waits(TestWorkflow):
     """Waits without holding a worker: a sleep or a hook, per ``mode``."""
 
     name = "test-waits"
     stages = ("plan", "wait")
-    input_schema: ClassVar[dict[str, Any]] = _schema(
-        mode={"enum": ["sleep", "hook", "operator"]}, seconds={"type": "number"}
-    )
+    Input = WaitsInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
         return {}
 
     def stage_wait(self, ctx: StageContext) -> Any:
-        label = ctx.input["label"]
-        if ctx.input["mode"] == "sleep":
-            ctx.sleep("nap", ctx.input.get("seconds", 1))
+        label = ctx.input.label
+        if ctx.input.mode == "sleep":
+            ctx.sleep("nap", ctx.input.seconds)
             return {"slept": True, "effect": ctx.step("after", effect, label, "after")}
         signal_payload = ctx.wait_for_hook(
             "go",
             token=f"go-{label}",
             payload={"label": label},
-            operator=ctx.input["mode"] == "operator",
+            operator=ctx.input.mode == "operator",
         )
         return {"signal": signal_payload, "effect": ctx.step("after", effect, label, "after")}
+
+
+class FlakyInput(LabelInput):
+    failures: int = 0
+    fatal: bool = False
+    retry_after: float | None = None
 
 
 class Flaky(TestWorkflow):
@@ -121,25 +131,29 @@ class Flaky(TestWorkflow):
 
     name = "test-flaky"
     stages = ("plan",)
-    input_schema: ClassVar[dict[str, Any]] = _schema(
-        failures={"type": "integer"}, fatal={"type": "boolean"}, retry_after={"type": "number"}
-    )
+    Input = FlakyInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
         from executions.runtime.stage import RetryPolicy
 
-        label = ctx.input["label"]
+        label = ctx.input.label
 
         def attempt() -> int:
             calls = effect(label, "attempts")
             counters().rpush(f"alfred-test:times:{label}", repr(time.time()))
-            if ctx.input.get("fatal"):
+            if ctx.input.fatal:
                 raise FatalError("refused for good", code="refused")
-            if calls <= ctx.input.get("failures", 0):
-                raise RetryableError(f"not yet ({calls})", retry_after=ctx.input.get("retry_after"))
+            if calls <= ctx.input.failures:
+                raise RetryableError(f"not yet ({calls})", retry_after=ctx.input.retry_after)
             return calls
 
         return {"attempts": ctx.step("flaky", attempt, retry=RetryPolicy(base=0.2, cap=0.5))}
+
+
+class SlowInput(LabelInput):
+    steps: int = 10
+    step_seconds: float = 0.5
+    pause_seconds: float = 0
 
 
 class Slow(TestWorkflow):
@@ -148,23 +162,26 @@ class Slow(TestWorkflow):
 
     name = "test-slow"
     stages = ("plan",)
-    input_schema: ClassVar[dict[str, Any]] = _schema(
-        steps={"type": "integer"}, step_seconds={"type": "number"}, pause_seconds={"type": "number"}
-    )
+    Input = SlowInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
-        label = ctx.input["label"]
+        label = ctx.input.label
 
         def slow(i: int) -> int:
-            time.sleep(ctx.input.get("step_seconds", 0.5))
+            time.sleep(ctx.input.step_seconds)
             return effect(label, f"slow-{i}")
 
         done = []
-        for i in range(ctx.input.get("steps", 10)):
+        for i in range(ctx.input.steps):
             if i:
-                time.sleep(ctx.input.get("pause_seconds", 0))
+                time.sleep(ctx.input.pause_seconds)
             done.append(ctx.step(f"slow-{i}", slow, i))
         return done
+
+
+class ReadsInput(LabelInput):
+    pause_seconds: float = 0
+    cut_at_end: bool = False
 
 
 class Reads(TestWorkflow):
@@ -173,9 +190,7 @@ class Reads(TestWorkflow):
 
     name = "test-reads"
     stages = ("plan", "use")
-    input_schema: ClassVar[dict[str, Any]] = _schema(
-        pause_seconds={"type": "number"}, cut_at_end={"type": "boolean"}
-    )
+    Input = ReadsInput
     MARK = "SELECT 'alfred-test: a stage pauses before it reads'"
 
     def stage_plan(self, ctx: StageContext) -> Any:
@@ -184,14 +199,18 @@ class Reads(TestWorkflow):
     def stage_use(self, ctx: StageContext) -> Any:
         with connection.cursor() as cursor:
             cursor.execute(self.MARK)  # names this stage's backend for the test
-        time.sleep(ctx.input.get("pause_seconds", 0))
+        time.sleep(ctx.input.pause_seconds)
         planned = ctx.output_of("plan")
-        after = ctx.step("after", effect, ctx.input["label"], "after")
-        if ctx.input.get("cut_at_end") and effect(ctx.input["label"], "cut") == 1:
+        after = ctx.step("after", effect, ctx.input.label, "after")
+        if ctx.input.cut_at_end and effect(ctx.input.label, "cut") == 1:
             # once: the stage's connection dies as it returns, before its end is written
             with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
                 cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
         return {"value": planned["value"], "after": after}
+
+
+class ParentInput(LabelInput):
+    slow_child: bool = False
 
 
 class Parent(TestWorkflow):
@@ -199,14 +218,14 @@ class Parent(TestWorkflow):
 
     name = "test-parent"
     stages = ("plan", "children")
-    input_schema: ClassVar[dict[str, Any]] = _schema(slow_child={"type": "boolean"})
+    Input = ParentInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
         return {}
 
     def stage_children(self, ctx: StageContext) -> Any:
-        label = ctx.input["label"]
-        if ctx.input.get("slow_child"):
+        label = ctx.input.label
+        if ctx.input.slow_child:
             child = {"label": f"{label}-child", "steps": 20, "step_seconds": 0.3}
             return ctx.child("child", "test-slow", child)
         return ctx.child("child", "test-waits", {"label": f"{label}-child", "mode": "hook"})
@@ -217,7 +236,7 @@ class NotReady(TestWorkflow):
 
     name = "test-not-ready"
     stages = ("plan", "apply")
-    input_schema: ClassVar[dict[str, Any]] = _schema()
+    Input = LabelInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
         raise ReadinessFailure(
@@ -230,7 +249,7 @@ class NotReady(TestWorkflow):
 class Crashing(TestWorkflow):
     name = "test-crashing"
     stages = ("plan",)
-    input_schema: ClassVar[dict[str, Any]] = _schema()
+    Input = LabelInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
         secret = "s3cr3t-value"  # a local the failure projection must not show
@@ -241,11 +260,16 @@ class Deadline(TestWorkflow):
     name = "test-deadline"
     stages = ("plan",)
     deadline_seconds = 1.0
-    input_schema: ClassVar[dict[str, Any]] = _schema()
+    Input = LabelInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
         ctx.sleep("forever", 3600)
         return {}
+
+
+class ProbeInput(LabelInput):
+    timeout: float = 30
+    flaky: int = 0
 
 
 class Probe(TestWorkflow):
@@ -253,23 +277,21 @@ class Probe(TestWorkflow):
 
     name = "test-probe"
     stages = ("plan",)
-    input_schema: ClassVar[dict[str, Any]] = _schema(
-        timeout={"type": "number"}, flaky={"type": "integer"}
-    )
+    Input = ProbeInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
-        label = ctx.input["label"]
+        label = ctx.input.label
         before = ctx.now()
         counters().rpush(f"alfred-test:now:{label}", before.isoformat())  # once per replay
 
         def ready() -> Any:
             # ``flaky``: the first that many polls fail as a provider's transient error would
-            if effect(label, "polls") <= ctx.input.get("flaky", 0):
+            if effect(label, "polls") <= ctx.input.flaky:
                 raise RetryableError("the provider blinked", code="provider_transient")
             value = counters().get(f"alfred-test:ready:{label}")
             return value.decode() if value else None
 
-        value = ctx.wait_until("ready", ready, every=0.3, timeout=ctx.input.get("timeout", 30))
+        value = ctx.wait_until("ready", ready, every=0.3, timeout=ctx.input.timeout)
         return {"value": value}
 
 
@@ -278,14 +300,18 @@ class Shifty(TestWorkflow):
 
     name = "test-shifty"
     stages = ("plan",)
-    input_schema: ClassVar[dict[str, Any]] = _schema()
+    Input = LabelInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
-        label = ctx.input["label"]
+        label = ctx.input.label
         replay = effect(label, "replays")
         ctx.step(f"first-{replay}", effect, label, "first")
         ctx.sleep("pause", 0.2)
         return {}
+
+
+class MutatingInput(LabelInput):
+    bad: bool = False
 
 
 class Mutating(TestWorkflow):
@@ -293,13 +319,19 @@ class Mutating(TestWorkflow):
 
     name = "test-mutating"
     stages = ("plan",)
-    input_schema: ClassVar[dict[str, Any]] = _schema(bad={"type": "boolean"})
+    Input = MutatingInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
         receipt: dict[str, Any] = {"resource": "dns:api.example.com", "action": "upsert"}
-        if not ctx.input.get("bad"):
+        if not ctx.input.bad:
             receipt["undo"] = {"action": "delete", "values": ["1.2.3.4"]}
         return ctx.step("change", lambda: receipt, mutation=True)
+
+
+class InfraInput(LabelInput):
+    not_ready: bool = False
+    seconds: float = 0
+    with_child: bool = False
 
 
 class Infra(TestWorkflow):
@@ -307,16 +339,14 @@ class Infra(TestWorkflow):
 
     name = "test-infra"
     stages = ("plan", "apply", "verify")
-    input_schema: ClassVar[dict[str, Any]] = _schema(
-        not_ready={"type": "boolean"}, seconds={"type": "number"}, with_child={"type": "boolean"}
-    )
+    Input = InfraInput
     lane_description = "aws-infrastructure"
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return LaneClaim("aws-infrastructure")
 
     def stage_plan(self, ctx: StageContext) -> Any:
-        if ctx.input.get("not_ready"):
+        if ctx.input.not_ready:
             raise ReadinessFailure(
                 "the zone is not delegated",
                 code="zone_not_delegated",
@@ -325,14 +355,14 @@ class Infra(TestWorkflow):
         return {}
 
     def stage_apply(self, ctx: StageContext) -> Any:
-        label = ctx.input["label"]
+        label = ctx.input.label
         counters().rpush("alfred-test:infra-order", label)
-        time.sleep(ctx.input.get("seconds", 0))
+        time.sleep(ctx.input.seconds)
         return ctx.step("change", effect, label, "change")
 
     def stage_verify(self, ctx: StageContext) -> Any:
-        if ctx.input.get("with_child"):
-            child = ctx.child("cert", "test-infra", {"label": f"{ctx.input['label']}-cert"})
+        if ctx.input.with_child:
+            child = ctx.child("cert", "test-infra", {"label": f"{ctx.input.label}-cert"})
             return {"ok": True, "child": child["status"]}
         return {"ok": True}
 
@@ -368,8 +398,8 @@ class InfraExclusive(Infra):
     name = "test-infra-exclusive"
 
     def stage_apply(self, ctx: StageContext) -> Any:
-        label = ctx.input["label"]
-        return ctx.step("change", exclusive_change, label, ctx.input.get("seconds", 0))
+        label = ctx.input.label
+        return ctx.step("change", exclusive_change, label, ctx.input.seconds)
 
 
 # Kill points of test-kill-points, armed by the tests as "<label>:<point>" members of this
@@ -420,13 +450,13 @@ class KillPoints(TestWorkflow):
 
     name = "test-kill-points"
     stages = ("plan", "work", "verify")
-    input_schema: ClassVar[dict[str, Any]] = _schema()
+    Input = LabelInput
 
     def stage_plan(self, ctx: StageContext) -> Any:
         return {"planned": 5}
 
     def stage_work(self, ctx: StageContext) -> Any:
-        label = ctx.input["label"]
+        label = ctx.input.label
         done = []
         for i in range(1, 6):
             done.append(ctx.step(f"effect-{i}", effect, label, f"effect-{i}"))
@@ -456,6 +486,11 @@ WORKFLOWS = [
 ]
 
 
+class LanedInput(LabelInput):
+    lane: str
+    mode: Literal["ok", "not_ready", "crash"] = "ok"
+
+
 class Laned(TestWorkflow):
     """On the lane its input names (the property test's lanes). ``mode``: ``ok``;
     ``not_ready`` (a readiness failure in planning); ``crash`` (fails in apply, after its
@@ -463,24 +498,22 @@ class Laned(TestWorkflow):
 
     name = "test-laned"
     stages = ("plan", "apply", "verify")
-    input_schema: ClassVar[dict[str, Any]] = _schema(
-        lane={"type": "string"}, mode={"enum": ["ok", "not_ready", "crash"]}
-    )
+    Input = LanedInput
 
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         return LaneClaim(canonical["lane"])
 
     def stage_plan(self, ctx: StageContext) -> Any:
-        if ctx.input.get("mode") == "not_ready":
+        if ctx.input.mode == "not_ready":
             raise ReadinessFailure(
                 "not ready", code="not_ready", checks=[{"name": "ready", "ok": False}]
             )
         return {}
 
     def stage_apply(self, ctx: StageContext) -> Any:
-        ctx.step("change", effect, ctx.input["label"], f"change:{ctx.run_id}")
+        ctx.step("change", effect, ctx.input.label, f"change:{ctx.run_id}")
         ctx.sleep("settle", 0)
-        if ctx.input.get("mode") == "crash":
+        if ctx.input.mode == "crash":
             raise FatalError("the change did not take", code="refused")
         return {}
 
@@ -498,7 +531,7 @@ class Hopping(TestWorkflow):
     name = "test-hopping"
     stages = ("near", "far")
     stage_queues: ClassVar[Mapping[str, str]] = {"far": "far"}
-    input_schema: ClassVar[dict[str, Any]] = _schema()
+    Input = LabelInput
 
     def stage_near(self, ctx: StageContext) -> Any:
         return {"worker": os.environ.get("ALFRED_TEST_WORKER", "")}
@@ -510,6 +543,10 @@ class Hopping(TestWorkflow):
 WORKFLOWS.append(Hopping())
 
 
+class LimitedInput(LabelInput):
+    sleep: float = 0
+
+
 class Limited(TestWorkflow):
     """``slow`` is bounded to 1 s and sleeps ``sleep`` seconds (in the stage's code: a hung
     provider call would do the same); ``quick`` before it runs in a message of its own."""
@@ -517,15 +554,15 @@ class Limited(TestWorkflow):
     name = "test-limited"
     stages = ("quick", "slow")
     stage_time_limits: ClassVar[Mapping[str, float]] = {"slow": 1.0}
-    input_schema: ClassVar[dict[str, Any]] = _schema(sleep={"type": "number"})
+    Input = LimitedInput
 
     def stage_quick(self, ctx: StageContext) -> Any:
         return {"pid": os.getpid()}
 
     def stage_slow(self, ctx: StageContext) -> Any:
-        effect(ctx.input["label"], "slow")
-        time.sleep(ctx.input.get("sleep", 0))
-        return {"slept": ctx.input.get("sleep", 0)}
+        effect(ctx.input.label, "slow")
+        time.sleep(ctx.input.sleep)
+        return {"slept": ctx.input.sleep}
 
 
 WORKFLOWS.append(Limited())

@@ -4,14 +4,18 @@ Alfred's own messages. Pure Python: no database."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import pytest
 
 from alfred.problems import shown
-from workflows.fields import (
-    hostname_errors,
-    hostname_problem,
-    normalize_hostname,
-)
+from executions.catalog import InvalidInput
+from workflows.fields import Hostname, hostname_problem, normalize_hostname
+from workflows.inputs import WorkflowInput
+
+
+class Named(WorkflowInput):
+    domain: Annotated[str, Hostname("Domain", "A name.", ["example.com"])]
 
 
 def problem(raw: str, *, allow_wildcard: bool = False) -> str | None:
@@ -54,10 +58,12 @@ def test_messages_show_input_short_and_escaped() -> None:
     long = "a\x00" * 100 + ".com"
 
     # when
-    errors = hostname_errors("/domain", long)
+    with pytest.raises(InvalidInput) as caught:
+        Named.parsed({"domain": long})
 
     # then
-    assert len(errors) == 1
+    errors = caught.value.errors
+    assert len(errors) == 1 and errors[0].field == "/domain"
     message = errors[0].message
     assert len(message) < 200
     assert "\x00" not in message and "\\u0000" in message

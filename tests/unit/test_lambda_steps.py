@@ -17,6 +17,7 @@ from executions.runtime.registry import compensation_get
 from workflows.steps import lambda_ as steps
 from workflows.steps.compensations import Drifted
 from workflows.update_lambda_version import stages
+from workflows.update_lambda_version.input import UpdateLambdaVersionInput
 
 
 class Ctx:
@@ -25,7 +26,7 @@ class Ctx:
     def __init__(
         self, *, dry_run: bool = False, outputs: Mapping[str, Any] | None = None, **input: Any
     ) -> None:
-        self.input = {"dry_run": dry_run, **input}
+        self.input = UpdateLambdaVersionInput.stored({"dry_run": dry_run, **input})
         self.dry_run = dry_run
         self.execution_id = "exec-1"
         self.run_id, self.workflow, self.stage = "run-1", "update-lambda-version", ""
@@ -38,8 +39,8 @@ class Ctx:
         self.steps.append((key, fn, {"mutation": mutation, **kwargs}))
         return fn(*args, **kwargs)
 
-    def output_of(self, stage: str) -> Any:
-        return self.outputs[stage]
+    def output_of(self, stage: str | Callable[..., Any]) -> Any:
+        return self.outputs[stage if isinstance(stage, str) else stage.__name__]
 
     def wait_until(self, key: str, probe: Callable[[], Any], **_: Any) -> Any:
         return probe()

@@ -3,10 +3,84 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
 from workflows import fields
-from workflows.base import FieldError, LaneClaim, Workflow
+from workflows.base import LaneClaim, Workflow, WorkflowInput
+
+_WILDCARD = fields.documented_hostname_pattern(wildcard=True)
+
+
+class AddCertificateInput(WorkflowInput):
+    """The certificate to request or adopt."""
+
+    model_config = ConfigDict(
+        title="add-certificate input",
+        json_schema_extra={
+            "examples": [
+                {"domain": "example.com"},
+                {
+                    "domain": "Example.COM.",
+                    "alternative_names": ["www.example.com", "*.example.com"],
+                    "ticket_ids": ["ops-123"],
+                    "kirby_mode": "enabled",
+                    "dry_run": True,
+                    "certificate_arn": None,
+                },
+                {
+                    "domain": "example.org",
+                    "certificate_arn": (
+                        "arn:aws:acm:us-east-1:123456789012:certificate/"
+                        "0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f"
+                    ),
+                },
+            ]
+        },
+    )
+
+    domain: Annotated[
+        str,
+        fields.Hostname(
+            "Domain",
+            "The certificate's primary name; may be a wildcard (*.example.com).",
+            ["example.com", "*.example.com"],
+            wildcard=True,
+            documented_pattern=_WILDCARD,
+        ),
+    ]
+    alternative_names: Annotated[
+        list[
+            Annotated[
+                str,
+                fields.Hostname(
+                    "Alternative name",
+                    "A subject alternative name.",
+                    ["www.example.com"],
+                    wildcard=True,
+                    documented_pattern=_WILDCARD,
+                ),
+            ]
+        ],
+        Field(
+            title="Alternative names",
+            description="Further names on the certificate (wildcards allowed). Each is "
+            "normalized like the domain; order and duplicates are ignored, and the domain "
+            "itself is dropped from the list.",
+            max_length=100,
+            examples=[[], ["www.example.com", "*.example.com"]],
+        ),
+    ] = []
+    ticket_ids: fields.TicketIds = []
+    kirby_mode: fields.KirbyMode = "disabled"
+    dry_run: fields.DryRun = False
+    certificate_arn: fields.CertificateArn = None
+
+    @field_validator("alternative_names")
+    @classmethod
+    def _without_the_domain(cls, names: list[str], info: ValidationInfo) -> list[str]:
+        return fields.canonical_hostnames(names, exclude=info.data.get("domain", ""))
 
 
 class AddCertificate(Workflow):
@@ -27,78 +101,7 @@ class AddCertificate(Workflow):
     lane_description: ClassVar[str] = (
         "aws-infrastructure: one root owner at a time, shared with add-domain and onboard-domain"
     )
-    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
-        title="add-certificate input",
-        description="The certificate to request or adopt.",
-        properties={
-            "domain": fields.hostname_property(
-                "Domain",
-                "The certificate's primary name; may be a wildcard (*.example.com).",
-                ["example.com", "*.example.com"],
-                documented_pattern=fields.documented_hostname_pattern(wildcard=True),
-            ),
-            "alternative_names": {
-                "title": "Alternative names",
-                "description": "Further names on the certificate (wildcards allowed). Each is "
-                "normalized like the domain; order and duplicates are ignored, and the domain "
-                "itself is dropped from the list.",
-                "type": "array",
-                "items": fields.hostname_property(
-                    "Alternative name",
-                    "A subject alternative name.",
-                    ["www.example.com"],
-                    documented_pattern=fields.documented_hostname_pattern(wildcard=True),
-                ),
-                "maxItems": 100,
-                "default": [],
-                "examples": [[], ["www.example.com", "*.example.com"]],
-            },
-            "ticket_ids": fields.TICKET_IDS,
-            "kirby_mode": fields.KIRBY_MODE,
-            "dry_run": fields.DRY_RUN,
-            "certificate_arn": fields.CERTIFICATE_ARN,
-        },
-        required=["domain"],
-        examples=[
-            {"domain": "example.com"},
-            {
-                "domain": "Example.COM.",
-                "alternative_names": ["www.example.com", "*.example.com"],
-                "ticket_ids": ["ops-123"],
-                "kirby_mode": "enabled",
-                "dry_run": True,
-                "certificate_arn": None,
-            },
-            {
-                "domain": "example.org",
-                "certificate_arn": (
-                    "arn:aws:acm:us-east-1:123456789012:certificate/"
-                    "0f6a3c2e-7d7b-4b8e-9d0c-1a2b3c4d5e6f"
-                ),
-            },
-        ],
-    )
-
-    def check_semantics(self, data: Mapping[str, Any]) -> list[FieldError]:
-        errors = fields.hostname_errors("/domain", data["domain"], allow_wildcard=True)
-        for index, name in enumerate(data.get("alternative_names", [])):
-            errors += fields.hostname_errors(
-                f"/alternative_names/{index}", name, allow_wildcard=True
-            )
-        return errors
-
-    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        filled = fields.with_defaults(self.input_schema, data)
-        domain = fields.normalize_hostname(filled["domain"])
-        return {
-            **filled,
-            "domain": domain,
-            "alternative_names": fields.canonical_hostnames(
-                filled["alternative_names"], exclude=domain
-            ),
-            "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
-            "certificate_arn": fields.canonical_arn(filled["certificate_arn"]),
-        }
+    Input: ClassVar[type[WorkflowInput]] = AddCertificateInput
 
     def subject(self, data: Mapping[str, Any]) -> str:
         return str(data.get("domain") or "")

@@ -32,7 +32,11 @@ from typing import Any
 
 from executions.runtime.errors import FatalError
 from executions.runtime.stage import StageContext
+from workflows.add_certificate.input import AddCertificateInput
 from workflows.steps import acm, route53
+
+# What each stage is given: ctx.input is the typed input.
+Ctx = StageContext[AddCertificateInput]
 
 RECORDS_POLL_SECONDS = 1.0
 RECORDS_TIMEOUT_SECONDS = 600.0
@@ -40,13 +44,13 @@ ISSUED_POLL_SECONDS = 2.0
 ISSUED_TIMEOUT_SECONDS = 72 * 3600.0  # ACM's own limit: VALIDATION_TIMED_OUT after 72 h
 
 
-def _names(data: Any) -> list[str]:
-    return [data["domain"], *data["alternative_names"]]
+def _names(data: AddCertificateInput) -> list[str]:
+    return [data.domain, *data.alternative_names]
 
 
-def plan(ctx: StageContext) -> dict[str, Any]:
+def plan(ctx: Ctx) -> dict[str, Any]:
     names = _names(ctx.input)
-    arn = ctx.input["certificate_arn"]
+    arn = ctx.input.certificate_arn
     adopted = None
     zone_names = list(names)
     if arn is not None:
@@ -55,17 +59,17 @@ def plan(ctx: StageContext) -> dict[str, Any]:
         zone_names += [n for n in held if n not in zone_names]
     zones = ctx.step("zones", acm.find_zones, zone_names, dry_run=ctx.dry_run)["zones"]
     return {
-        "domain": ctx.input["domain"],
+        "domain": ctx.input.domain,
         "names": names,
         "zones": zones,
         "certificate_arn": arn,
         "adopted": adopted,
-        "kirby_mode": ctx.input["kirby_mode"],
+        "kirby_mode": ctx.input.kirby_mode,
         "dry_run": ctx.dry_run,
     }
 
 
-def request(ctx: StageContext) -> dict[str, Any]:
+def request(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     if planned["certificate_arn"] is not None:
         return {"certificate_arn": planned["certificate_arn"], "requested": False}
@@ -73,10 +77,10 @@ def request(ctx: StageContext) -> dict[str, Any]:
     receipt = ctx.step(
         "request",
         step,
-        domain=ctx.input["domain"],
-        alternative_names=ctx.input["alternative_names"],
+        domain=ctx.input.domain,
+        alternative_names=ctx.input.alternative_names,
         execution_id=ctx.execution_id,
-        ticket_ids=ctx.input["ticket_ids"],
+        ticket_ids=ctx.input.ticket_ids,
         mutation=True,
     )
     return {
@@ -87,7 +91,7 @@ def request(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def validate_dns(ctx: StageContext) -> dict[str, Any]:
+def validate_dns(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     requested = ctx.output_of("request")
     arn = requested["certificate_arn"]
@@ -131,7 +135,7 @@ def validate_dns(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def await_issued(ctx: StageContext) -> dict[str, Any]:
+def await_issued(ctx: Ctx) -> dict[str, Any]:
     validated = ctx.output_of("validate_dns")
     if validated["simulated"]:
         return {"certificate_arn": None, "status": "ISSUED", "simulated": True}
@@ -154,7 +158,7 @@ def await_issued(ctx: StageContext) -> dict[str, Any]:
     return {"certificate_arn": arn, "status": "ISSUED", "simulated": False}
 
 
-def verify(ctx: StageContext) -> dict[str, Any]:
+def verify(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     validated = ctx.output_of("validate_dns")
     if validated["simulated"]:

@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import ConfigDict, JsonValue
 
 from workflows import fields
-from workflows.base import FieldError, LaneClaim, Workflow
+from workflows.base import LaneClaim, Workflow, WorkflowInput
 
-# Shared with onboard-domain, which takes the same input.
-PROPERTIES: dict[str, dict[str, Any]] = {
-    "domain": fields.hostname_property(
-        "Domain",
-        "The domain to serve, e.g. example.com (no wildcard). Its hosted zone must exist "
-        "(onboard-domain creates it).",
-        ["example.com", "shop.example.com"],
-    ),
-    "ticket_ids": fields.TICKET_IDS,
-    "kirby_mode": fields.KIRBY_MODE,
-    "dry_run": fields.DRY_RUN,
-    "certificate_arn": fields.CERTIFICATE_ARN,
-}
-
-EXAMPLES: list[dict[str, Any]] = [
+EXAMPLES: list[JsonValue] = [
     {"domain": "example.com"},
     {
         "domain": " Shop.Example.com. ",
@@ -37,6 +25,26 @@ EXAMPLES: list[dict[str, Any]] = [
         ),
     },
 ]
+
+
+class AddDomainInput(WorkflowInput):
+    """The domain to add and how to route it."""
+
+    model_config = ConfigDict(title="add-domain input", json_schema_extra={"examples": EXAMPLES})
+
+    domain: Annotated[
+        str,
+        fields.Hostname(
+            "Domain",
+            "The domain to serve, e.g. example.com (no wildcard). Its hosted zone must exist "
+            "(onboard-domain creates it).",
+            ["example.com", "shop.example.com"],
+        ),
+    ]
+    ticket_ids: fields.TicketIds = []
+    kirby_mode: fields.KirbyMode = "disabled"
+    dry_run: fields.DryRun = False
+    certificate_arn: fields.CertificateArn = None
 
 
 class AddDomain(Workflow):
@@ -59,25 +67,7 @@ class AddDomain(Workflow):
         "aws-infrastructure: one root owner at a time, shared with onboard-domain and "
         "add-certificate; its child add-certificate runs under this execution's ownership"
     )
-    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
-        title="add-domain input",
-        description="The domain to add and how to route it.",
-        properties=PROPERTIES,
-        required=["domain"],
-        examples=EXAMPLES,
-    )
-
-    def check_semantics(self, data: Mapping[str, Any]) -> list[FieldError]:
-        return fields.hostname_errors("/domain", data["domain"])
-
-    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        filled = fields.with_defaults(self.input_schema, data)
-        return {
-            **filled,
-            "domain": fields.normalize_hostname(filled["domain"]),
-            "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
-            "certificate_arn": fields.canonical_arn(filled["certificate_arn"]),
-        }
+    Input: ClassVar[type[WorkflowInput]] = AddDomainInput
 
     def subject(self, data: Mapping[str, Any]) -> str:
         return str(data.get("domain") or "")

@@ -53,7 +53,11 @@ from django.conf import settings
 
 from executions.runtime.errors import FatalError, ReadinessFailure
 from executions.runtime.stage import StageContext
+from workflows.add_domain.input import AddDomainInput
 from workflows.steps import acm, argocd, gitops, route53
+
+# What each stage is given: ctx.input is the typed input.
+Ctx = StageContext[AddDomainInput]
 
 CERTIFICATE_WORKFLOW = "add-certificate"
 ALIAS_TYPES = ("A", "AAAA")
@@ -125,7 +129,7 @@ def edge_of() -> dict[str, Any]:
     return edge
 
 
-def zone_of(ctx: StageContext) -> dict[str, Any]:
+def zone_of(ctx: Ctx) -> dict[str, Any]:
     """The hosted zone the domain's records go to: planned (add-domain), or created by the
     ``hosted_zone`` stage (onboard-domain)."""
     planned = ctx.output_of("plan")
@@ -149,13 +153,11 @@ def _failed_child(child: Mapping[str, Any]) -> FatalError:
 # -- plan -------------------------------------------------------------------------------------
 
 
-def plan_platform(
-    ctx: StageContext, *, zone: Mapping[str, Any] | None, zone_stage: str
-) -> dict[str, Any]:
+def plan_platform(ctx: Ctx, *, zone: Mapping[str, Any] | None, zone_stage: str) -> dict[str, Any]:
     """What add-domain and onboard-domain freeze beyond the zone: the edge, the records at the
     names (when the zone exists), the certificate to adopt, the entries already present and
     the applications that carry each Helm concern."""
-    domain = ctx.input["domain"]
+    domain = ctx.input.domain
     names = served_names(domain)
     edge = edge_of()
     existing: list[dict[str, Any]] = []
@@ -173,16 +175,16 @@ def plan_platform(
             ],
         )
     adopted = None
-    if ctx.input["certificate_arn"] is not None:
+    if ctx.input.certificate_arn is not None:
         adopted = ctx.step(
             "certificate",
             acm.check_adopted,
-            ctx.input["certificate_arn"],
+            ctx.input.certificate_arn,
             names,
             dry_run=ctx.dry_run,
         )
     routing = []
-    for scope in helm_concerns(ctx.input["kirby_mode"]):
+    for scope in helm_concerns(ctx.input.kirby_mode):
         entries = ctx.step(
             f"entries:{scope}", gitops.read_entries, scope, domain, dry_run=ctx.dry_run
         )
@@ -198,17 +200,17 @@ def plan_platform(
         "zone_stage": zone_stage,
         "edge": edge,
         "dns": {"existing": existing, "changes": changes},
-        "certificate_arn": ctx.input["certificate_arn"],
+        "certificate_arn": ctx.input.certificate_arn,
         "adopted": adopted,
-        "kirby_mode": ctx.input["kirby_mode"],
+        "kirby_mode": ctx.input.kirby_mode,
         "routing": routing,
         "booking": booking,
         "dry_run": ctx.dry_run,
     }
 
 
-def plan(ctx: StageContext) -> dict[str, Any]:
-    domain = ctx.input["domain"]
+def plan(ctx: Ctx) -> dict[str, Any]:
+    domain = ctx.input.domain
     zones = ctx.step("zone", acm.find_zones, [domain], dry_run=ctx.dry_run)["zones"]
     return plan_platform(ctx, zone=zones[domain], zone_stage="plan")
 
@@ -216,7 +218,7 @@ def plan(ctx: StageContext) -> dict[str, Any]:
 # -- mutations ---------------------------------------------------------------------------------
 
 
-def certificate(ctx: StageContext) -> dict[str, Any]:
+def certificate(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     if planned["certificate_arn"] is not None:
         return {"certificate_arn": planned["certificate_arn"], "child": None, "adopted": True}
@@ -230,8 +232,8 @@ def certificate(ctx: StageContext) -> dict[str, Any]:
         {
             "domain": names[0],
             "alternative_names": names[1:],
-            "ticket_ids": ctx.input["ticket_ids"],
-            "kirby_mode": ctx.input["kirby_mode"],
+            "ticket_ids": ctx.input.ticket_ids,
+            "kirby_mode": ctx.input.kirby_mode,
             "dry_run": ctx.dry_run,
         },
     )
@@ -246,7 +248,7 @@ def certificate(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def dns(ctx: StageContext) -> dict[str, Any]:
+def dns(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     zone = zone_of(ctx)
     names = planned["names"]
@@ -268,7 +270,7 @@ def dns(ctx: StageContext) -> dict[str, Any]:
         zone=zone,
         changes=changes,
         existing=existing,
-        operation=f"{ctx.execution_id} {ctx.input['domain']} alias to the platform edge",
+        operation=f"{ctx.execution_id} {ctx.input.domain} alias to the platform edge",
     )
     return {
         "changed": True,
@@ -279,11 +281,11 @@ def dns(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def _commit(ctx: StageContext, concern: Mapping[str, Any]) -> dict[str, Any]:
+def _commit(ctx: Ctx, concern: Mapping[str, Any]) -> dict[str, Any]:
     scope = concern["scope"]
     common = {
         "scope": scope,
-        "domain": ctx.input["domain"],
+        "domain": ctx.input.domain,
         "operation": f"{ctx.execution_id}:{scope}",
         "since": concern["head"],
         "present": concern["present"],
@@ -299,7 +301,7 @@ def _commit(ctx: StageContext, concern: Mapping[str, Any]) -> dict[str, Any]:
     return ctx.step(f"commit:{scope}", gitops.commit_entries, **common, mutation=True)
 
 
-def _converged(ctx: StageContext, key: str, targets: Mapping[str, str], timeout: float) -> Any:
+def _converged(ctx: Ctx, key: str, targets: Mapping[str, str], timeout: float) -> Any:
     """The durable wait until every application of each concern has converged on its
     commit (``targets``: concern → commit); ``{}`` when nothing is to be waited for."""
     if not targets:
@@ -313,7 +315,7 @@ def _converged(ctx: StageContext, key: str, targets: Mapping[str, str], timeout:
     )
 
 
-def routing(ctx: StageContext) -> dict[str, Any]:
+def routing(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     commits = [_commit(ctx, concern) for concern in planned["routing"]]
     # A concern with nothing to commit (every entry there already, perhaps by an earlier run
@@ -344,7 +346,7 @@ def routing(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def booking(ctx: StageContext) -> dict[str, Any]:
+def booking(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     concern = planned["booking"]
     receipt = _commit(ctx, concern)
@@ -363,7 +365,7 @@ def booking(ctx: StageContext) -> dict[str, Any]:
         out["assistance"] = [
             {
                 "kind": "platform_nginx_deployment",
-                "summary": f"Deploy production nginx so that it serves {ctx.input['domain']}",
+                "summary": f"Deploy production nginx so that it serves {ctx.input.domain}",
                 "repository": concern["repository"],
                 "branch": concern["branch"],
                 "commit": sha,
@@ -382,7 +384,7 @@ def booking(ctx: StageContext) -> dict[str, Any]:
 # -- verify -----------------------------------------------------------------------------------
 
 
-def verify(ctx: StageContext) -> dict[str, Any]:
+def verify(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     routed = ctx.output_of("routing")["commits"]
     booked = ctx.output_of("booking")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import ConfigDict, ValidationInfo, field_validator
 
 from alfred.problems import shown
 from workflows import fields
-from workflows.base import FieldError, LaneClaim, Workflow
+from workflows.base import LaneClaim, Workflow, WorkflowInput
 
 
 def fqdn(raw_subdomain: str, zone: str) -> str:
@@ -30,6 +32,68 @@ def fqdn(raw_subdomain: str, zone: str) -> str:
     return f"{name}.{zone}"
 
 
+class AddSubdomainInput(WorkflowInput):
+    """The name to add and the hosted zone it belongs to."""
+
+    model_config = ConfigDict(
+        title="add-subdomain input",
+        json_schema_extra={
+            "examples": [
+                {"zone": "example.com", "subdomain": "api"},
+                {"zone": "Example.com.", "subdomain": "API", "ticket_ids": ["ops-9"]},
+                {"zone": "example.com", "subdomain": "www", "dry_run": True},
+            ]
+        },
+    )
+
+    zone: Annotated[
+        str,
+        fields.Hostname(
+            "Zone",
+            "The name of the existing Route53 hosted zone (e.g. example.com). The pattern "
+            "states at most 189 characters, which leaves room for a 63-character label "
+            "below it; a longer zone is taken when the whole name fits in 253.",
+            ["example.com"],
+            documented_pattern=fields.documented_hostname_pattern(
+                length=fields.MAX_HOSTNAME_LENGTH - 64
+            ),
+        ),
+    ]
+    subdomain: Annotated[
+        str,
+        fields.Hostname(
+            "Subdomain",
+            "The name to add below the zone: relative label(s) (api, api.eu) or a "
+            "fully-qualified name inside the zone (api.example.com). A name with a "
+            "trailing dot is absolute and must lie inside the zone. Canonical form: the "
+            "fully-qualified name. The pattern states one relative label; the other forms "
+            "are taken as described.",
+            ["api", "www"],
+            normalized=False,
+            documented_pattern=fields.documented_label_pattern(),
+        ),
+    ]
+    ticket_ids: fields.TicketIds = []
+    dry_run: fields.DryRun = False
+
+    @field_validator("subdomain")
+    @classmethod
+    def _inside_the_zone(cls, raw: str, info: ValidationInfo) -> str:
+        """The fully-qualified name (the subdomain cannot be placed in an invalid zone: that
+        one is told at the zone, and this one left unjudged)."""
+        zone = info.data.get("zone")
+        if zone is None:
+            return raw
+        try:
+            name = fqdn(raw, zone)
+            problem = fields.hostname_problem(name, allow_wildcard=False)
+        except ValueError as exc:
+            problem = str(exc)
+        if problem is not None:
+            raise fields.invalid(f"not a valid subdomain: {problem}")
+        return name
+
+
 class AddSubdomain(Workflow):
     name = "add-subdomain"
     title = "Add subdomain"
@@ -43,65 +107,7 @@ class AddSubdomain(Workflow):
         "none: runs without a lane; conflicting DNS is guarded by plan-hash approval instead"
     )
     queues_on_a_lane: ClassVar[bool] = False
-    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
-        title="add-subdomain input",
-        description="The name to add and the hosted zone it belongs to.",
-        properties={
-            "zone": fields.hostname_property(
-                "Zone",
-                "The name of the existing Route53 hosted zone (e.g. example.com). The pattern "
-                "states at most 189 characters, which leaves room for a 63-character label "
-                "below it; a longer zone is taken when the whole name fits in 253.",
-                ["example.com"],
-                documented_pattern=fields.documented_hostname_pattern(
-                    length=fields.MAX_HOSTNAME_LENGTH - 64
-                ),
-            ),
-            "subdomain": fields.hostname_property(
-                "Subdomain",
-                "The name to add below the zone: relative label(s) (api, api.eu) or a "
-                "fully-qualified name inside the zone (api.example.com). A name with a "
-                "trailing dot is absolute and must lie inside the zone. Canonical form: the "
-                "fully-qualified name. The pattern states one relative label; the other forms "
-                "are taken as described.",
-                ["api", "www"],
-                documented_pattern=fields.documented_label_pattern(),
-            ),
-            "ticket_ids": fields.TICKET_IDS,
-            "dry_run": fields.DRY_RUN,
-        },
-        required=["zone", "subdomain"],
-        examples=[
-            {"zone": "example.com", "subdomain": "api"},
-            {"zone": "Example.com.", "subdomain": "API", "ticket_ids": ["ops-9"]},
-            {"zone": "example.com", "subdomain": "www", "dry_run": True},
-        ],
-    )
-
-    def check_semantics(self, data: Mapping[str, Any]) -> list[FieldError]:
-        errors = fields.hostname_errors("/zone", data["zone"])
-        if errors:
-            return errors  # the subdomain cannot be placed in an invalid zone
-        raw = data["subdomain"]
-        try:
-            problem = fields.hostname_problem(
-                fqdn(raw, fields.normalize_hostname(data["zone"])), allow_wildcard=False
-            )
-        except ValueError as exc:
-            problem = str(exc)
-        if problem is None:
-            return []
-        return [FieldError("/subdomain", f"not a valid subdomain: {problem}")]
-
-    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        filled = fields.with_defaults(self.input_schema, data)
-        zone = fields.normalize_hostname(filled["zone"])
-        return {
-            **filled,
-            "zone": zone,
-            "subdomain": fqdn(filled["subdomain"], zone),
-            "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
-        }
+    Input: ClassVar[type[WorkflowInput]] = AddSubdomainInput
 
     def subject(self, data: Mapping[str, Any]) -> str:
         """The record's name in full (a canonical input's is; a raw one may be relative)."""

@@ -31,9 +31,13 @@ from django.conf import settings
 
 from executions.runtime.errors import FatalError, ReadinessFailure
 from executions.runtime.stage import StageContext
+from workflows.add_subdomain.input import AddSubdomainInput
 from workflows.steps import route53
 from workflows.steps.blast_radius import blast_radius_assess
 from workflows.steps.planning import approval_token, change_summary, plan_hash
+
+# What each stage is given: ctx.input is the typed input.
+Ctx = StageContext[AddSubdomainInput]
 
 ALIAS_TYPES = ("A", "AAAA")
 
@@ -92,8 +96,8 @@ def proposal(name: str, state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def plan(ctx: StageContext) -> dict[str, Any]:
-    zone, name = ctx.input["zone"], ctx.input["subdomain"]
+def plan(ctx: Ctx) -> dict[str, Any]:
+    zone, name = ctx.input.zone, ctx.input.subdomain
     state = ctx.step("read", route53.read_state, zone, name, dry_run=ctx.dry_run)
     if not state["apex_alias"]:
         raise ReadinessFailure(
@@ -104,7 +108,7 @@ def plan(ctx: StageContext) -> dict[str, Any]:
     return proposal(name, state)
 
 
-def apply(ctx: StageContext) -> dict[str, Any]:
+def apply(ctx: Ctx) -> dict[str, Any]:
     current = ctx.output_of("plan")
     checkpoint, forced = 0, False
     while current["approval_required"] and not ctx.dry_run:
@@ -155,11 +159,11 @@ def apply(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def verify(ctx: StageContext) -> dict[str, Any]:
+def verify(ctx: Ctx) -> dict[str, Any]:
     applied = ctx.output_of("apply")
     if applied.get("simulated"):
         return {"verified": "simulated", "records": applied["after"]}
-    name = ctx.input["subdomain"]
+    name = ctx.input.subdomain
     zone = ctx.output_of("plan")["zone"]
     found = ctx.step("read", route53.read_records, zone["id"], [name], dry_run=ctx.dry_run)
     expected = [r for r in applied["after"] if r["type"] in ALIAS_TYPES]

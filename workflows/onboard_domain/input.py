@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, ClassVar
+
+from pydantic import ConfigDict
 
 from workflows import fields
-from workflows.add_domain.input import EXAMPLES, PROPERTIES, AddDomain
+from workflows.add_domain.input import EXAMPLES, AddDomain, AddDomainInput
+from workflows.base import WorkflowInput
+
+
+class OnboardDomainInput(AddDomainInput):
+    """The domain to onboard and how to route it."""
+
+    model_config = ConfigDict(
+        title="onboard-domain input", json_schema_extra={"examples": EXAMPLES}
+    )
+
+    domain: Annotated[
+        str,
+        fields.Hostname(
+            "Domain",
+            "The domain to onboard, e.g. example.com (no wildcard). Alfred creates its "
+            "hosted zone.",
+            ["example.com", "shop.example.com"],
+        ),
+    ]
 
 
 class OnboardDomain(AddDomain):
@@ -31,18 +52,4 @@ class OnboardDomain(AddDomain):
         "aws-infrastructure: one root owner at a time, shared with add-domain and "
         "add-certificate; its child add-certificate runs under this execution's ownership"
     )
-    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
-        title="onboard-domain input",
-        description="The domain to onboard and how to route it.",
-        properties={
-            **PROPERTIES,
-            "domain": fields.hostname_property(
-                "Domain",
-                "The domain to onboard, e.g. example.com (no wildcard). Alfred creates its "
-                "hosted zone.",
-                ["example.com", "shop.example.com"],
-            ),
-        },
-        required=["domain"],
-        examples=EXAMPLES,
-    )
+    Input: ClassVar[type[WorkflowInput]] = OnboardDomainInput

@@ -29,19 +29,23 @@ from workflows.add_domain.stages import (
     routing,
     verify,
 )
+from workflows.onboard_domain.input import OnboardDomainInput
 from workflows.steps import hosted_zones
+
+# What each stage is given: ctx.input is the typed input.
+Ctx = StageContext[OnboardDomainInput]
 
 __all__ = ["booking", "certificate", "dns", "hosted_zone", "plan", "routing", "verify"]
 
 
-def plan(ctx: StageContext) -> dict[str, Any]:
-    domain = ctx.input["domain"]
+def plan(ctx: Ctx) -> dict[str, Any]:
+    domain = ctx.input.domain
     found = ctx.step("zone", hosted_zones.find_zone, domain, ctx.execution_id, dry_run=ctx.dry_run)
     return plan_platform(ctx, zone=found["zone"], zone_stage="hosted_zone")
 
 
-def hosted_zone(ctx: StageContext) -> dict[str, Any]:
-    domain = ctx.input["domain"]
+def hosted_zone(ctx: Ctx) -> dict[str, Any]:
+    domain = ctx.input.domain
     create = hosted_zones.simulate_zone if ctx.dry_run else hosted_zones.create_zone
     receipt = ctx.step("create", create, name=domain, execution_id=ctx.execution_id, mutation=True)
     zone = receipt["after"]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
+
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, StringConstraints
 
 from workflows import fields
-from workflows.base import LaneClaim, Workflow, expected
+from workflows.base import LaneClaim, Workflow, WorkflowInput
+from workflows.inputs import expected
 
 # Case is not folded: the lane key is built from these, so two spellings of one fleet must not
 # yield two lanes. Uppercase is rejected rather than guessed at.
@@ -19,6 +22,101 @@ _VERSION_EXPECTED = expected(
     "string of digits",
     "42",
 )
+
+
+def _integral(value: Any) -> Any:
+    """JSON Schema counts 42.0 an integer: so does the version (a boolean is not one)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def _canonical_version(value: int | str) -> str:
+    return str(int(value.strip() if isinstance(value, str) else value))
+
+
+# The forms a version may be sent in: an integer, or a string of digits.
+_VersionForms = Annotated[
+    Annotated[int, Field(ge=1, le=_MAX_VERSION)]
+    | Annotated[
+        str,
+        StringConstraints(max_length=64, pattern=r"^\s*0*[1-9][0-9]{0,14}\s*$"),
+        Field(json_schema_extra=_VERSION_EXPECTED),
+    ],
+    BeforeValidator(_integral),
+    AfterValidator(_canonical_version),
+]
+
+
+class LambdaVersion:
+    """The version field's type: ``Annotated[str, LambdaVersion()]`` takes either form and
+    holds the canonical string, which is what stage code reads."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        return handler.generate_schema(_VersionForms)
+
+
+class UpdateLambdaVersionInput(WorkflowInput):
+    """The fleet, the environment and the version to move it to."""
+
+    model_config = ConfigDict(
+        title="update-lambda-version input",
+        json_schema_extra={
+            "examples": [
+                {"target": "checkout-api", "environment": "staging", "version": 42},
+                {
+                    "target": "checkout-api",
+                    "environment": "production",
+                    "version": "042",
+                    "ticket_ids": ["REL-88"],
+                    "dry_run": True,
+                },
+            ]
+        },
+    )
+
+    target: Annotated[
+        str,
+        Field(
+            title="Target fleet",
+            description="The Lambda fleet name: a lowercase slug.",
+            max_length=64,
+            pattern=_SLUG,
+            json_schema_extra=expected(
+                "a fleet name in lower case: letters and digits, words joined by single hyphens",
+                "checkout-api",
+            ),
+            examples=["checkout-api"],
+        ),
+        AfterValidator(str.strip),
+    ]
+    environment: Annotated[
+        str,
+        Field(
+            title="Environment",
+            description="The environment (the alias to move): a lowercase slug.",
+            max_length=64,
+            pattern=_SLUG,
+            json_schema_extra=expected(
+                "an environment name in lower case: letters and digits, words joined by "
+                "single hyphens",
+                "production",
+            ),
+            examples=["staging", "production"],
+        ),
+        AfterValidator(str.strip),
+    ]
+    version: Annotated[
+        str,
+        LambdaVersion(),
+        Field(
+            title="Version",
+            description="A published Lambda version number (not $LATEST): an integer from 1, "
+            "or a string of digits. Canonical form: the decimal string without leading zeros.",
+            json_schema_extra=_VERSION_EXPECTED,
+            examples=[42, "42"],
+        ),
+    ]
+    ticket_ids: fields.TicketIds = []
+    dry_run: fields.DryRun = False
 
 
 class UpdateLambdaVersion(Workflow):
@@ -41,81 +139,7 @@ class UpdateLambdaVersion(Workflow):
         "another version while the lane holds or queues a different one fails closed "
         "(409 lane_conflict)"
     )
-    input_schema: ClassVar[dict[str, Any]] = fields.object_schema(
-        title="update-lambda-version input",
-        description="The fleet, the environment and the version to move it to.",
-        properties={
-            "target": {
-                "title": "Target fleet",
-                "description": "The Lambda fleet name: a lowercase slug.",
-                "type": "string",
-                "maxLength": 64,
-                "pattern": _SLUG,
-                **expected(
-                    "a fleet name in lower case: letters and digits, words joined by single "
-                    "hyphens",
-                    "checkout-api",
-                ),
-                "examples": ["checkout-api"],
-            },
-            "environment": {
-                "title": "Environment",
-                "description": "The environment (the alias to move): a lowercase slug.",
-                "type": "string",
-                "maxLength": 64,
-                "pattern": _SLUG,
-                **expected(
-                    "an environment name in lower case: letters and digits, words joined by "
-                    "single hyphens",
-                    "production",
-                ),
-                "examples": ["staging", "production"],
-            },
-            "version": {
-                "title": "Version",
-                "description": "A published Lambda version number (not $LATEST): an integer "
-                "from 1, or a string of digits. Canonical form: the decimal string without "
-                "leading zeros.",
-                "anyOf": [
-                    {"type": "integer", "minimum": 1, "maximum": _MAX_VERSION},
-                    {
-                        "type": "string",
-                        "maxLength": 64,
-                        "pattern": r"^\s*0*[1-9][0-9]{0,14}\s*$",
-                        **_VERSION_EXPECTED,
-                    },
-                ],
-                **_VERSION_EXPECTED,
-                "examples": [42, "42"],
-            },
-            "ticket_ids": fields.TICKET_IDS,
-            "dry_run": fields.DRY_RUN,
-        },
-        required=["target", "environment", "version"],
-        examples=[
-            {"target": "checkout-api", "environment": "staging", "version": 42},
-            {
-                "target": "checkout-api",
-                "environment": "production",
-                "version": "042",
-                "ticket_ids": ["REL-88"],
-                "dry_run": True,
-            },
-        ],
-    )
-
-    def canonicalize(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        filled = fields.with_defaults(self.input_schema, data)
-        version = filled["version"]
-        return {
-            **filled,
-            "target": filled["target"].strip(),
-            "environment": filled["environment"].strip(),
-            # int() also takes an integral float such as 42.0, which JSON Schema counts as an
-            # integer, and a digit string with leading zeros or surrounding whitespace.
-            "version": str(int(version.strip() if isinstance(version, str) else version)),
-            "ticket_ids": fields.canonical_ticket_ids(filled["ticket_ids"]),
-        }
+    Input: ClassVar[type[WorkflowInput]] = UpdateLambdaVersionInput
 
     def subject(self, data: Mapping[str, Any]) -> str:
         """The fleet on its environment, and the version it is moved to."""

@@ -26,14 +26,18 @@ from typing import Any
 from executions.runtime.errors import FatalError, ReadinessFailure
 from executions.runtime.stage import StageContext
 from workflows.steps import lambda_
+from workflows.update_lambda_version.input import UpdateLambdaVersionInput
+
+# What each stage is given: ctx.input is the typed input.
+Ctx = StageContext[UpdateLambdaVersionInput]
 
 SETTLE_POLL_SECONDS = 1.0
 SETTLE_TIMEOUT_SECONDS = 900.0
 
 
-def plan(ctx: StageContext) -> dict[str, Any]:
-    target, environment = ctx.input["target"], ctx.input["environment"]
-    version = ctx.input["version"]
+def plan(ctx: Ctx) -> dict[str, Any]:
+    target, environment = ctx.input.target, ctx.input.environment
+    version = ctx.input.version
     fleet = ctx.step("read", lambda_.read_fleet, target, environment, version, dry_run=ctx.dry_run)
     functions = fleet["functions"]
     if not functions:
@@ -64,7 +68,7 @@ def plan(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def update_aliases(ctx: StageContext) -> dict[str, Any]:
+def update_aliases(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     update = lambda_.simulate_update if ctx.dry_run else lambda_.update_alias
     updated = []
@@ -95,7 +99,7 @@ def update_aliases(ctx: StageContext) -> dict[str, Any]:
     }
 
 
-def await_updates(ctx: StageContext) -> dict[str, Any]:
+def await_updates(ctx: Ctx) -> dict[str, Any]:
     handles = [u["handle"] for u in ctx.output_of("update_aliases")["updated"]]
     if not handles:
         return {"statuses": {}}
@@ -109,7 +113,7 @@ def await_updates(ctx: StageContext) -> dict[str, Any]:
     )
 
 
-def verify(ctx: StageContext) -> dict[str, Any]:
+def verify(ctx: Ctx) -> dict[str, Any]:
     planned = ctx.output_of("plan")
     version = planned["version"]
     names = [f["function"] for f in planned["functions"]]

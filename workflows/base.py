@@ -17,7 +17,7 @@ from executions.runtime.errors import FatalError
 from executions.runtime.registry import Definition
 from executions.runtime.stage import StageContext
 from workflows import views
-from workflows.inputs import WorkflowInput, documented
+from workflows.inputs import WorkflowInput, documented, output_check
 
 __all__ = ["FieldError", "InvalidInput", "LaneClaim", "Workflow", "WorkflowInput"]
 
@@ -111,13 +111,18 @@ class Workflow:
 
     def run_stage(self, stage: str, ctx: StageContext) -> Any:
         """Run one stage. Its return value (JSON) is the stage's output; everything with a
-        side effect goes through ``ctx.step``."""
+        side effect goes through ``ctx.step``. An output declared as a TypedDict (the stage
+        function's return annotation) is checked before the engine records it: a later stage,
+        a continuation or a later version reads what the type says, or the stage fails
+        ``stage_output_invalid`` and nothing wrong is recorded."""
         function = getattr(self.stage_code, stage, None) or getattr(self, f"stage_{stage}", None)
         if function is None:
             raise FatalError(
                 f"stage {stage!r} of {self.name} is not implemented yet", code="not_implemented"
             )
-        return function(ctx)
+        output = function(ctx)
+        output_check(function, output)
+        return output
 
     def definition(self) -> Definition:
         """What the engine runs of it (``executions.runtime.registry``)."""

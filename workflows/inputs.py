@@ -26,15 +26,17 @@ The model's contract:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import Any, Self
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Self, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import ErrorDetails, core_schema
+from typing_extensions import is_typeddict  # typing's misses typing_extensions' TypedDict
 
 from alfred.problems import shown
 from executions.catalog import FieldError, InvalidInput
+from executions.runtime.errors import FatalError
 
 # The annotation beside every ``pattern`` (and on an ``anyOf`` of forms): what the value must be,
 # in words with an example ("a ticket ID: ..., e.g. OPS-123"). An ``x-`` name, so the schema
@@ -218,6 +220,40 @@ def field_errors(errors: Sequence[ErrorDetails], schema: Mapping[str, Any]) -> l
             found[pointer] = (path, FieldError(pointer, _message(error, here, schema)))
     ordered = sorted(found.values(), key=lambda item: [(isinstance(p, str), p) for p in item[0]])
     return [error for _, error in ordered]
+
+
+# --- stage outputs ---------------------------------------------------------------------------
+
+_OUTPUT_TYPES: dict[Callable[..., Any], TypeAdapter[Any] | None] = {}
+
+
+def _output_type(function: Callable[..., Any]) -> TypeAdapter[Any] | None:
+    if function not in _OUTPUT_TYPES:
+        declared = get_type_hints(function).get("return")
+        _OUTPUT_TYPES[function] = (
+            TypeAdapter(declared) if declared is not None and is_typeddict(declared) else None
+        )
+    return _OUTPUT_TYPES[function]
+
+
+def output_check(function: Callable[..., Any], output: Any) -> None:
+    """Refuse an output its stage function's declared TypedDict does not allow: a required
+    key missing, a value of another kind (a number where a string is declared, None where
+    None is not allowed). Lax about containers (a tuple is a list once recorded as JSON);
+    keys the type does not name pass. Raises FatalError ``stage_output_invalid`` naming each
+    place, never the values."""
+    adapter = _output_type(function)
+    if adapter is None:
+        return
+    try:
+        adapter.validate_python(output)
+    except ValidationError as exc:
+        places = sorted({f"{_pointer(e['loc']) or '/'} ({e['type']})" for e in exc.errors()})
+        raise FatalError(
+            f"stage {function.__name__} returned an output its type does not allow: "
+            + ", ".join(places[:10]),
+            code="stage_output_invalid",
+        ) from None
 
 
 def documented(schema: Any) -> Any:

@@ -121,7 +121,7 @@ def test_a_row_read_by_hand_gives_none_for_a_model_an_outer_join_did_not_find(ap
 
     # then: the execution as the ORM reads it, no run, and what follows the models
     assert execution == Execution.objects.get(pk=execution_id)
-    assert execution.input == {"label": "alone"}
+    assert execution.input == {"label": "alone", "steps": 5}  # canonical: defaults filled in
     assert run is None
     assert list(rest) == [7]
 

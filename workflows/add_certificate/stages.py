@@ -28,7 +28,9 @@ simulates the rest; nothing pauses and nothing is changed.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, NotRequired
+
+from typing_extensions import TypedDict
 
 from executions.runtime.errors import FatalError
 from executions.runtime.stage import StageContext
@@ -37,6 +39,52 @@ from workflows.steps import acm, route53
 
 # What each stage is given: ctx.input is the typed input.
 Ctx = StageContext[AddCertificateInput]
+
+
+class Plan(TypedDict):
+    domain: str
+    names: list[str]  # the domain, then its alternative names
+    zones: dict[str, dict[str, Any]]  # each name's hosted zone (id, name), by name
+    certificate_arn: str | None  # the certificate to adopt, or None: one is requested
+    adopted: dict[str, Any] | None  # what ACM holds of the adopted certificate
+    kirby_mode: str
+    dry_run: bool
+
+
+class Requested(TypedDict):
+    certificate_arn: str
+    requested: bool  # False: adopted
+    status: NotRequired[str]
+    simulated: NotRequired[bool]
+
+
+class Batch(TypedDict):
+    zone: str
+    changed: bool
+    created: list[str]  # the validation records' names written to the zone
+
+
+class Validated(TypedDict):
+    certificate_arn: str
+    records: list[dict[str, Any]]  # the validation records ACM asks for
+    batches: list[Batch]
+    simulated: bool
+
+
+class Issued(TypedDict):
+    certificate_arn: str | None
+    status: str
+    simulated: bool
+
+
+class Verified(TypedDict):
+    verified: bool | Literal["simulated"]
+    certificate_arn: str | None
+    certificate_status: str | None
+    validation_records_in_place: bool
+    records: list[dict[str, Any]]
+    names: NotRequired[list[str]]
+
 
 RECORDS_POLL_SECONDS = 1.0
 RECORDS_TIMEOUT_SECONDS = 600.0
@@ -48,7 +96,7 @@ def _names(data: AddCertificateInput) -> list[str]:
     return [data.domain, *data.alternative_names]
 
 
-def plan(ctx: Ctx) -> dict[str, Any]:
+def plan(ctx: Ctx) -> Plan:
     names = _names(ctx.input)
     arn = ctx.input.certificate_arn
     adopted = None
@@ -69,8 +117,8 @@ def plan(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def request(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
+def request(ctx: Ctx) -> Requested:
+    planned = ctx.output_of(plan)
     if planned["certificate_arn"] is not None:
         return {"certificate_arn": planned["certificate_arn"], "requested": False}
     step = acm.simulate_request if ctx.dry_run else acm.request_certificate
@@ -91,9 +139,9 @@ def request(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def validate_dns(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
-    requested = ctx.output_of("request")
+def validate_dns(ctx: Ctx) -> Validated:
+    planned = ctx.output_of(plan)
+    requested = ctx.output_of(request)
     arn = requested["certificate_arn"]
     if requested.get("simulated"):
         records = acm.simulated_records(planned["names"])
@@ -104,7 +152,7 @@ def validate_dns(ctx: Ctx) -> dict[str, Any]:
             every=RECORDS_POLL_SECONDS,
             timeout=RECORDS_TIMEOUT_SECONDS,
         )["records"]
-    batches = []
+    batches: list[Batch] = []
     for zone, wanted in acm.by_zone(records, planned["zones"].values()):
         names = [r["name"] for r in wanted]
         existing = ctx.step(
@@ -135,8 +183,8 @@ def validate_dns(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def await_issued(ctx: Ctx) -> dict[str, Any]:
-    validated = ctx.output_of("validate_dns")
+def await_issued(ctx: Ctx) -> Issued:
+    validated = ctx.output_of(validate_dns)
     if validated["simulated"]:
         return {"certificate_arn": None, "status": "ISSUED", "simulated": True}
     arn = validated["certificate_arn"]
@@ -158,9 +206,9 @@ def await_issued(ctx: Ctx) -> dict[str, Any]:
     return {"certificate_arn": arn, "status": "ISSUED", "simulated": False}
 
 
-def verify(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
-    validated = ctx.output_of("validate_dns")
+def verify(ctx: Ctx) -> Verified:
+    planned = ctx.output_of(plan)
+    validated = ctx.output_of(validate_dns)
     if validated["simulated"]:
         return {
             "verified": "simulated",

@@ -47,9 +47,10 @@ providers, runs the child as a dry run, simulates every commit and batch, and ch
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, NotRequired
 
 from django.conf import settings
+from typing_extensions import TypedDict
 
 from executions.runtime.errors import FatalError, ReadinessFailure
 from executions.runtime.stage import StageContext
@@ -58,6 +59,83 @@ from workflows.steps import acm, argocd, gitops, route53
 
 # What each stage is given: ctx.input is the typed input.
 Ctx = StageContext[AddDomainInput]
+
+
+class PlatformPlan(TypedDict):
+    """What ``plan`` freezes (add-domain's and onboard-domain's): the zone, the edge, the DNS
+    changes, the certificate to adopt, and each GitOps concern's entries and applications."""
+
+    domain: str
+    names: list[str]  # the domain and its www name
+    zone: dict[str, Any] | None  # None: onboard-domain's zone does not exist yet
+    zone_stage: Literal["plan", "hosted_zone"]  # the stage whose output holds the zone
+    edge: dict[str, Any]
+    dns: dict[str, Any]  # existing records and the changes planned
+    certificate_arn: str | None
+    adopted: dict[str, Any] | None
+    kirby_mode: str
+    routing: list[dict[str, Any]]  # each Helm concern's entries, with its applications
+    booking: dict[str, Any]  # the booking concern's entries
+    dry_run: bool
+
+
+class Certificate(TypedDict):
+    certificate_arn: str | None
+    child: str | None  # the child add-certificate execution, when one ran
+    adopted: bool
+    simulated: NotRequired[bool]
+
+
+class Dns(TypedDict):
+    changed: bool
+    records: NotRequired[list[dict[str, Any]]]  # unchanged: the alias records in place
+    created: NotRequired[list[dict[str, Any]]]  # changed: the records the batch created
+    change: NotRequired[str | None]
+    status: NotRequired[str | None]
+    simulated: NotRequired[bool]
+
+
+class Commit(TypedDict):
+    """A concern's commit (None: nothing was missing), with what it wrote and where."""
+
+    scope: str
+    repository: str
+    branch: str
+    commit: str | None
+    head: str | None
+    subject: str | None
+    entries: Any
+    present: Any
+    converged: Any  # the applications' convergence on it (None: nothing to wait for)
+    simulated: bool
+
+
+class Routing(TypedDict):
+    commits: list[Commit]
+
+
+class Booking(TypedDict):
+    repository: str
+    branch: str
+    commit: str | None
+    subject: str | None
+    entries: Any
+    present: Any
+    noop: bool
+    simulated: bool
+    assistance: NotRequired[list[dict[str, Any]]]
+
+
+class Verified(TypedDict):
+    verified: bool | Literal["simulated"]
+    domain: str
+    names: NotRequired[list[str]]
+    records: NotRequired[list[dict[str, Any]]]
+    certificate_arn: NotRequired[str | None]
+    certificate_status: NotRequired[str]
+    commits: NotRequired[dict[str, str | None]]  # each concern's commit
+    converged: NotRequired[Any]
+
 
 CERTIFICATE_WORKFLOW = "add-certificate"
 ALIAS_TYPES = ("A", "AAAA")
@@ -132,9 +210,9 @@ def edge_of() -> dict[str, Any]:
 def zone_of(ctx: Ctx) -> dict[str, Any]:
     """The hosted zone the domain's records go to: planned (add-domain), or created by the
     ``hosted_zone`` stage (onboard-domain)."""
-    planned = ctx.output_of("plan")
+    planned = ctx.output_of(plan)
     if planned["zone_stage"] == "plan":
-        return dict(planned["zone"])
+        return dict(planned["zone"] or {})
     return dict(ctx.output_of("hosted_zone")["zone"])
 
 
@@ -153,7 +231,9 @@ def _failed_child(child: Mapping[str, Any]) -> FatalError:
 # -- plan -------------------------------------------------------------------------------------
 
 
-def plan_platform(ctx: Ctx, *, zone: Mapping[str, Any] | None, zone_stage: str) -> dict[str, Any]:
+def plan_platform(
+    ctx: Ctx, *, zone: Mapping[str, Any] | None, zone_stage: Literal["plan", "hosted_zone"]
+) -> PlatformPlan:
     """What add-domain and onboard-domain freeze beyond the zone: the edge, the records at the
     names (when the zone exists), the certificate to adopt, the entries already present and
     the applications that carry each Helm concern."""
@@ -209,7 +289,7 @@ def plan_platform(ctx: Ctx, *, zone: Mapping[str, Any] | None, zone_stage: str) 
     }
 
 
-def plan(ctx: Ctx) -> dict[str, Any]:
+def plan(ctx: Ctx) -> PlatformPlan:
     domain = ctx.input.domain
     zones = ctx.step("zone", acm.find_zones, [domain], dry_run=ctx.dry_run)["zones"]
     return plan_platform(ctx, zone=zones[domain], zone_stage="plan")
@@ -218,8 +298,8 @@ def plan(ctx: Ctx) -> dict[str, Any]:
 # -- mutations ---------------------------------------------------------------------------------
 
 
-def certificate(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
+def certificate(ctx: Ctx) -> Certificate:
+    planned = ctx.output_of(plan)
     if planned["certificate_arn"] is not None:
         return {"certificate_arn": planned["certificate_arn"], "child": None, "adopted": True}
     if ctx.dry_run and not zone_of(ctx).get("id"):
@@ -248,8 +328,8 @@ def certificate(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def dns(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
+def dns(ctx: Ctx) -> Dns:
+    planned = ctx.output_of(plan)
     zone = zone_of(ctx)
     names = planned["names"]
     existing: list[dict[str, Any]] = []
@@ -315,8 +395,8 @@ def _converged(ctx: Ctx, key: str, targets: Mapping[str, str], timeout: float) -
     )
 
 
-def routing(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
+def routing(ctx: Ctx) -> Routing:
+    planned = ctx.output_of(plan)
     commits = [_commit(ctx, concern) for concern in planned["routing"]]
     # A concern with nothing to commit (every entry there already, perhaps by an earlier run
     # of this execution whose sync then failed) waits for the applications to serve the
@@ -346,12 +426,12 @@ def routing(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def booking(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
+def booking(ctx: Ctx) -> Booking:
+    planned = ctx.output_of(plan)
     concern = planned["booking"]
     receipt = _commit(ctx, concern)
     sha = receipt["sha"]
-    out: dict[str, Any] = {
+    out: Booking = {
         "repository": concern["repository"],
         "branch": concern["branch"],
         "commit": sha,
@@ -384,10 +464,10 @@ def booking(ctx: Ctx) -> dict[str, Any]:
 # -- verify -----------------------------------------------------------------------------------
 
 
-def verify(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
-    routed = ctx.output_of("routing")["commits"]
-    booked = ctx.output_of("booking")
+def verify(ctx: Ctx) -> Verified:
+    planned = ctx.output_of(plan)
+    routed = ctx.output_of(routing)["commits"]
+    booked = ctx.output_of(booking)
     if ctx.dry_run:
         return {"verified": "simulated", "domain": planned["domain"]}
     zone = zone_of(ctx)
@@ -396,29 +476,29 @@ def verify(ctx: Ctx) -> dict[str, Any]:
     records_missing = [
         f"{r['type']} {r['name']}" for r in edge_records(names, planned["edge"]) if r not in found
     ]
-    arn = ctx.output_of("certificate")["certificate_arn"]
+    arn = ctx.output_of(certificate)["certificate_arn"]
     held = ctx.step("certificate", acm.describe_certificate, arn)
     uncovered = [
         n for n in names if not acm.covers([held["domain"], *held["alternative_names"]], n)
     ]
     entries_missing: list[dict[str, str]] = []
     off_branch: list[str] = []
-    for commit in [*routed, {**booked, "scope": BOOKING}]:
-        scope = commit["scope"]
+    committed = [(c["scope"], c["commit"]) for c in routed] + [(BOOKING, booked["commit"])]
+    for scope, sha in committed:
         read = ctx.step(
             f"entries:{scope}", gitops.read_entries, scope, planned["domain"], dry_run=False
         )
         entries_missing += read["missing"]
-        if commit["commit"]:
-            on = ctx.step(f"includes:{scope}", gitops.includes, scope, commit["commit"])
+        if sha:
+            on = ctx.step(f"includes:{scope}", gitops.includes, scope, sha)
             if not on["on_branch"]:
-                off_branch.append(commit["commit"])
-    converged = _converged(
-        ctx,
-        "converged",
-        {c["scope"]: c["commit"] or c["head"] for c in routed if c["converged"] is not None},
-        VERIFY_CONVERGE_TIMEOUT_SECONDS,
-    )
+                off_branch.append(sha)
+    targets = {
+        c["scope"]: target
+        for c in routed
+        if c["converged"] is not None and (target := c["commit"] or c["head"])
+    }
+    converged = _converged(ctx, "converged", targets, VERIFY_CONVERGE_TIMEOUT_SECONDS)
     if records_missing or held["status"] != "ISSUED" or uncovered or entries_missing or off_branch:
         raise FatalError(
             f"{planned['domain']} is not in place after the run",

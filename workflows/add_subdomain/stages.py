@@ -25,9 +25,10 @@ real zone, simulates the batch, pauses for nobody and changes nothing.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal, NotRequired
 
 from django.conf import settings
+from typing_extensions import TypedDict
 
 from executions.runtime.errors import FatalError, ReadinessFailure
 from executions.runtime.stage import StageContext
@@ -41,8 +42,40 @@ Ctx = StageContext[AddSubdomainInput]
 
 ALIAS_TYPES = ("A", "AAAA")
 
+# A record set as workflows.steps.route53 reads and writes it (name, type, ttl, values, alias,
+# set_identifier, routing), and one change of a batch ({"action", "record"}).
+Record = dict[str, Any]
+Change = dict[str, Any]
 
-def proposal(name: str, state: Mapping[str, Any]) -> dict[str, Any]:
+
+class Proposal(TypedDict):
+    """What ``plan`` proposes (and a re-read after an approval proposes again): the zone, the
+    name, its record sets before and after, the batch between them, and the plan's hash."""
+
+    zone: dict[str, Any]  # id, name, record_set_count
+    name: str
+    before: list[Record]
+    after: list[Record]
+    changes: list[Change]
+    approval_required: bool
+    blast_radius: dict[str, Any]
+    plan_hash: str
+
+
+class Applied(TypedDict):
+    changed: bool
+    plan_hash: str
+    after: list[Record]
+    change: NotRequired[dict[str, Any]]  # Route53's change (id, status), when a batch was sent
+    simulated: NotRequired[bool]
+
+
+class Verified(TypedDict):
+    verified: bool | Literal["simulated"]
+    records: list[Record]
+
+
+def proposal(name: str, state: Mapping[str, Any]) -> Proposal:
     """The plan for ``name`` from what ``route53.read_state`` read (pure: the stage's code
     and the re-read after an approval compute it the same way)."""
     apex = state["apex_alias"]
@@ -96,7 +129,7 @@ def proposal(name: str, state: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def plan(ctx: Ctx) -> dict[str, Any]:
+def plan(ctx: Ctx) -> Proposal:
     zone, name = ctx.input.zone, ctx.input.subdomain
     state = ctx.step("read", route53.read_state, zone, name, dry_run=ctx.dry_run)
     if not state["apex_alias"]:
@@ -108,8 +141,8 @@ def plan(ctx: Ctx) -> dict[str, Any]:
     return proposal(name, state)
 
 
-def apply(ctx: Ctx) -> dict[str, Any]:
-    current = ctx.output_of("plan")
+def apply(ctx: Ctx) -> Applied:
+    current = ctx.output_of(plan)
     checkpoint, forced = 0, False
     while current["approval_required"] and not ctx.dry_run:
         signal = ctx.wait_for_hook(
@@ -159,12 +192,12 @@ def apply(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def verify(ctx: Ctx) -> dict[str, Any]:
-    applied = ctx.output_of("apply")
+def verify(ctx: Ctx) -> Verified:
+    applied = ctx.output_of(apply)
     if applied.get("simulated"):
         return {"verified": "simulated", "records": applied["after"]}
     name = ctx.input.subdomain
-    zone = ctx.output_of("plan")["zone"]
+    zone = ctx.output_of(plan)["zone"]
     found = ctx.step("read", route53.read_records, zone["id"], [name], dry_run=ctx.dry_run)
     expected = [r for r in applied["after"] if r["type"] in ALIAS_TYPES]
     differences = route53.drift(expected, [r for r in found if r["type"] in ALIAS_TYPES])
@@ -177,12 +210,12 @@ def verify(ctx: Ctx) -> dict[str, Any]:
     return {"verified": True, "records": expected}
 
 
-def _shown(plan: Mapping[str, Any]) -> dict[str, Any]:
+def _shown(proposed: Proposal) -> dict[str, Any]:
     """The plan as an operator reads it: each record set before → after."""
     return {
-        "zone": plan["zone"]["name"],
-        "name": plan["name"],
-        "before": plan["before"],
-        "after": plan["after"],
-        "changes": plan["changes"],
+        "zone": proposed["zone"]["name"],
+        "name": proposed["name"],
+        "before": proposed["before"],
+        "after": proposed["after"],
+        "changes": proposed["changes"],
     }

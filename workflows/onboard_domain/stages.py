@@ -18,10 +18,13 @@ and SOA (anything else: ``drifted``, and the zone stays).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
 
 from executions.runtime.stage import StageContext
 from workflows.add_domain.stages import (
+    PlatformPlan,
     booking,
     certificate,
     dns,
@@ -38,18 +41,25 @@ Ctx = StageContext[OnboardDomainInput]
 __all__ = ["booking", "certificate", "dns", "hosted_zone", "plan", "routing", "verify"]
 
 
-def plan(ctx: Ctx) -> dict[str, Any]:
+def plan(ctx: Ctx) -> PlatformPlan:
     domain = ctx.input.domain
     found = ctx.step("zone", hosted_zones.find_zone, domain, ctx.execution_id, dry_run=ctx.dry_run)
     return plan_platform(ctx, zone=found["zone"], zone_stage="hosted_zone")
 
 
-def hosted_zone(ctx: Ctx) -> dict[str, Any]:
+class HostedZone(TypedDict):
+    zone: dict[str, Any]  # id, name, name_servers
+    recovered: bool  # found after a lost answer, not created twice
+    simulated: bool
+    assistance: NotRequired[list[dict[str, Any]]]
+
+
+def hosted_zone(ctx: Ctx) -> HostedZone:
     domain = ctx.input.domain
     create = hosted_zones.simulate_zone if ctx.dry_run else hosted_zones.create_zone
     receipt = ctx.step("create", create, name=domain, execution_id=ctx.execution_id, mutation=True)
     zone = receipt["after"]
-    out: dict[str, Any] = {
+    out: HostedZone = {
         "zone": zone,
         "recovered": bool(receipt.get("recovered")),
         "simulated": bool(receipt.get("simulated")),

@@ -21,7 +21,10 @@ A dry run plans from the real fleet, simulates every update and changes nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from typing_extensions import TypedDict
 
 from executions.runtime.errors import FatalError, ReadinessFailure
 from executions.runtime.stage import StageContext
@@ -31,11 +34,56 @@ from workflows.update_lambda_version.input import UpdateLambdaVersionInput
 # What each stage is given: ctx.input is the typed input.
 Ctx = StageContext[UpdateLambdaVersionInput]
 
+
+class PlannedAlias(TypedDict):
+    """A function's alias as the plan read it (Lambda's RevisionId is the compare-and-swap
+    token), and what the plan does to it."""
+
+    function: str
+    alias: str
+    version: str
+    revision_id: str
+    arn: str
+    action: Literal["none", "update"]
+
+
+class Plan(TypedDict):
+    target: str
+    environment: str
+    version: str
+    tag_key: str
+    functions: list[PlannedAlias]
+
+
+class Updated(TypedDict):
+    function: str
+    from_version: str
+    to_version: str
+    revision_id: str | None
+    handle: dict[str, Any]
+
+
+class Updates(TypedDict):
+    updated: list[Updated]
+    unchanged: list[str]
+    simulated: bool
+
+
+class Settled(TypedDict):
+    statuses: dict[str, str]  # each updated function's last update status (Successful)
+
+
+class Verified(TypedDict):
+    verified: bool | Literal["simulated"]
+    version: str
+    functions: list[str]
+
+
 SETTLE_POLL_SECONDS = 1.0
 SETTLE_TIMEOUT_SECONDS = 900.0
 
 
-def plan(ctx: Ctx) -> dict[str, Any]:
+def plan(ctx: Ctx) -> Plan:
     target, environment = ctx.input.target, ctx.input.environment
     version = ctx.input.version
     fleet = ctx.step("read", lambda_.read_fleet, target, environment, version, dry_run=ctx.dry_run)
@@ -61,17 +109,25 @@ def plan(ctx: Ctx) -> dict[str, Any]:
         "environment": environment,
         "version": version,
         "tag_key": fleet["tag_key"],
-        "functions": [
-            {**f["alias"], "action": "none" if f["alias"]["version"] == version else "update"}
-            for f in functions
-        ],
+        "functions": [_planned(f["alias"], version) for f in functions],
     }
 
 
-def update_aliases(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
+def _planned(alias: Mapping[str, Any], version: str) -> PlannedAlias:
+    return {
+        "function": alias["function"],
+        "alias": alias["alias"],
+        "version": alias["version"],
+        "revision_id": alias["revision_id"],
+        "arn": alias["arn"],
+        "action": "none" if alias["version"] == version else "update",
+    }
+
+
+def update_aliases(ctx: Ctx) -> Updates:
+    planned = ctx.output_of(plan)
     update = lambda_.simulate_update if ctx.dry_run else lambda_.update_alias
-    updated = []
+    updated: list[Updated] = []
     for alias in planned["functions"]:
         if alias["action"] != "update":
             continue
@@ -99,25 +155,24 @@ def update_aliases(ctx: Ctx) -> dict[str, Any]:
     }
 
 
-def await_updates(ctx: Ctx) -> dict[str, Any]:
-    handles = [u["handle"] for u in ctx.output_of("update_aliases")["updated"]]
+def await_updates(ctx: Ctx) -> Settled:
+    handles = [u["handle"] for u in ctx.output_of(update_aliases)["updated"]]
     if not handles:
         return {"statuses": {}}
-    return dict(
-        ctx.wait_until(
-            "successful",
-            lambda: lambda_.updates_settled(handles),
-            every=SETTLE_POLL_SECONDS,
-            timeout=SETTLE_TIMEOUT_SECONDS,
-        )
+    settled = ctx.wait_until(
+        "successful",
+        lambda: lambda_.updates_settled(handles),
+        every=SETTLE_POLL_SECONDS,
+        timeout=SETTLE_TIMEOUT_SECONDS,
     )
+    return {"statuses": settled["statuses"]}
 
 
-def verify(ctx: Ctx) -> dict[str, Any]:
-    planned = ctx.output_of("plan")
+def verify(ctx: Ctx) -> Verified:
+    planned = ctx.output_of(plan)
     version = planned["version"]
     names = [f["function"] for f in planned["functions"]]
-    if ctx.output_of("update_aliases")["simulated"]:
+    if ctx.output_of(update_aliases)["simulated"]:
         return {"verified": "simulated", "version": version, "functions": names}
     found = ctx.step(
         "read", lambda_.read_aliases, names, planned["environment"], dry_run=ctx.dry_run

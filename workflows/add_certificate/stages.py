@@ -52,7 +52,7 @@ class Plan(TypedDict):
 
 
 class Requested(TypedDict):
-    certificate_arn: str
+    certificate_arn: str | None  # None: a dry run's simulated request
     requested: bool  # False: adopted
     status: NotRequired[str]
     simulated: NotRequired[bool]
@@ -65,7 +65,7 @@ class Batch(TypedDict):
 
 
 class Validated(TypedDict):
-    certificate_arn: str
+    certificate_arn: str | None  # None: a dry run's simulated request
     records: list[dict[str, Any]]  # the validation records ACM asks for
     batches: list[Batch]
     simulated: bool
@@ -94,6 +94,14 @@ ISSUED_TIMEOUT_SECONDS = 72 * 3600.0  # ACM's own limit: VALIDATION_TIMED_OUT af
 
 def _names(data: AddCertificateInput) -> list[str]:
     return [data.domain, *data.alternative_names]
+
+
+def _held(arn: str | None) -> str:
+    """The ARN of a certificate that exists (requested or adopted): only a dry run's
+    simulated request has none, and its stages do not ask ACM about it."""
+    if arn is None:
+        raise FatalError("no certificate was requested or adopted", code="certificate_missing")
+    return arn
 
 
 def plan(ctx: Ctx) -> Plan:
@@ -146,9 +154,10 @@ def validate_dns(ctx: Ctx) -> Validated:
     if requested.get("simulated"):
         records = acm.simulated_records(planned["names"])
     else:  # (an adopted certificate's records are read in a dry run too: reads only)
+        held = _held(arn)
         records = ctx.wait_until(
             "records",
-            lambda: acm.validation_records(arn, dry_run=ctx.dry_run),
+            lambda: acm.validation_records(held, dry_run=ctx.dry_run),
             every=RECORDS_POLL_SECONDS,
             timeout=RECORDS_TIMEOUT_SECONDS,
         )["records"]
@@ -187,7 +196,7 @@ def await_issued(ctx: Ctx) -> Issued:
     validated = ctx.output_of(validate_dns)
     if validated["simulated"]:
         return {"certificate_arn": None, "status": "ISSUED", "simulated": True}
-    arn = validated["certificate_arn"]
+    arn = _held(validated["certificate_arn"])
     certificate = ctx.wait_until(
         "issued",
         lambda: acm.final_status(arn),
@@ -217,7 +226,7 @@ def verify(ctx: Ctx) -> Verified:
             "validation_records_in_place": False,
             "records": validated["records"],
         }
-    arn = validated["certificate_arn"]
+    arn = _held(validated["certificate_arn"])
     certificate = ctx.step("certificate", acm.describe_certificate, arn)
     held = [certificate["domain"], *certificate["alternative_names"]]
     uncovered = [n for n in planned["names"] if not acm.covers(held, n)]

@@ -275,6 +275,16 @@ def worker() -> Iterator[WorkerProcess]:
         proc.stop()
 
 
+@pytest.fixture
+def durable_clock(db: None) -> Any:
+    """Move an execution's durable clock forward instead of waiting (``advance``): its
+    timers, expiries and deadlines come sooner, then what is due fires
+    (tests/support/durable_clock.py)."""
+    from tests.support.durable_clock import DurableClock  # (models: after Django's set-up)
+
+    return DurableClock()
+
+
 @pytest.fixture(scope="module")
 def module_worker(django_db_setup: None) -> Iterator[WorkerProcess]:
     """One worker for a test module (starting and stopping one costs about 5 s, more than

@@ -56,7 +56,8 @@ class Workflow:
     # execution repeats it (docs/workflows.md, "Asked for again after success"). False: a
     # later execution on the lane only adds what is missing, it never undoes another's work.
     replaced_by_another_token: ClassVar[bool] = False
-    # A run still going after this long fails with code timed_out (None: no deadline).
+    # A run still going after this long fails with code timed_out (None: no deadline); the
+    # time it spends paused for an operator does not count (an approval's expiry bounds it).
     deadline_seconds: ClassVar[float | None] = 24 * 3600
     # Raised by one with every change of ``stages`` or of what a stage does with what an
     # earlier one recorded (a step's key, a receipt's shape). Each run records the version it

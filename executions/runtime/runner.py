@@ -373,7 +373,8 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | _Onward | Outc
             if s["position"] < stage["position"]
         ):
             return Outcome.STOP  # out of order: the chain of the earlier stage will get here
-        if stage["status"] == StageStatus.WAITING and not _wake_owed(run, stage_name, now):
+        paused = execution.status == ExecutionStatus.PAUSED
+        if stage["status"] == StageStatus.WAITING and not _wake_owed(run, stage_name, now, paused):
             # A stale message (delivered again, a recovery's or a hint's that lost the race):
             # a waiting stage is its wake's to claim. Claiming it anyway would replay it only
             # to wait again, and flip a paused execution to running meanwhile, refusing an
@@ -400,6 +401,8 @@ def _take(
     end, ended_events = ended or (None, [])
     pending: list[Change] = [end] if end is not None else []
     now: datetime = run.db_now  # type: ignore[attr-defined]
+    if execution.status == ExecutionStatus.PAUSED and run.deadline_at is not None:
+        run.deadline_at = _deadline_after_pause(run, now)  # written with the claim
     refused = _claim_refused(execution, run, stage["name"], now, pending, ended_events)
     if refused is not None:
         return refused
@@ -531,18 +534,35 @@ def _timers_served(run: Run, stage_name: str, now: datetime) -> None:
         Timer.objects.filter(pk__in=due).update(status=TimerStatus.FIRED, fired_at=now)
 
 
-def _wake_owed(run: Run, stage_name: str, now: datetime) -> bool:
+def _wake_owed(run: Run, stage_name: str, now: datetime, paused: bool) -> bool:
     """Whether a waiting stage has something to look at: a wake since its last claim (a
     signal, a fired timer, a child's end), its own timer due (the countdown hint's delivery,
-    which the scanner has not fired yet) or its deadline passed (the claim ends it). A cancel
-    needs no claim: a waiting run is canceled at once (``controls``)."""
+    which the scanner has not fired yet) or its deadline passed (the claim ends it; not while
+    ``paused`` for an operator, which the deadline does not count). A cancel needs no claim:
+    a waiting run is canceled at once (``controls``)."""
     return (
         run.wakeups != run.wakeups_seen
-        or (run.deadline_at is not None and now > run.deadline_at)
+        or (not paused and run.deadline_at is not None and now > run.deadline_at)
         or Timer.objects.filter(
             run=run, stage=stage_name, status=TimerStatus.PENDING, due_at__lte=now
         ).exists()
     )
+
+
+def _deadline_after_pause(run: Run, now: datetime) -> datetime | None:
+    """The run's deadline, moved on by the time it has been paused for an operator (since its
+    latest operator hook was made): waiting for a person is not the run being slow, and an
+    approval's own window (its expiry) bounds that wait. Read as a paused run is claimed
+    again (approved, rejected, or its approval expired)."""
+    paused_since = (
+        Hook.objects.filter(run=run, operator=True)
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
+    if run.deadline_at is None or paused_since is None or paused_since >= now:
+        return run.deadline_at
+    return run.deadline_at + (now - paused_since)
 
 
 def _deadline_seconds(workflow: str) -> float | None:

@@ -14,6 +14,7 @@ from alfred.metrics import RECOVERY_DISPATCHES
 from executions.models import (
     ACTIVE_STATUSES,
     Execution,
+    ExecutionStatus,
     Run,
     RunStatus,
     StartState,
@@ -82,7 +83,12 @@ def runs_recover(batch: int = BATCH) -> int:
         # woken (a timer fired, a hook answered, a child ended) but never claimed since:
         # the wake's message was lost
         | Q(status=RunStatus.WAITING, wakeups__gt=F("wakeups_seen"), woken_at__lt=grace)
-        | Q(status__in=[RunStatus.WAITING, RunStatus.RUNNING], deadline_at__lt=now),
+        # past its deadline, unless paused for an operator: that wait does not count
+        # (``runner._deadline_after_pause``), and the approval's expiry ends it
+        | (
+            Q(status__in=[RunStatus.WAITING, RunStatus.RUNNING], deadline_at__lt=now)
+            & ~Q(execution__status=ExecutionStatus.PAUSED)
+        ),
         execution__current_run_id=F("id"),
         execution__status__in=sorted(ACTIVE_STATUSES),
     ).values_list("id", flat=True)[:batch]

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -51,15 +52,6 @@ def aws_worker(module_worker: WorkerProcess) -> Iterator[WorkerProcess]:
     flushed (see ``tests.conftest.shared_worker``)."""
     yield aws_world.alive(module_worker)
     quiesce()
-
-
-@pytest.fixture
-def impatient_worker(standin: AwsStandIn, module_worker: WorkerProcess) -> Iterator[WorkerProcess]:
-    """A worker whose approvals expire after 3 s, instead of the module's for this test."""
-    module_worker.stop()
-    with aws_world.aws_worker(standin, "impatient", ALFRED_APPROVAL_TTL_SECONDS="3") as worker:
-        yield worker
-        quiesce()
 
 
 def _batches(standin: AwsStandIn, execution_id: str) -> list[Any]:
@@ -327,13 +319,16 @@ def test_a_missing_zone_is_a_readiness_failure(api, aws_worker):
 
 
 def test_an_approval_not_given_in_time_fails_approval_expired(
-    api, operator_api, impatient_worker, standin, route53, zone_id
+    api, operator_api, aws_worker, durable_clock, standin, route53, zone_id
 ):
     name = f"{_name()}.example.com"
     _create(route53, zone_id, name, "A", "192.0.2.8")
     body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
     pending = _paused(api, body["id"])["pending_approval"]
     assert pending["expires_at"] > pending["requested_at"]
+
+    # when: the approval's seven days pass (the durable clock moved on, not waited for)
+    durable_clock.advance(body["id"], settings.ALFRED_APPROVAL_TTL_SECONDS)
 
     execution = _terminal(body["id"], timeout=30)
 
@@ -350,6 +345,28 @@ def test_an_approval_not_given_in_time_fails_approval_expired(
     )
     assert _batches(standin, body["id"]) == []
     assert [r["Type"] for r in _records(route53, zone_id, name)] == ["A"]
+
+
+def test_an_approval_given_days_later_still_applies_past_the_runs_own_deadline(
+    api, operator_api, aws_worker, durable_clock, standin, route53, zone_id
+):
+    # given: a plan paused for an operator for three days (the run's deadline is 24 hours)
+    name = f"{_name()}.example.com"
+    _create(route53, zone_id, name, "CNAME", "legacy.example.net")
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
+    plan_hash = _paused(api, body["id"])["pending_approval"]["plan_hash"]
+    durable_clock.advance(body["id"], 3 * 24 * 3600)
+
+    # when
+    answer = operator_api.post(
+        f"/api/v1/executions/{body['id']}/approve", {"plan_hash": plan_hash}, format="json"
+    )
+
+    # then: waiting for a person is not the run being slow
+    assert answer.status_code == 202, answer.content
+    execution = _terminal(body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert len(_batches(standin, body["id"])) == 1
 
 
 def test_an_approval_past_its_expiry_is_refused(

@@ -76,6 +76,20 @@ class ApprovalView:
     batch_caption: str = ""
     batch: tuple[str, ...] = ()
 
+    def lines(self) -> list[str]:
+        """The view as plain text, as the commands print it: the facts, the table (a row's
+        cells side by side, ``|`` between, its change after it), the batch."""
+        text = [f"{label}: {value}" for label, value in self.facts]
+        if self.rows:
+            text += [self.caption] if self.caption else []
+            text += [" | ".join(self.head)] if self.head else []
+            for row in self.rows:
+                cells = [" ".join(cell.lines) or "-" for cell in row.cells]
+                text.append(" | ".join(cells) + (f"  ({row.change})" if row.change else ""))
+        if self.batch:
+            text += [self.batch_caption or "Batch", *(f"  {item}" for item in self.batch)]
+        return text
+
 
 class Workflow(Protocol):
     """What is read of a workflow outside it (``workflows.base.Workflow`` is the one kind)."""

@@ -43,14 +43,16 @@ def three(api) -> dict[str, str]:
 def test_every_execution_newest_first_with_what_it_waits_for(three):
     rows, said = _list()
 
-    assert rows[0] == ["ID", "WORKFLOW", "STATUS", "LANE", "CREATED", "(UTC)", "WAITS", "FOR"]
+    header = ["ID", "WORKFLOW", "SUBJECT", "STATUS", "LANE", "CREATED", "(UTC)", "WAITS", "FOR"]
+    assert rows[0] == header
     assert [row[0] for row in rows[1:]] == [three["paused"], three["waiting"], three["owner"]]
     paused, waiting, owner = rows[1:]
-    assert paused[1:4] == ["add-subdomain", "paused", "-"]
+    assert paused[1:5] == ["add-subdomain", "three.example.com", "paused", "-"]
     assert paused[-2:] == ["approval", "(operator)"]
-    assert waiting[1:4] == ["add-domain", "queued", "aws-infrastructure"]
+    assert waiting[1:5] == ["add-domain", "two.example", "queued", "aws-infrastructure"]
     assert waiting[-4:] == ["lane", "(its", "owner", "first)"]
-    assert owner[1:4] == ["add-domain", "queued", "aws-infrastructure"] and owner[-1] == "-"
+    assert owner[1:5] == ["add-domain", "one.example", "queued", "aws-infrastructure"]
+    assert owner[-1] == "-"
     assert said.strip() == "3 shown, newest first"
 
 

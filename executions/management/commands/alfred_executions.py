@@ -38,6 +38,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from alfred.principals import Caller, Role, cli_actor, cli_caller
 from alfred.text import reason_argument
 from executions import selectors
+from executions.admin.pages import execution_subject, pending_approval
 from executions.api.serializers import ExecutionSerializer
 from executions.controls import (
     APPROVE,
@@ -135,6 +136,13 @@ class Command(BaseCommand):
             waiting = data["waiting_for"]
             if waiting is not None:
                 self.stderr.write(f"waits for ({waiting['who']}): {waiting['detail']}")
+            subject = execution_subject(execution)
+            if subject:
+                self.stderr.write(f"acts on: {subject}")
+            pending = pending_approval(execution)
+            if pending is not None:
+                self.stderr.write(f"plan {pending['plan_hash']} waits for approval:")
+                self.stderr.write("\n".join(f"  {line}" for line in pending["view"].lines()))
             return
         caller = cli_caller(options["actor"])
         reason = options["reason"]
@@ -189,12 +197,14 @@ def _positive(text: str) -> int:
 
 
 def _table(executions: list[Execution]) -> str:
-    """Aligned columns: id, workflow, status, lane, created (UTC), what it waits for."""
-    header = ("ID", "WORKFLOW", "STATUS", "LANE", "CREATED (UTC)", "WAITS FOR")
+    """Aligned columns: id, workflow, what it acts on, status, lane, created (UTC), what it
+    waits for."""
+    header = ("ID", "WORKFLOW", "SUBJECT", "STATUS", "LANE", "CREATED (UTC)", "WAITS FOR")
     lines = [header] + [
         (
             execution.id,
             execution.workflow,
+            execution_subject(execution) or "-",
             execution.status + (" (dry run)" if execution.dry_run else ""),
             execution.lane_key or "-",
             execution.created_at.strftime("%Y-%m-%d %H:%M:%S"),

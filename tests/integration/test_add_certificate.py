@@ -19,6 +19,7 @@ from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.integration.test_engine import assert_gapless
 from tests.support import aws_world
 from tests.support.helpers import submit
+from workflows.add_certificate.stages import ISSUED_TIMEOUT_SECONDS
 
 pytestmark = [pytest.mark.worker, pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 
@@ -368,6 +369,31 @@ def test_a_certificate_that_failed_validation_is_continued_without_a_second(
     assert execution.status == "succeeded", execution.error
     assert len(certificates_of(standin, first["id"])) == 1
     assert len(batches_of(standin, first["id"])) == 1
+
+
+def test_a_certificate_acm_never_issues_ends_after_acm_s_72_hours_not_the_runs_deadline(
+    api, aws_worker, standin, durable_clock
+):
+    # given: ACM keeps the certificate PENDING_VALIDATION
+    delay, standin.acm_issue_delay = standin.acm_issue_delay, 10.0**9
+    try:
+        body = submit(api, "add-certificate", {"domain": f"{_label()}.example.com"}).json()
+        wait_for(
+            lambda: StepReceipt.objects.filter(
+                run__execution_id=body["id"], step_key="issued", status="waiting"
+            ).exists(),
+            timeout=30,
+        )
+
+        # when: ACM's 72 hours pass (the durable clock moved on, not waited for)
+        durable_clock.advance(body["id"], ISSUED_TIMEOUT_SECONDS)
+
+        # then: the wait ends on its own terms, not on the run's deadline
+        execution = _terminal(body["id"])
+    finally:
+        standin.acm_issue_delay = delay
+    assert execution.status == "failed"
+    assert execution.error["code"] == "wait_timed_out", execution.error
 
 
 def test_a_dry_run_simulates_every_stage_and_changes_nothing(api, aws_worker, standin):

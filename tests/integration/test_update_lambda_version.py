@@ -25,6 +25,7 @@ from tests.support import aws_world
 from tests.support.aws_world import JournalledAws
 from tests.support.helpers import submit
 from tests.support.kill_points_lambda import ENABLE, foreign_change_arm
+from workflows.update_lambda_version.stages import SETTLE_TIMEOUT_SECONDS
 
 pytestmark = [
     pytest.mark.worker,
@@ -425,6 +426,29 @@ def test_the_wait_holds_until_the_version_is_successful_and_a_failed_update_fail
     assert execution.error["code"] == "update_failed"
     assert execution.error["function"] == names[1]
     assert "fail_update" in execution.error["reason"]
+
+
+def test_an_update_that_never_settles_fails_after_the_wait_s_own_timeout(
+    api, lambda_worker, standin, client, durable_clock
+):
+    # given: alias moves that stay InProgress
+    fleet, names = make_fleet(client, versions=3)
+    standin.faults.arm("UpdateAlias", "hold_update", times=None)
+    try:
+        body = submit(api, WORKFLOW, {"target": fleet, "environment": "staging", "version": "3"})
+        execution_id = body.json()["id"]
+        wait_for(lambda: Execution.objects.get(pk=execution_id).status == "waiting", timeout=20)
+
+        # when: the wait's 15 minutes pass (the durable clock moved on, not waited for)
+        durable_clock.advance(execution_id, SETTLE_TIMEOUT_SECONDS)
+
+        # then
+        execution = terminal(execution_id)
+    finally:
+        standin.faults.clear()
+    assert execution.status == "failed"
+    assert execution.error["code"] == "wait_timed_out", execution.error
+    assert aliases(client, names, "staging") == dict.fromkeys(names, "3")  # moved: a rollback's
 
 
 def test_a_slow_alias_move_holds_the_wait_and_a_failed_one_fails_the_run(

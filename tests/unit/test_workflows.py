@@ -729,3 +729,27 @@ def test_an_alias_plan_is_shown_as_facts_and_an_unknown_one_as_nothing() -> None
     assert view.rows == ()
     empty = update_lambda_version.approval_view({"plan": "not a mapping"})
     assert empty.facts == () and empty.rows == ()
+
+
+def test_each_deadline_outlasts_the_longest_waits_of_its_stages():
+    """A run's deadline ends a run still going: it must not end one in a wait that would end
+    on its own terms (ACM's 72 hours of validation, a child's whole run)."""
+    from workflows.add_certificate import stages as certificate
+    from workflows.add_domain import stages as domain
+    from workflows.steps import argocd, route53
+
+    certificate_waits = (
+        certificate.RECORDS_TIMEOUT_SECONDS
+        + route53.INSYNC_TIMEOUT_SECONDS
+        + certificate.ISSUED_TIMEOUT_SECONDS
+    )
+    add_certificate = workflow_get("add-certificate").definitions()[0].deadline_seconds
+    assert add_certificate is not None and add_certificate > certificate_waits
+    domain_waits = (
+        route53.INSYNC_TIMEOUT_SECONDS
+        + argocd.CONVERGE_TIMEOUT_SECONDS
+        + domain.VERIFY_CONVERGE_TIMEOUT_SECONDS
+    )
+    for name in ("add-domain", "onboard-domain"):
+        deadline = workflow_get(name).definitions()[0].deadline_seconds
+        assert deadline is not None and deadline > add_certificate + domain_waits, name

@@ -101,6 +101,11 @@ class AddCertificate(Workflow):
     lane_description: ClassVar[str] = (
         "aws-infrastructure: one root owner at a time, shared with add-domain and onboard-domain"
     )
+    # ACM validates for up to 72 hours (stages.ISSUED_TIMEOUT_SECONDS), waiting on DNS that a
+    # registrar's delegation may take a day or more to serve: the run's deadline lets that
+    # wait end on its own terms (VALIDATION_TIMED_OUT, wait_timed_out), plus the hour of
+    # waits around it.
+    deadline_seconds: ClassVar[float | None] = (72 + 1) * 3600
     Input: ClassVar[type[WorkflowInput]] = AddCertificateInput
 
     def subject(self, data: Mapping[str, Any]) -> str:

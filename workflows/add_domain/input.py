@@ -67,6 +67,9 @@ class AddDomain(Workflow):
         "aws-infrastructure: one root owner at a time, shared with onboard-domain and "
         "add-certificate; its child add-certificate runs under this execution's ownership"
     )
+    # Its child add-certificate's deadline (73 hours), then the DNS, routing and booking
+    # waits (an hour at most): a certificate still validating must not time its parent out.
+    deadline_seconds: ClassVar[float | None] = (72 + 3) * 3600
     Input: ClassVar[type[WorkflowInput]] = AddDomainInput
 
     def subject(self, data: Mapping[str, Any]) -> str:

@@ -27,6 +27,7 @@ from tests.integration.test_add_certificate import certificates_of
 from tests.integration.test_engine import assert_gapless
 from tests.support import platform_world as world
 from tests.support.helpers import submit
+from workflows.steps.argocd import CONVERGE_TIMEOUT_SECONDS
 
 pytestmark = [pytest.mark.worker, pytest.mark.standin, pytest.mark.django_db(transaction=True)]
 
@@ -381,6 +382,32 @@ def _retry_and_recover(api: Any, operator_api: Any, execution_id: str) -> Execut
     )
     assert recovered.status_code == 202, recovered.content
     return terminal(execution_id)
+
+
+def test_a_sync_that_never_finishes_fails_after_the_convergence_wait_not_the_deadline(
+    api, platform, durable_clock
+):
+    # given: nginx-ingress's sync of the Helm commit runs and runs
+    platform.argocd.faults.arm("application:nginx-ingress", "never_converge", times=None)
+    try:
+        execution_id = submit(api, "add-domain", {"domain": _domain()}).json()["id"]
+        wait_for(
+            lambda: StepReceipt.objects.filter(
+                run__execution_id=execution_id, step_key="converged", status="waiting"
+            ).exists(),
+            timeout=60,
+        )
+
+        # when: the convergence wait's 30 minutes pass (the durable clock moved on)
+        durable_clock.advance(execution_id, CONVERGE_TIMEOUT_SECONDS)
+
+        # then
+        execution = terminal(execution_id)
+    finally:
+        platform.argocd.faults.clear()
+    assert execution.status == "failed"
+    assert execution.error["code"] == "wait_timed_out", execution.error
+    assert len(world.helm_commits(platform, execution.id)) == 1  # committed once, kept
 
 
 def test_a_retry_after_a_failed_sync_repeats_nothing_and_waits_for_the_fixed_sync(

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from typing_extensions import TypedDict
 
 from executions.runtime.errors import FatalError
 from executions.runtime.stage import StageContext
 from tests.txt_record.input import SetTxtRecordInput
 from workflows.steps import route53
-from workflows.steps.planning import approval_token, change_summary, plan_hash
+from workflows.steps.planning import change_summary, operator_consent, plan_hash
 
 Ctx = StageContext[SetTxtRecordInput]
 
@@ -76,21 +75,18 @@ def apply(ctx: Ctx) -> Applied:
     # Replacing what someone else put there needs consent, bound to this exact plan; a plan
     # that changed after the approval (the record moved meanwhile) needs its own.
     while current["before"] and current["changes"] and not ctx.dry_run:
-        ctx.wait_for_hook(
+        operator_consent(
+            ctx,
             "approve",
-            token=approval_token(ctx.execution_id, current["plan_hash"]),
+            plan_hash=current["plan_hash"],
             payload={
                 "plan": {k: current[k] for k in ("zone", "name", "before", "after", "changes")}
                 | {"zone": current["zone"]["name"]},
-                "plan_hash": current["plan_hash"],
                 "summary": change_summary(
                     current["zone"]["name"], current["name"], current["changes"], current["before"]
                 ),
                 "force_required": False,
             },
-            operator=True,
-            expires_in=settings.ALFRED_APPROVAL_TTL_SECONDS,
-            expired_code="approval_expired",
         )
         state = ctx.step(
             f"reread:{checkpoint}",

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, NotRequired
 
-from django.conf import settings
 from typing_extensions import TypedDict
 
 from executions.runtime.errors import FatalError, ReadinessFailure
@@ -35,7 +34,7 @@ from executions.runtime.stage import StageContext
 from workflows.add_subdomain.input import AddSubdomainInput
 from workflows.steps import route53
 from workflows.steps.blast_radius import blast_radius_assess
-from workflows.steps.planning import approval_token, change_summary, plan_hash
+from workflows.steps.planning import change_summary, operator_consent, plan_hash
 
 # What each stage is given: ctx.input is the typed input.
 Ctx = StageContext[AddSubdomainInput]
@@ -145,20 +144,17 @@ def apply(ctx: Ctx) -> Applied:
     current = ctx.output_of(plan)
     checkpoint, forced = 0, False
     while current["approval_required"] and not ctx.dry_run:
-        signal = ctx.wait_for_hook(
+        signal = operator_consent(
+            ctx,
             "approve",
-            token=approval_token(ctx.execution_id, current["plan_hash"]),
+            plan_hash=current["plan_hash"],
             payload={
                 "plan": _shown(current),
-                "plan_hash": current["plan_hash"],
                 "summary": change_summary(
                     current["zone"]["name"], current["name"], current["changes"], current["before"]
                 ),
                 "force_required": current["blast_radius"]["force_required"],
             },
-            operator=True,
-            expires_in=settings.ALFRED_APPROVAL_TTL_SECONDS,
-            expired_code="approval_expired",
         )
         state = ctx.step(
             f"reread:{checkpoint}",

@@ -28,7 +28,7 @@ from providers.errors import Conflict, NotFound, ProviderError
 from providers.factory import Providers
 from workflows.steps.compensations import Drifted, mutation
 from workflows.steps.errors import engine_error, provider_errors
-from workflows.steps.planning import approval_token, plan_hash
+from workflows.steps.planning import operator_consent, plan_hash
 
 RESOURCE = "aws.lambda.alias"
 UPDATE = mutation(RESOURCE, "update")
@@ -259,9 +259,10 @@ def undo_update(ctx: StageContext, receipt: Mapping[str, Any]) -> dict[str, Any]
     if (receipt.get("handle") or {}).get("observations", {}).get("ownership") == "unproven":
         proposed = {"function": function, "alias": alias, "version": undo["restore_to"]}
         digest = plan_hash(proposed=proposed, existing=found)
-        ctx.wait_for_hook(
+        operator_consent(
+            ctx,
             "confirm",
-            token=approval_token(ctx.execution_id, digest),
+            plan_hash=digest,
             payload={
                 "plan": {
                     "function": function,
@@ -269,15 +270,11 @@ def undo_update(ctx: StageContext, receipt: Mapping[str, Any]) -> dict[str, Any]
                     "before": found,
                     "after": {"version": undo["restore_to"]},
                 },
-                "plan_hash": digest,
                 "summary": f"roll back: alias {alias} of {function} from version "
                 f"{found['version']} to {undo['restore_to']}",
                 "why": "the alias update was recovered after a lost answer: nothing proves "
                 "the version it points at was set by Alfred",
             },
-            operator=True,
-            expires_in=settings.ALFRED_APPROVAL_TTL_SECONDS,
-            expired_code="approval_expired",
         )
     restored = ctx.step("restore", restore_alias, receipt=receipt, mutation=True)
     ctx.wait_until(

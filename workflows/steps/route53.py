@@ -25,7 +25,7 @@ from providers.factory import Providers
 from workflows.steps.blast_radius import blast_radius_check
 from workflows.steps.compensations import Drifted, mutation
 from workflows.steps.errors import provider_errors
-from workflows.steps.planning import approval_token, change_summary, plan_hash
+from workflows.steps.planning import change_summary, operator_consent, plan_hash
 
 RESOURCE = "aws.route53.record_sets"
 CHANGE = mutation(RESOURCE, "change")
@@ -267,9 +267,10 @@ def undo_batch(ctx: StageContext, receipt: Mapping[str, Any]) -> dict[str, Any]:
             proposed={"zone": zone["id"], "records": receipt["before"]},
             existing={"records": current},
         )
-        ctx.wait_for_hook(
+        operator_consent(
+            ctx,
             "confirm",
-            token=approval_token(ctx.execution_id, digest),
+            plan_hash=digest,
             payload={
                 "plan": {
                     "zone": zone["name"],
@@ -278,15 +279,11 @@ def undo_batch(ctx: StageContext, receipt: Mapping[str, Any]) -> dict[str, Any]:
                     "after": receipt["before"],
                     "changes": changes,
                 },
-                "plan_hash": digest,
                 "summary": "roll back: "
                 + change_summary(zone["name"], ", ".join(names), changes, current),
                 "why": "the batch's landing was recovered after a lost answer: nothing proves "
                 "the records it left are Alfred's",
             },
-            operator=True,
-            expires_in=settings.ALFRED_APPROVAL_TTL_SECONDS,
-            expired_code="approval_expired",
         )
         current = ctx.step("reread", read_records, zone["id"], names, dry_run=False)
         differences = drift(receipt["after"], current)

@@ -78,14 +78,14 @@ class ApprovalView:
 
     def lines(self) -> list[str]:
         """The view as plain text, as the commands print it: the facts, the table (a row's
-        cells side by side, ``|`` between, its change after it), the batch."""
+        cells side by side, ``|`` between), the batch."""
         text = [f"{label}: {value}" for label, value in self.facts]
         if self.rows:
             text += [self.caption] if self.caption else []
             text += [" | ".join(self.head)] if self.head else []
             for row in self.rows:
                 cells = [" ".join(cell.lines) or "-" for cell in row.cells]
-                text.append(" | ".join(cells) + (f"  ({row.change})" if row.change else ""))
+                text.append(" | ".join(cells))
         if self.batch:
             text += [self.batch_caption or "Batch", *(f"  {item}" for item in self.batch)]
         return text

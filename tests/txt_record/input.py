@@ -87,14 +87,19 @@ class SetTxtRecord(Workflow):
         """The record's values before → after, and the one change of the batch."""
         plan = payload.get("plan") or {}
         before, after = plan.get("before") or [], plan.get("after") or []
+        change = "replaced" if before else "added"
         return ApprovalView(
             facts=(("Record", f"TXT {plan.get('name', '?')}"), ("Zone", plan.get("zone", "?"))),
             caption="The TXT values at the name",
-            head=("Before", "After"),
+            head=("Before", "After", "Change"),
             rows=(
                 PlanRow(
-                    cells=(Cell(lines=tuple(before)), Cell(lines=tuple(after))),
-                    change="replaced" if before else "added",
+                    cells=(
+                        Cell(lines=tuple(before)),
+                        Cell(lines=tuple(after)),
+                        Cell(lines=(change,)),
+                    ),
+                    change=change,
                 ),
             ),
             batch_caption="The batch Alfred will send",

@@ -204,7 +204,7 @@ def test_replacing_a_value_waits_for_approval_applies_once_and_rolls_back_exactl
     assert "&quot;theirs&quot;" in html and "&quot;ours&quot;" in html
     assert f"acts on: TXT {name}" in shown
     assert f"plan {pending['plan_hash']} waits for approval:" in shown
-    assert '"theirs" | "ours"  (replaced)' in shown and f"UPSERT TXT {name}" in shown
+    assert '"theirs" | "ours" | replaced' in shown and f"UPSERT TXT {name}" in shown
     assert paused.input["name"] == name and _batches(standin, execution_id) == 0
 
     # when: an operator approves the exact plan from the command line

@@ -205,6 +205,12 @@ class Run(models.Model):
     recovered_at = models.DateTimeField(
         null=True, blank=True, help_text="The recovery scan's last re-dispatch of this run."
     )
+    paused_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when the run has been paused for an operator (the database's clock): "
+        "the pause does not count against its deadline.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

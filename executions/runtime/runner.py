@@ -401,8 +401,12 @@ def _take(
     end, ended_events = ended or (None, [])
     pending: list[Change] = [end] if end is not None else []
     now: datetime = run.db_now  # type: ignore[attr-defined]
-    if execution.status == ExecutionStatus.PAUSED and run.deadline_at is not None:
-        run.deadline_at = _deadline_after_pause(run, now)  # written with the claim
+    if run.paused_at is not None:
+        # back from a pause for an operator, which the deadline does not count (written with
+        # the claim): an approval's own window bounds that wait
+        if run.deadline_at is not None:
+            run.deadline_at += now - run.paused_at
+        run.paused_at = None
     refused = _claim_refused(execution, run, stage["name"], now, pending, ended_events)
     if refused is not None:
         return refused
@@ -473,6 +477,7 @@ def _claim_write(
                 "status",
                 "started_at",
                 "deadline_at",
+                "paused_at",
                 "recoveries",
             ],
         ),
@@ -549,22 +554,6 @@ def _wake_owed(run: Run, stage_name: str, now: datetime, paused: bool) -> bool:
     )
 
 
-def _deadline_after_pause(run: Run, now: datetime) -> datetime | None:
-    """The run's deadline, moved on by the time it has been paused for an operator (since its
-    latest operator hook was made): waiting for a person is not the run being slow, and an
-    approval's own window (its expiry) bounds that wait. Read as a paused run is claimed
-    again (approved, rejected, or its approval expired)."""
-    paused_since = (
-        Hook.objects.filter(run=run, operator=True)
-        .order_by("-created_at")
-        .values_list("created_at", flat=True)
-        .first()
-    )
-    if run.deadline_at is None or paused_since is None or paused_since >= now:
-        return run.deadline_at
-    return run.deadline_at + (now - paused_since)
-
-
 def _deadline_seconds(workflow: str) -> float | None:
     try:
         return definition_get(workflow).deadline_seconds
@@ -601,7 +590,9 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
         run.lease_owner = ""
         run.lease_expires_at = None
         run.status = RunStatus.WAITING
-        run.save(update_fields=["lease_owner", "lease_expires_at", "status"])
+        if suspend.operator and run.paused_at is None:
+            run.paused_at = claim.clock.now()  # the database's clock, carried forward
+        run.save(update_fields=["lease_owner", "lease_expires_at", "status", "paused_at"])
         Stage.objects.filter(run=run, name=stage_name).update(status=StageStatus.WAITING)
         status = ExecutionStatus.PAUSED if suspend.operator else ExecutionStatus.WAITING
         if execution.status != status:

@@ -8,7 +8,7 @@ thing seen from the execution: :meth:`DurableClock.advance` brings every instant
 (and each of its children) waits for ``seconds`` sooner — its pending timers (sleeps, polls,
 retries, the deadline, an approval's expiry), its hooks' expiries, its runs' deadlines — and
 moves every instant it recorded (a sleep's due time, a wait's start and next poll, a
-``ctx.now`` reading, when a hook was made: a pause for an operator is measured from it) as far
+``ctx.now`` reading, when the run paused for an operator) as far
 back, in one transaction; then it fires what is due, as the beat's scan would. The workers,
 the engine and the stand-ins run as they do in production: nothing is mocked.
 """
@@ -36,6 +36,9 @@ class DurableClock:
         delta = timedelta(seconds=seconds)
         with transaction.atomic():
             family = self._family(execution_id)
+            # the engine's lock order: the executions, then their runs, then the rest
+            list(Execution.objects.select_for_update().filter(pk__in=family).order_by("pk"))
+            list(Run.objects.select_for_update().filter(execution_id__in=family).order_by("pk"))
             runs = Run.objects.filter(execution_id__in=family)
             Timer.objects.filter(run__in=runs, status=TimerStatus.PENDING).update(
                 due_at=F("due_at") - delta
@@ -45,6 +48,7 @@ class DurableClock:
                 execution_id__in=family, status=HookStatus.PENDING, expires_at__isnull=False
             ).update(expires_at=F("expires_at") - delta)
             runs.filter(deadline_at__isnull=False).update(deadline_at=F("deadline_at") - delta)
+            runs.filter(paused_at__isnull=False).update(paused_at=F("paused_at") - delta)
             for receipt in StepReceipt.objects.select_for_update().filter(
                 run__in=runs, kind__in=[*_RECORDED, "now"]
             ):

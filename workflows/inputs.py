@@ -177,16 +177,16 @@ _TYPE_ERRORS = {
 
 def _message(error: ErrorDetails, here: Mapping[str, Any], whole: Mapping[str, Any]) -> str:
     kind, context = error["type"], error.get("ctx") or {}
-    if EXPECTED in here and ("anyOf" in here or kind == "string_pattern_mismatch"):
-        # a pattern, or forms of which none matched: what the schema says they stand for
-        return f"must be {here[EXPECTED]}"
-    if kind in _TYPE_ERRORS:
-        return _type_message(here, _TYPE_ERRORS[kind])
     if kind == "missing":
         return "is required"
     if kind == "extra_forbidden":
         known = ", ".join(sorted(whole.get("properties", {})))
         return f"unknown property {shown(str(error['loc'][-1]))}; the properties are {known}"
+    if EXPECTED in here and ("anyOf" in here or kind == "string_pattern_mismatch"):
+        # a pattern, or forms of which none matched: what the schema says they stand for
+        return f"must be {here[EXPECTED]}"
+    if kind in _TYPE_ERRORS:
+        return _type_message(here, _TYPE_ERRORS[kind])
     if kind == "literal_error" and "enum" in here:
         return "must be one of " + ", ".join(json.dumps(choice) for choice in here["enum"])
     if kind == "string_pattern_mismatch":
@@ -238,15 +238,15 @@ def _output_type(function: Callable[..., Any]) -> TypeAdapter[Any] | None:
 
 def output_check(function: Callable[..., Any], output: Any) -> None:
     """Refuse an output its stage function's declared TypedDict does not allow: a required
-    key missing, a value of another kind (a number where a string is declared, None where
-    None is not allowed). Lax about containers (a tuple is a list once recorded as JSON);
-    keys the type does not name pass. Raises FatalError ``stage_output_invalid`` naming each
-    place, never the values."""
+    key missing, a value of another kind (``"no"`` where a boolean is declared, None where
+    None is not allowed). What is checked is what will be recorded — the output as JSON,
+    strictly (a tuple is an array there) — and keys the type does not name pass. Raises
+    FatalError ``stage_output_invalid`` naming each place, never the values."""
     adapter = _output_type(function)
     if adapter is None:
         return
     try:
-        adapter.validate_python(output)
+        adapter.validate_json(json.dumps(output, default=str), strict=True)
     except ValidationError as exc:
         places = sorted({f"{_pointer(e['loc']) or '/'} ({e['type']})" for e in exc.errors()})
         raise FatalError(

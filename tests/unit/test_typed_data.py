@@ -64,6 +64,8 @@ def untyped(ctx: StageContext[Any]) -> dict[str, Any]:
 def test_an_output_its_type_allows_passes_and_one_it_does_not_is_refused_by_place():
     output_check(shaped, {"name": "a", "count": 1, "note": None, "more": ["kept"]})
     output_check(shaped, {"name": "a", "count": 1, "note": "n"})
+    with pytest.raises(FatalError, match="/count"):
+        output_check(shaped, {"name": "a", "count": "1", "note": None})  # not coerced
 
     with pytest.raises(FatalError) as caught:
         output_check(shaped, {"name": 7, "note": "secret-value"})

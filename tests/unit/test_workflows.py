@@ -753,3 +753,10 @@ def test_each_deadline_outlasts_the_longest_waits_of_its_stages():
     for name in ("add-domain", "onboard-domain"):
         deadline = workflow_get(name).definitions()[0].deadline_seconds
         assert deadline is not None and deadline > add_certificate + domain_waits, name
+
+
+def test_a_missing_field_with_forms_is_told_it_is_required():
+    with pytest.raises(InvalidInput) as caught:
+        workflow_get("update-lambda-version").validate({"target": "a", "environment": "b"})
+
+    assert [(e.field, e.message) for e in caught.value.errors] == [("/version", "is required")]

@@ -2,8 +2,8 @@
 
 A workflow module defines one :class:`Workflow` subclass instance; ``registry.py`` lists the
 five, and the app registers them (``executions.catalog``) at start. Acceptance
-(``executions.acceptance``) is the only caller of ``validate``/``canonicalize``/``lane``:
-validation and canonicalization happen before the acceptance transaction opens.
+(``executions.acceptance``) calls ``validate``/``canonicalize``/``lane`` before its transaction
+opens; the runtime canonicalizes a child's input (``ctx.child``) through the definition.
 """
 
 from __future__ import annotations
@@ -94,6 +94,19 @@ class Workflow:
         operation have equal canonical inputs; the logical identity is the hash of this form."""
         return self.Input.parsed(data).canonical()
 
+    def _child_canonical(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The canonical input of this workflow started as a child (``ctx.child``): input a
+        parent built that this workflow refuses is the parent's failure, named as such
+        (``child_input_invalid``, with the fields), not an unclassified crash."""
+        try:
+            return self.canonicalize(data)
+        except InvalidInput as refused:
+            raise FatalError(
+                f"the input built for a child {self.name} is invalid: {refused}",
+                code="child_input_invalid",
+                errors=[error.as_dict() for error in refused.errors],
+            ) from None
+
     def lane(self, canonical: Mapping[str, Any]) -> LaneClaim | None:
         raise NotImplementedError
 
@@ -131,7 +144,7 @@ class Workflow:
             name=self.name,
             stages=self.stages,
             run_stage=self.run_stage,
-            canonicalize=self.canonicalize,
+            canonicalize=self._child_canonical,
             load_input=self.Input.stored,
             deadline_seconds=self.deadline_seconds,
             version=self.version,

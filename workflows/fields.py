@@ -21,7 +21,7 @@ editors use too; here they are applied with Alfred's own quoting of values in me
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints
 from pydantic_core import PydanticCustomError, core_schema
@@ -31,7 +31,6 @@ from providers import hostnames
 from workflows.inputs import DOCUMENTED_PATTERN, expected
 
 MAX_HOSTNAME_LENGTH = hostnames.MAX_HOSTNAME_LENGTH
-label_scripts = hostnames.label_scripts
 _LOOSE_NAME = r"^\s*\S+\s*$"
 # The raw length the loose schema takes: a longest documented name (below) fits.
 _LOOSE_MAX_LENGTH = 300
@@ -162,7 +161,6 @@ DryRun = Annotated[
 ]
 
 KirbyModeChoice = Literal["disabled", "enabled"]
-KIRBY_MODES: tuple[KirbyModeChoice, ...] = get_args(KirbyModeChoice)
 
 KirbyMode = Annotated[
     KirbyModeChoice,
@@ -204,10 +202,6 @@ def normalize_hostname(raw: str) -> str:
     """The canonical form of a hostname (ValueError, with Alfred's message, when IDNA
     refuses it)."""
     return hostnames.normalize_hostname(raw, show=shown)
-
-
-def script_problem(ulabel: str) -> str | None:
-    return hostnames.script_problem(ulabel, show=shown)
 
 
 def hostname_problem(name: str, *, allow_wildcard: bool) -> str | None:

@@ -384,6 +384,23 @@ def _retry_and_recover(api: Any, operator_api: Any, execution_id: str) -> Execut
     return terminal(execution_id)
 
 
+def test_a_child_input_the_child_refuses_fails_the_parent_as_such(api, platform):
+    # given: a domain of 250 characters, valid; its www name (254) is not, and the
+    # certificate's child add-certificate is asked for both
+    labels = ["a" * 63, "b" * 63, "c" * 63, "d" * (250 - 3 * 64 - len(".example.com"))]
+    domain = ".".join(labels) + ".example.com"
+    assert len(domain) == 250
+
+    # when
+    execution = terminal(submit(api, "add-domain", {"domain": domain}).json()["id"])
+
+    # then: the parent's failure, named, with the child's field errors; no child created
+    assert execution.status == "failed"
+    assert execution.error["code"] == "child_input_invalid", execution.error
+    assert execution.error["errors"][0]["field"] == "/alternative_names/0"
+    assert not Execution.objects.filter(parent_id=execution.id).exists()
+
+
 def test_a_sync_that_never_finishes_fails_after_the_convergence_wait_not_the_deadline(
     api, platform, durable_clock
 ):

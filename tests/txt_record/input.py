@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar
 
-from pydantic import ConfigDict, Field, StringConstraints, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
 
 from executions.catalog import ApprovalView, Cell, PlanRow
 from workflows import fields
@@ -43,11 +50,17 @@ class SetTxtRecordInput(WorkflowInput):
     ]
     value: Annotated[
         str,
-        StringConstraints(max_length=255, pattern=r"^[\x21-\x7e]+$"),
+        # (surrounding whitespace is admitted and stripped, as every pattern of the five does:
+        # Python's $ also matches before a final newline, which must not make a second value)
+        StringConstraints(max_length=255, pattern=r"^\s*[\x21\x23-\x5b\x5d-\x7e]+\s*$"),
+        AfterValidator(str.strip),
         Field(
             title="Value",
-            description="The TXT value: printable ASCII without spaces or quotes' escaping.",
-            json_schema_extra=expected("printable ASCII without spaces, at most 255", "token-1"),
+            description="The TXT value: printable ASCII without spaces, quotes or "
+            "backslashes. Surrounding whitespace is ignored.",
+            json_schema_extra=expected(
+                "printable ASCII without spaces, quotes or backslashes, at most 255", "token-1"
+            ),
             examples=["token-1"],
         ),
     ]
@@ -61,9 +74,13 @@ class SetTxtRecordInput(WorkflowInput):
         if zone is None:
             return raw  # told at the zone
         try:
-            return fqdn(raw, zone)
+            name = fqdn(raw, zone)
+            problem = fields.hostname_problem(name, allow_wildcard=False)
         except ValueError as exc:
-            raise fields.invalid(f"not a name in the zone: {exc}") from None
+            problem = str(exc)
+        if problem is not None:
+            raise fields.invalid(f"not a name in the zone: {problem}")
+        return name
 
 
 class SetTxtRecord(Workflow):

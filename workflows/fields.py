@@ -212,3 +212,23 @@ def hostname_problem(name: str, *, allow_wildcard: bool) -> str | None:
 def canonical_hostnames(names: Iterable[str], *, exclude: str) -> list[str]:
     """Canonical ``names``, de-duplicated and sorted, without ``exclude`` (the primary name)."""
     return sorted(set(names) - {exclude})
+
+
+def fqdn(raw_subdomain: str, zone: str) -> str:
+    """The fully-qualified name ``raw_subdomain`` denotes inside the canonical ``zone``.
+
+    A name ending in ``.<zone>`` is already fully qualified; any other name with a trailing dot
+    is absolute and so outside the zone; the rest is relative to the zone ("api" →
+    "api.example.com"). The FQDN is the canonical form because it is unambiguous: the relative
+    form "api.example.com" of "api.example.com.example.com" would read back as "api".
+    Raises ValueError for the zone apex itself or an absolute name outside the zone.
+    """
+    absolute = raw_subdomain.strip().endswith(".")
+    name = normalize_hostname(raw_subdomain)
+    if name == zone:
+        raise ValueError(f"it names the zone apex {shown(zone)}; give a name below it")
+    if name.endswith(f".{zone}"):
+        return name
+    if absolute:
+        raise ValueError(f"it is an absolute name outside the zone {shown(zone)}")
+    return f"{name}.{zone}"

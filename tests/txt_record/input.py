@@ -17,7 +17,6 @@ from pydantic import (
 
 from executions.catalog import ApprovalView, Cell, PlanRow
 from workflows import fields
-from workflows.add_subdomain.input import fqdn
 from workflows.base import LaneClaim, Workflow, WorkflowInput
 from workflows.inputs import expected
 
@@ -74,7 +73,7 @@ class SetTxtRecordInput(WorkflowInput):
         if zone is None:
             return raw  # told at the zone
         try:
-            name = fqdn(raw, zone)
+            name = fields.fqdn(raw, zone)
             problem = fields.hostname_problem(name, allow_wildcard=False)
         except ValueError as exc:
             problem = str(exc)

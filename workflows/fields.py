@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints, ValidationInfo
 from pydantic_core import PydanticCustomError, core_schema
 
 from alfred.problems import shown
@@ -232,3 +232,20 @@ def fqdn(raw_subdomain: str, zone: str) -> str:
     if absolute:
         raise ValueError(f"it is an absolute name outside the zone {shown(zone)}")
     return f"{name}.{zone}"
+
+
+def name_in_zone(raw: str, info: ValidationInfo, *, what: str) -> str:
+    """A field validator's body for a name placed in the model's ``zone`` field (declared
+    before it): the fully-qualified name, judged by the hostname rules, or a refusal "not a
+    valid ``what``: why". In an invalid zone the name is left unjudged: the zone is told."""
+    zone = info.data.get("zone")
+    if zone is None:
+        return raw
+    try:
+        name = fqdn(raw, zone)
+        problem = hostname_problem(name, allow_wildcard=False)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem is not None:
+        raise invalid(f"not a valid {what}: {problem}")
+    return name

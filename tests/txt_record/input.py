@@ -69,17 +69,7 @@ class SetTxtRecordInput(WorkflowInput):
     @field_validator("name")
     @classmethod
     def _inside_the_zone(cls, raw: str, info: ValidationInfo) -> str:
-        zone = info.data.get("zone")
-        if zone is None:
-            return raw  # told at the zone
-        try:
-            name = fields.fqdn(raw, zone)
-            problem = fields.hostname_problem(name, allow_wildcard=False)
-        except ValueError as exc:
-            problem = str(exc)
-        if problem is not None:
-            raise fields.invalid(f"not a name in the zone: {problem}")
-        return name
+        return fields.name_in_zone(raw, info, what="name")
 
 
 class SetTxtRecord(Workflow):

@@ -58,19 +58,7 @@ class AddSubdomainInput(WorkflowInput):
     @field_validator("subdomain")
     @classmethod
     def _inside_the_zone(cls, raw: str, info: ValidationInfo) -> str:
-        """The fully-qualified name (the subdomain cannot be placed in an invalid zone: that
-        one is told at the zone, and this one left unjudged)."""
-        zone = info.data.get("zone")
-        if zone is None:
-            return raw
-        try:
-            name = fields.fqdn(raw, zone)
-            problem = fields.hostname_problem(name, allow_wildcard=False)
-        except ValueError as exc:
-            problem = str(exc)
-        if problem is not None:
-            raise fields.invalid(f"not a valid subdomain: {problem}")
-        return name
+        return fields.name_in_zone(raw, info, what="subdomain")
 
 
 class AddSubdomain(Workflow):

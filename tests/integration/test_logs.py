@@ -67,7 +67,9 @@ def test_a_line_carries_its_context_and_the_current_spans_ids(capsys):
 
 def test_web_and_worker_write_json_lines_one_per_refusal_and_per_transition(api):
     web = WebServer("logs-web", ALFRED_LOG_FORMAT="json").start()
-    worker = WorkerProcess("logs").start(environ={"ALFRED_LOG_FORMAT": "json"})
+    # (the worker without a beat of its own: two beats race for the one lease, and the one
+    # whose lines this test reads could wait a whole lease for the other's to run out)
+    worker = WorkerProcess("logs").start(beat=False, environ={"ALFRED_LOG_FORMAT": "json"})
     beat = BeatProcess("logs-beat").start(environ={"ALFRED_LOG_FORMAT": "json"})
     try:
         wait_for(lambda: "ready" in worker.output(), timeout=60)

@@ -373,8 +373,7 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | _Onward | Outc
             if s["position"] < stage["position"]
         ):
             return Outcome.STOP  # out of order: the chain of the earlier stage will get here
-        paused = execution.status == ExecutionStatus.PAUSED
-        if stage["status"] == StageStatus.WAITING and not _wake_owed(run, stage_name, now, paused):
+        if stage["status"] == StageStatus.WAITING and not _wake_owed(run, stage_name, now):
             # A stale message (delivered again, a recovery's or a hint's that lost the race):
             # a waiting stage is its wake's to claim. Claiming it anyway would replay it only
             # to wait again, and flip a paused execution to running meanwhile, refusing an
@@ -539,15 +538,15 @@ def _timers_served(run: Run, stage_name: str, now: datetime) -> None:
         Timer.objects.filter(pk__in=due).update(status=TimerStatus.FIRED, fired_at=now)
 
 
-def _wake_owed(run: Run, stage_name: str, now: datetime, paused: bool) -> bool:
+def _wake_owed(run: Run, stage_name: str, now: datetime) -> bool:
     """Whether a waiting stage has something to look at: a wake since its last claim (a
     signal, a fired timer, a child's end), its own timer due (the countdown hint's delivery,
     which the scanner has not fired yet) or its deadline passed (the claim ends it; not while
-    ``paused`` for an operator, which the deadline does not count). A cancel needs no claim:
-    a waiting run is canceled at once (``controls``)."""
+    paused for an operator, ``paused_at``, which the deadline does not count). A cancel needs
+    no claim: a waiting run is canceled at once (``controls``)."""
     return (
         run.wakeups != run.wakeups_seen
-        or (not paused and run.deadline_at is not None and now > run.deadline_at)
+        or (run.paused_at is None and run.deadline_at is not None and now > run.deadline_at)
         or Timer.objects.filter(
             run=run, stage=stage_name, status=TimerStatus.PENDING, due_at__lte=now
         ).exists()

@@ -14,7 +14,6 @@ from alfred.metrics import RECOVERY_DISPATCHES
 from executions.models import (
     ACTIVE_STATUSES,
     Execution,
-    ExecutionStatus,
     Run,
     RunStatus,
     StartState,
@@ -84,10 +83,10 @@ def runs_recover(batch: int = BATCH) -> int:
         # the wake's message was lost
         | Q(status=RunStatus.WAITING, wakeups__gt=F("wakeups_seen"), woken_at__lt=grace)
         # past its deadline, unless paused for an operator: that wait does not count
-        # (``runner._deadline_after_pause``), and the approval's expiry ends it
+        # (``Run.paused_at``), and the approval's expiry ends it
         | (
             Q(status__in=[RunStatus.WAITING, RunStatus.RUNNING], deadline_at__lt=now)
-            & ~Q(execution__status=ExecutionStatus.PAUSED)
+            & Q(paused_at__isnull=True)
         ),
         execution__current_run_id=F("id"),
         execution__status__in=sorted(ACTIVE_STATUSES),

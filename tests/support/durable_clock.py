@@ -43,7 +43,6 @@ class DurableClock:
             Timer.objects.filter(run__in=runs, status=TimerStatus.PENDING).update(
                 due_at=F("due_at") - delta
             )
-            Hook.objects.filter(execution_id__in=family).update(created_at=F("created_at") - delta)
             Hook.objects.filter(
                 execution_id__in=family, status=HookStatus.PENDING, expires_at__isnull=False
             ).update(expires_at=F("expires_at") - delta)

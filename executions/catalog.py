@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from executions.runtime.registry import Definition, register
+
+if TYPE_CHECKING:
+    from executions.models import Execution
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,13 @@ def workflow_get(name: str) -> Workflow:
 def workflow_find(name: str) -> Workflow | None:
     """The workflow of that name, or None (an execution of a workflow since removed)."""
     return _WORKFLOWS.get(name)
+
+
+def execution_subject(execution: Execution) -> str:
+    """What the execution acts on, as its workflow names it (``subject`` of the catalogue)."""
+    workflow = workflow_find(execution.workflow)
+    data = execution.input if isinstance(execution.input, Mapping) else {}
+    return workflow.subject(data) if workflow is not None else ""
 
 
 def searched_fields() -> tuple[str, ...]:

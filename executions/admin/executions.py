@@ -49,7 +49,7 @@ from alfred.principals import Caller
 from alfred.readonly import read_only
 from executions import selectors
 from executions.admin import pages
-from executions.catalog import searched_fields
+from executions.catalog import execution_subject, searched_fields
 from executions.controls import (
     CONTROLS,
     PLAN_HASH_PATTERN,
@@ -202,7 +202,7 @@ class ExecutionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Subject")
     def subject(self, execution: Execution) -> str:
-        return pages.execution_subject(execution)
+        return execution_subject(execution)
 
     @admin.display(description="Status", ordering="status")
     def status_shown(self, execution: Execution) -> str:

@@ -28,7 +28,7 @@ from django.utils.http import urlencode
 from alfred.principals import Caller, principal_name
 from alfred.readonly import read_only
 from executions import selectors
-from executions.catalog import ApprovalView, workflow_find
+from executions.catalog import ApprovalView, execution_subject, workflow_find
 from executions.controls import CONTROLS, execution_controls
 from executions.history import RUN_RECORDS
 from executions.models import (
@@ -77,13 +77,6 @@ def _took(start: datetime | None, end: datetime | None) -> str:
 
 
 # --- the header ---------------------------------------------------------------------------
-
-
-def execution_subject(execution: Execution) -> str:
-    """What the execution acts on, as its workflow names it (``subject`` of the catalogue)."""
-    workflow = workflow_find(execution.workflow)
-    data = execution.input if isinstance(execution.input, Mapping) else {}
-    return workflow.subject(data) if workflow is not None else ""
 
 
 def execution_tickets(execution: Execution) -> list[str]:

@@ -38,8 +38,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from alfred.principals import Caller, Role, cli_actor, cli_caller
 from alfred.text import reason_argument
 from executions import selectors
-from executions.admin.pages import execution_subject, pending_approval
+from executions.admin.pages import pending_approval
 from executions.api.serializers import ExecutionSerializer
+from executions.catalog import execution_subject
 from executions.controls import (
     APPROVE,
     CONTROLS,

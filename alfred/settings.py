@@ -49,6 +49,9 @@ ALFRED_HANDOFF_GRACE_SECONDS = env.float("ALFRED_HANDOFF_GRACE_SECONDS", default
 ALFRED_APPROVAL_TTL_SECONDS = env.float("ALFRED_APPROVAL_TTL_SECONDS", default=7 * 24 * 3600.0)
 if ALFRED_APPROVAL_TTL_SECONDS <= 0:
     raise ImproperlyConfigured("ALFRED_APPROVAL_TTL_SECONDS: more than 0")
+# Who may approve a plan, and how many must (executions.approvals): a TOML file versioned
+# with the deployment, read at start; none: one approval, from any operator but the requester.
+ALFRED_APPROVAL_POLICY = env.str("ALFRED_APPROVAL_POLICY", default="")
 # The platform edge add-domain and onboard-domain point a domain at: A and AAAA alias records
 # to this target (a load balancer's or a CloudFront distribution's DNS name and the hosted
 # zone id AWS gives it). Unset: those workflows fail their plan (platform_edge_missing).

@@ -28,11 +28,13 @@ from django.db import transaction
 
 from alfred.principals import Caller
 from alfred.readonly import ReadOnlyInstance, writes_allowed
-from executions.catalog import InvalidInput, workflow_get
+from executions import approvals
+from executions.catalog import InvalidInput, execution_subject, workflow_get
 from executions.events import EventType
 from executions.lanes.holding import execution_lane_claim
 from executions.models import (
     TERMINAL_STATUSES,
+    Approval,
     AuditEntry,
     Execution,
     ExecutionStatus,
@@ -148,7 +150,8 @@ RETRY = Control(
 APPROVE = Control(
     "approve",
     approve_allowed,
-    "Approve the pending plan, named by its hash (operators; another plan's hash is refused)",
+    "Approve the pending plan, named by its hash (operators, as the approval policy allows; "
+    "another plan's hash is refused)",
     title="Approve the plan",
     done="approved the plan {plan_hash}",
     operators_only=True,
@@ -355,6 +358,27 @@ class ForceRequired(InvalidState):
         )
 
 
+class AlreadyApproved(InvalidState):
+    """The caller approved this plan already: another operator's approval is what it needs."""
+
+    def __init__(self, execution: Execution, standing: approvals.Standing) -> None:
+        super().__init__(
+            execution,
+            message=f"you approved the plan waiting on {execution.id} already "
+            f"({standing.summary()}): it needs {standing.owed} more from another operator",
+        )
+        self.standing = standing
+
+
+class ApproverRefused(NotPermitted):
+    """The approval policy does not let this operator approve this plan (``why``)."""
+
+    def __init__(self, execution: Execution, standing: approvals.Standing, why: str) -> None:
+        Exception.__init__(self, f"you may not approve the plan waiting on {execution.id}: {why}")
+        self.execution_id = execution.id
+        self.standing = standing
+
+
 def _pending_plan_hash(execution: Execution) -> str:
     hook = Hook.objects.filter(execution=execution).awaiting_operator().first()
     return str(hook.payload.get("plan_hash", "")) if hook is not None else ""
@@ -363,9 +387,13 @@ def _pending_plan_hash(execution: Execution) -> str:
 def execution_approve(
     *, execution_id: str, caller: Caller, plan_hash: str, force: bool = False, reason: str = ""
 ) -> Execution:
-    """Answer the pending checkpoint of a paused execution, for exactly the plan named by its
-    hash (operators only). The workflow reads its state again before acting: a plan that
-    changed since opens a new checkpoint, never applies this consent."""
+    """Approve the pending checkpoint of a paused execution, for exactly the plan named by its
+    hash (operators only), as the approval policy allows (``executions.approvals``): the
+    caller must be on its rule's list and not shut out (the requester, an earlier approver),
+    and approves once. The checkpoint is answered when the rule has every approval it asks,
+    each bound to the same hash (a new plan is a new checkpoint: its count starts again). The
+    workflow reads its state again before acting: a plan that changed since opens a new
+    checkpoint, never applies this consent."""
     with transaction.atomic(durable=True):
         execution = _locked_for(caller, execution_id, APPROVE)
         hook = (
@@ -382,9 +410,49 @@ def execution_approve(
         if force_required and not force:
             raise ForceRequired(execution)
         force = force and force_required
-        audit_record(
-            caller, "execution.approve", execution.id, reason, plan_hash=plan_hash, force=force
+        before = approvals.standing(execution, hook, execution_subject(execution))
+        if any(given.principal == caller.principal for given in before.given):
+            raise AlreadyApproved(execution, before)
+        refusal = before.refusal(caller)
+        if refusal:
+            raise ApproverRefused(execution, before, refusal)
+        Approval.objects.create(
+            execution=execution,
+            hook=hook,
+            plan_hash=plan_hash,
+            principal=caller.principal,
+            actor_name=caller.name,
+            rule=before.rule.name,
+            force=force,
+            reason=reason,
         )
+        count = len(before.given) + 1
+        required = before.rule.approvals
+        audit_record(
+            caller,
+            "execution.approve",
+            execution.id,
+            reason,
+            plan_hash=plan_hash,
+            force=force,
+            policy=before.rule.name,
+            approval=f"{count} of {required}",
+        )
+        event_emit(
+            execution_id=execution.id,
+            type=EventType.APPROVAL_RECORDED,
+            key=event_key(execution.id, f"{hook.id}:approved:{caller.principal}"),
+            payload={
+                "hook": hook.id,
+                "plan_hash": plan_hash,
+                "by": caller.principal,
+                "approvals": count,
+                "required": required,
+                "rule": before.rule.name,
+            },
+        )
+        if count < required:
+            return execution
         hook_signal_locked(
             hook,
             idempotency_key=f"approve:{plan_hash}",
@@ -392,6 +460,8 @@ def execution_approve(
                 "plan_hash": plan_hash,
                 "force": force,
                 "by": caller.principal,
+                "approvers": [*(given.principal for given in before.given), caller.principal],
+                "rule": before.rule.name,
                 "reason": reason,
             },
             principal=caller.principal,
@@ -494,7 +564,9 @@ __all__ = [
     "REJECT",
     "RETRY",
     "ROLLBACK",
+    "AlreadyApproved",
     "ApprovalExpired",
+    "ApproverRefused",
     "Control",
     "ControlBody",
     "ForceRequired",

@@ -40,6 +40,7 @@ class EventType(StrEnum):
     STAGE_WAITING = "stage.waiting"
     STAGE_FAILED = "stage.failed"
     HOOK_SIGNALLED = "hook.signalled"
+    APPROVAL_RECORDED = "approval.recorded"
     CANCEL_REQUESTED = "execution.cancel_requested"
     ROLLBACK_REQUESTED = "execution.rollback_requested"
     ASSISTANCE = "execution.assistance"
@@ -110,6 +111,18 @@ class HookSignalled(TypedDict):
     hook: str
     name: str
     by: str
+
+
+class ApprovalRecorded(TypedDict):
+    """An operator's approval of the plan ``plan_hash``: ``approvals`` of the ``required``
+    its policy ``rule`` asks (the last one answers the hook: ``hook.signalled`` follows)."""
+
+    hook: str
+    plan_hash: str
+    by: str
+    approvals: int
+    required: int
+    rule: str
 
 
 class CancelRequested(TypedDict):
@@ -191,6 +204,9 @@ EVENTS: Final[Mapping[EventType, EventSpec]] = MappingProxyType(
         EventType.STAGE_FAILED: EventSpec("a stage of the current run failed", StageChanged),
         EventType.HOOK_SIGNALLED: EventSpec(
             "a hook the execution waited for was answered", HookSignalled
+        ),
+        EventType.APPROVAL_RECORDED: EventSpec(
+            "an operator approved the pending plan (`approvals` of `required`)", ApprovalRecorded
         ),
         EventType.CANCEL_REQUESTED: EventSpec(
             "cancel of a running execution (at the next step)", CancelRequested

@@ -374,6 +374,32 @@ class HookSignal(models.Model):
         return f"{self.hook_id} {self.idempotency_key}"
 
 
+class Approval(models.Model):
+    """One operator's approval of the plan a checkpoint waits on (``executions.approvals``):
+    the checkpoint is answered once its rule has all it asks; a new plan is a new hook, and
+    its count starts again."""
+
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="approvals")
+    hook = models.ForeignKey(Hook, on_delete=models.CASCADE, related_name="approvals")
+    plan_hash = models.CharField(max_length=64)
+    principal = models.CharField(max_length=80)
+    actor_name = models.CharField(max_length=200, blank=True, default="")
+    rule = models.CharField(max_length=100, help_text="The policy rule it was given under.")
+    force = models.BooleanField(default=False)
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Distinct operators: one approval per principal per plan.
+            models.UniqueConstraint(fields=["hook", "principal"], name="uniq_approval"),
+        ]
+        indexes = [models.Index(fields=["execution", "principal"])]
+
+    def __str__(self) -> str:
+        return f"{self.hook_id} approved by {self.principal}"
+
+
 class TimerStatus(models.TextChoices):
     PENDING = "pending"
     FIRED = "fired"

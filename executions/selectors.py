@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from alfred.db import Rows, Statement, columns, instance, instances, statements_run
 from alfred.principals import Caller, principal_name
+from executions.approvals import Standing
 from executions.catalog import workflows_all
 from executions.models import (
     ACTIVE_STATUSES,
@@ -164,10 +165,14 @@ class Waiting:
 
 
 def execution_waiting(
-    execution: Execution, lane: LaneView | None, pending_approval: Hook | None
+    execution: Execution,
+    lane: LaneView | None,
+    pending_approval: Hook | None,
+    standing: Standing | None = None,
 ) -> Waiting | None:
     """What ``execution`` (active) waits for, from its lane and its pending approval (its
-    parts, :func:`execution_parts`): None when nothing, or only a worker (running, a timer)."""
+    parts, :func:`execution_parts`, and where the approval stands under its policy):
+    None when nothing, or only a worker (running, a timer)."""
     if execution.status in TERMINAL_STATUSES:
         return None
     # The holder as read with the lane; an acceptance's own answer knows only the lane's key,
@@ -195,11 +200,17 @@ def execution_waiting(
         )
     if pending_approval is not None:
         plan = str((pending_approval.payload or {}).get("plan_hash", ""))
-        return Waiting(
-            code="approval",
-            who="operator",
-            detail=f"An operator's answer to the plan {plan}: approve or reject it.",
-        )
+        detail = f"An operator's answer to the plan {plan}: approve or reject it"
+        if standing is not None and standing.blocked:
+            detail = (
+                f"{detail}. Its approval cannot be met as the policy stands: {standing.blocked}"
+            )
+        elif standing is not None:
+            detail = (
+                f"{detail} ({standing.summary()}; the rule {standing.rule.name!r} asks "
+                f"{standing.rule.asks()})"
+            )
+        return Waiting(code="approval", who="operator", detail=f"{detail}.")
     if lane is not None and lane.role == "queued":
         return Waiting(
             code="lane",

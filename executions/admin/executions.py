@@ -110,6 +110,11 @@ class ControlPage:
             ),
         )
         said = self.control.done.format(plan_hash=data.get("plan_hash", ""))
+        waiting = pages.pending_approval(execution) if self.control.name == "approve" else None
+        if waiting is not None and waiting["plan_hash"] == data.get("plan_hash"):
+            # the policy asks for more: the plan waits for another operator's approval
+            policy = waiting["policy"]
+            said = f"{said} ({policy.summary()}: it waits for {policy.owed} more)"
         return f"{said}; now {execution.status}"
 
 
@@ -127,7 +132,7 @@ def execution_page(execution: Execution, caller: Caller) -> dict[str, Any]:
     """What an execution's page (and its live part) shows beyond its fields."""
     return {
         "header": pages.execution_header(execution),
-        "approval": pages.pending_approval(execution),
+        "approval": pages.pending_approval(execution, caller),
         "runs": pages.execution_timeline(execution),
         **pages.execution_events(execution),
         "controls": [
@@ -397,7 +402,9 @@ class ExecutionAdmin(ReadOnlyAdmin):
         superseded: dict[str, Any] | None,
     ) -> TemplateResponse:
         bound_to_plan = control in ("approve", "reject")
-        approval = pages.pending_approval(execution) if bound_to_plan else None
+        approval = (
+            pages.pending_approval(execution, admin_caller(request)) if bound_to_plan else None
+        )
         if approval is not None and not form.is_bound:
             form.initial.setdefault("plan_hash", approval["plan_hash"])
         if control == "approve" and not (approval or {}).get("force_required"):

@@ -28,6 +28,7 @@ from django.utils.http import urlencode
 from alfred.principals import Caller, principal_name
 from alfred.readonly import read_only
 from executions import selectors
+from executions.approvals import standing as approval_standing
 from executions.catalog import ApprovalView, execution_subject, workflow_find
 from executions.controls import CONTROLS, execution_controls
 from executions.history import RUN_RECORDS
@@ -138,7 +139,11 @@ def _label(ended: bool) -> str:
 
 def execution_header(execution: Execution) -> dict[str, Any]:
     lane = selectors.execution_lane(execution)
-    waiting = selectors.execution_waiting(execution, lane, _pending_hook(execution))
+    hook = _pending_hook(execution)
+    standing = (
+        None if hook is None else approval_standing(execution, hook, execution_subject(execution))
+    )
+    waiting = selectors.execution_waiting(execution, lane, hook, standing)
     related = [
         ("predecessor", execution.predecessor),
         ("parent", execution.parent),
@@ -325,15 +330,25 @@ def _pending_hook(execution: Execution) -> Hook | None:
     return execution.hooks.awaiting_operator().first()
 
 
-def pending_approval(execution: Execution) -> dict[str, Any] | None:
+def pending_approval(execution: Execution, caller: Caller | None = None) -> dict[str, Any] | None:
     """The operator checkpoint the execution waits on (as the API's ``pending_approval``),
-    with its plan as its workflow shows it."""
+    with its plan as its workflow shows it, where its approval stands under the policy
+    (``policy``: :class:`~executions.approvals.Standing`) and, given the ``caller``, why they
+    may not approve it (``refusal``, "" when they may)."""
     hook = _pending_hook(execution)
     if hook is None:
         return None
     payload = hook.payload if isinstance(hook.payload, Mapping) else {}
     workflow = workflow_find(execution.workflow)
+    policy = approval_standing(execution, hook, execution_subject(execution))
+    refusal = ""
+    if caller is not None and any(g.principal == caller.principal for g in policy.given):
+        refusal = "you approved this plan already"
+    elif caller is not None:
+        refusal = policy.refusal(caller)
     return {
+        "policy": policy,
+        "refusal": refusal,
         "hook": hook,
         "plan_hash": str(payload.get("plan_hash", "")),
         "summary": str(payload.get("summary", "")),

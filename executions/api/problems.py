@@ -13,7 +13,9 @@ from executions import selectors
 from executions.acceptance import IdempotencyConflict, IdentityHeld, UnknownWorkflow
 from executions.catalog import InvalidInput
 from executions.controls import (
+    AlreadyApproved,
     ApprovalExpired,
+    ApproverRefused,
     ForceRequired,
     HistoryPruned,
     InvalidState,
@@ -63,6 +65,16 @@ PROBLEMS: tuple[ProblemMap[Any], ...] = (
     # No execution the caller may read: the same 404 as an id that cannot exist.
     ProblemMap(Execution.DoesNotExist, "not_found", not_found_detail),
     ProblemMap(NotPermitted, "permission_denied", members=_execution),
+    # Says which rule, and where the approval stands, so the operator knows whom to ask.
+    ProblemMap(
+        ApproverRefused,
+        "approver_not_permitted",
+        members=lambda exc: {
+            "execution": exc.execution_id,
+            "rule": exc.standing.rule.name,
+            "approvals": exc.standing.summary(),
+        },
+    ),
     ProblemMap(InvalidState, "invalid_state", members=_execution),
     ProblemMap(NotRetryable, "not_retryable", members=_execution),
     # Names the hash that is waiting, so the caller can look at that plan and decide.
@@ -72,6 +84,15 @@ PROBLEMS: tuple[ProblemMap[Any], ...] = (
         members=lambda exc: {"execution": exc.execution_id, "plan_hash": exc.current},
     ),
     ProblemMap(ForceRequired, "force_required", members=_execution),
+    ProblemMap(
+        AlreadyApproved,
+        "already_approved",
+        members=lambda exc: {
+            "execution": exc.execution_id,
+            "rule": exc.standing.rule.name,
+            "approvals": exc.standing.summary(),
+        },
+    ),
     # Says when, so an operator can find the archive written then (docs/runbook.md).
     ProblemMap(
         HistoryPruned,

@@ -16,6 +16,9 @@ from alfred.fields import PlannedSerializer, StrictBooleanField
 from alfred.principals import Caller
 from alfred.text import FreeTextField
 from executions import selectors
+from executions.approvals import Standing
+from executions.approvals import standing as approval_standing
+from executions.catalog import execution_subject
 from executions.controls import (
     CONTROLS,
     PLAN_HASH_EXPECTED,
@@ -88,6 +91,46 @@ class LaneViewSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=["owner", "queued"], allow_null=True)
     state = serializers.CharField(allow_null=True)
     position = serializers.IntegerField(allow_null=True, help_text="1-based, when queued.")
+
+
+class ApprovalGivenSerializer(serializers.Serializer):
+    by = serializers.CharField(help_text="The approver's principal.")
+    name = serializers.CharField(help_text="The approver's name (a user's, a token's).")
+    at = serializers.DateTimeField()
+
+
+class ApprovalPolicySerializer(serializers.Serializer):
+    """What the approval policy asks of the pending plan, and how far it is met
+    (``executions.approvals``; docs/contract.md, "Approval policies")."""
+
+    rule = serializers.CharField(help_text="The policy rule that applies ('default' if none).")
+    asks = serializers.CharField(help_text="What the rule asks, in a sentence.")
+    approvals_required = serializers.IntegerField(help_text="Distinct operators, 1–10.")
+    approvals = ApprovalGivenSerializer(many=True, help_text="Given so far, oldest first.")
+    summary = serializers.CharField(help_text='"1 of 2 approvals (alice)".')
+    requester_may_approve = serializers.BooleanField()
+    earlier_approvers_may_approve = serializers.BooleanField()
+    approvers = serializers.ListField(
+        child=serializers.CharField(), help_text="Who may approve (the rule's list)."
+    )
+    blocked = serializers.CharField(
+        allow_null=True,
+        help_text="Why the approvals still owed cannot be given as the policy stands (more are "
+        "owed than operators may still give), or null.",
+    )
+
+
+class PendingApprovalSerializer(serializers.Serializer):
+    """The operator checkpoint a paused execution waits on."""
+
+    policy = ApprovalPolicySerializer()
+    hook = serializers.CharField()
+    stage = serializers.CharField()
+    plan = serializers.JSONField(allow_null=True, help_text="The plan, as the workflow wrote it.")
+    plan_hash = serializers.CharField(help_text="What an approval must name.")
+    requested_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    force_required = serializers.BooleanField()
 
 
 class WaitingSerializer(serializers.Serializer):
@@ -262,12 +305,24 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             return None
         return {"id": run.id, "number": run.number, "kind": run.kind, "status": run.status}
 
-    @extend_schema_field(serializers.DictField(allow_null=True))
-    def get_pending_approval(self, obj: Execution) -> dict[str, Any] | None:
+    def _standing(self, obj: Execution) -> Standing | None:
+        """Where the pending approval stands under its policy (read once per execution)."""
         hook = self._parts(obj).pending_approval
         if hook is None:
             return None
+        read: dict[str, Standing] = self.__dict__.setdefault("_standing_read", {})
+        if hook.pk not in read:
+            read[hook.pk] = approval_standing(obj, hook, execution_subject(obj))
+        return read[hook.pk]
+
+    @extend_schema_field(PendingApprovalSerializer(allow_null=True))
+    def get_pending_approval(self, obj: Execution) -> dict[str, Any] | None:
+        hook = self._parts(obj).pending_approval
+        standing = self._standing(obj)
+        if hook is None or standing is None:
+            return None
         return {
+            "policy": standing.as_dict(),
             "hook": hook.id,
             "stage": hook.stage,
             "plan": hook.payload.get("plan"),
@@ -281,7 +336,9 @@ class ExecutionSerializer(ExecutionSummarySerializer):
     def get_waiting_for(self, obj: Execution) -> dict[str, Any] | None:
         """Null when nothing (or only a worker) is awaited; else what, and who can act."""
         parts = self._parts(obj)
-        waiting = selectors.execution_waiting(obj, parts.lane, parts.pending_approval)
+        waiting = selectors.execution_waiting(
+            obj, parts.lane, parts.pending_approval, self._standing(obj)
+        )
         if waiting is None:
             return None
         return {

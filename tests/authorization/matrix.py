@@ -394,6 +394,10 @@ COMMANDS: tuple[CommandRow, ...] = (
         "alfred_executions retry", ("alfred_executions", "retry", "{failed}"), "ok", "refused"
     ),
     CommandRow("alfred_bootstrap", ("alfred_bootstrap",), "ok", "refused"),
+    CommandRow("alfred_policy check", ("alfred_policy", "check"), "ok", "ok"),
+    CommandRow(
+        "alfred_policy explain", ("alfred_policy", "explain", "--execution", "{paused}"), "ok", "ok"
+    ),
 )
 
 

@@ -13,7 +13,9 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
+from rest_framework.test import APIClient
 
+from alfred.tokens import token_create
 from executions.models import Execution, Hook
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import WorkerProcess, quiesce, wait_for
@@ -173,6 +175,44 @@ def test_a_plain_a_record_pauses_for_the_plan_and_only_its_hash_applies(
     assert len(_batches(standin, body["id"])) == 1
     served = [r for r in _records(route53, zone_id, name) if r["Type"] == "A"]
     assert [r["AliasTarget"]["DNSName"] for r in served] == ["d111111abcdef8.cloudfront.net."]
+
+
+def test_a_plan_two_operators_must_approve_applies_only_at_the_second(
+    api, operator_api, aws_worker, standin, route53, zone_id, settings, tmp_path
+):
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        '[[rules]]\nname = "apex zone"\nworkflows = ["add-subdomain"]\n'
+        'subjects = ["*.example.com"]\napprovals = 2\n'
+    )
+    settings.ALFRED_APPROVAL_POLICY = str(policy)  # the web's (this process's) policy
+    name = f"{_name()}.example.com"
+    _create(route53, zone_id, name, "A", "192.0.2.8")
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
+    pending = _paused(api, body["id"])["pending_approval"]
+    assert pending["policy"]["asks"] == "2 approvals from distinct operators; not the requester"
+    approve = f"/api/v1/executions/{body['id']}/approve"
+    second = APIClient()
+    second.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {token_create(name='ops-2', role='operator')[1]}"
+    )
+
+    first = operator_api.post(approve, {"plan_hash": pending["plan_hash"]}, format="json")
+
+    assert first.status_code == 202
+    quiesce()  # whatever a worker would do with it, it has done
+    resource = api.get(f"/api/v1/executions/{body['id']}").json()
+    assert resource["status"] == "paused"
+    assert resource["pending_approval"]["policy"]["summary"] == "1 of 2 approvals (ops)"
+    assert _batches(standin, body["id"]) == []  # the stand-in's journal: nothing applied
+
+    assert (
+        second.post(approve, {"plan_hash": pending["plan_hash"]}, format="json").status_code == 202
+    )
+
+    execution = _terminal(body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert len(_batches(standin, body["id"])) == 1
 
 
 def test_dns_changed_while_paused_is_a_new_checkpoint_never_the_old_approval(

@@ -294,10 +294,22 @@ def test_what_an_execution_shows_besides_its_row(api):
         "requested_at": newest.created_at.isoformat().replace("+00:00", "Z"),
         "expires_at": None,
         "force_required": False,
+        "policy": {
+            "rule": "default",
+            "asks": "1 approval from distinct operators; not the requester",
+            "approvals_required": 1,
+            "approvals": [],
+            "summary": "0 of 1 approvals",
+            "requester_may_approve": False,
+            "earlier_approvers_may_approve": True,
+            "approvers": ["operators"],
+            "blocked": None,
+        },
     }
     assert body["children"] == children
-    # the token; then the execution with its stages, checkpoint, children and lane
-    assert len(queries) == 6 and trace.round_trips == 2
+    # the token; then the execution with its stages, checkpoint, children and lane; then
+    # where the checkpoint's approval stands (given, requesters' keys, operator users, tokens)
+    assert len(queries) == 10 and trace.round_trips == 3
 
 
 def test_the_stages_shown_are_those_of_the_run_shown_when_a_new_run_lands_between(api):

@@ -40,6 +40,7 @@ from alfred.text import reason_argument
 from executions import selectors
 from executions.admin.pages import pending_approval
 from executions.api.serializers import ExecutionSerializer
+from executions.approvals import standing as approval_standing
 from executions.catalog import execution_subject
 from executions.controls import (
     APPROVE,
@@ -140,9 +141,19 @@ class Command(BaseCommand):
             subject = execution_subject(execution)
             if subject:
                 self.stderr.write(f"acts on: {subject}")
-            pending = pending_approval(execution)
+            pending = pending_approval(execution, caller)
             if pending is not None:
-                self.stderr.write(f"plan {pending['plan_hash']} waits for approval:")
+                policy = pending["policy"]
+                self.stderr.write(
+                    f"plan {pending['plan_hash']} waits for approval: {policy.summary()}; the "
+                    f"rule {policy.rule.name!r} asks {policy.rule.asks()}"
+                )
+                if policy.blocked:
+                    self.stderr.write(f"  it cannot be met: {policy.blocked}")
+                if pending["refusal"]:
+                    self.stderr.write(
+                        f"  you ({caller.name}) may not approve it: {pending['refusal']}"
+                    )
                 self.stderr.write("\n".join(f"  {line}" for line in pending["view"].lines()))
             return
         caller = cli_caller(options["actor"])
@@ -234,9 +245,25 @@ def _after_approval(execution_id: str, plan_hash: str, *, wait: float) -> str:
     approval was recorded, but the run reads what it changes again before it changes it."""
     deadline = time.monotonic() + wait
     while True:
-        execution = Execution.objects.only("status", "error").get(pk=execution_id)
+        execution = Execution.objects.only("status", "error", "workflow", "input", "principal").get(
+            pk=execution_id
+        )
         pending = _pending_plan(execution_id)
         current = str(pending.payload.get("plan_hash", "")) if pending is not None else ""
+        if pending is not None and current == plan_hash:
+            # Still waiting on this plan: the policy asks for more approvals than these.
+            policy = approval_standing(execution, pending, execution_subject(execution))
+            if policy.owed:
+                more = (
+                    f"it cannot get them as the policy stands: {policy.blocked}"
+                    if policy.blocked
+                    else "another operator approves it with the same --plan-hash"
+                )
+                return (
+                    f"{execution_id}: your approval of plan {plan_hash} is recorded "
+                    f"({policy.summary()}); the rule {policy.rule.name!r} asks for "
+                    f"{policy.owed} more before it applies: {more}"
+                )
         if pending is not None and current != plan_hash:
             until = f" (until {pending.expires_at.isoformat()})" if pending.expires_at else ""
             raise CommandError(

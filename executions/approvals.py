@@ -123,6 +123,7 @@ class Policy(BaseModel):
         file says: more approvals than a list of named approvers holds, two rules of one name,
         a workflow that does not exist (given ``workflows``, the names registered)."""
         found = []
+        known = None if workflows is None else set(workflows)
         names = [rule.name for rule in self.rules]
         found += [f"two rules are named {n!r}" for n in sorted(set(names)) if names.count(n) > 1]
         for rule in (self.default, *self.rules):
@@ -132,7 +133,7 @@ class Policy(BaseModel):
                     f"rule {rule.name!r} asks for {rule.approvals} distinct approvers and names "
                     f"{len(fixed)} ({', '.join(sorted(fixed))}): nobody can satisfy it"
                 )
-            unknown = [] if workflows is None else _unknown(rule.workflows, set(workflows))
+            unknown = [] if known is None else _unknown(rule.workflows, known)
             if unknown:
                 found.append(
                     f"rule {rule.name!r} names no workflow Alfred runs: {', '.join(unknown)}"

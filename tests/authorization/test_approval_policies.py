@@ -341,7 +341,10 @@ def test_a_policy_that_does_not_hold_is_refused_with_what_is_wrong(
 
 def test_a_process_does_not_start_on_a_policy_that_does_not_hold(tmp_path: Path) -> None:
     bad = tmp_path / "policy.toml"
-    bad.write_text('[[rules]]\nname = "typo"\nworkflows = ["add-subdomian"]\n')
+    bad.write_text(
+        '[[rules]]\nname = "fine"\nworkflows = ["add-subdomain"]\n'
+        '[[rules]]\nname = "typo"\nworkflows = ["add-subdomian"]\n'
+    )
     env = {
         **os.environ,
         "ALFRED_APPROVAL_POLICY": str(bad),
@@ -352,11 +355,18 @@ def test_a_process_does_not_start_on_a_policy_that_does_not_hold(tmp_path: Path)
     )
     assert started.returncode != 0
     assert "rule 'typo' names no workflow Alfred runs: add-subdomian" in started.stderr
+    assert "rule 'fine'" not in started.stderr
+    # and the example, whose every rule names a workflow Alfred runs, starts
+    env["ALFRED_APPROVAL_POLICY"] = str(ROOT / "deploy" / "approval-policy.example.toml")
+    fine = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert fine.returncode == 0, fine.stderr
 
 
 def test_the_example_policy_the_readme_offers_holds() -> None:
     example = policy_read(ROOT / "deploy" / "approval-policy.example.toml")
-    assert example.problems(["add-subdomain", "update-lambda-version"]) == []
+    assert example.problems(iter(["add-subdomain", "update-lambda-version"])) == []
     rule = example.rule_for("update-lambda-version", "checkout-api on production → version 3")
     assert (rule.name, rule.approvals) == ("production lambdas", 2)
     assert example.rule_for("update-lambda-version", "checkout-api on staging").name == "default"

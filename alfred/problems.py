@@ -66,6 +66,7 @@ CODES: dict[str, tuple[int, str]] = {
     "payload_too_large": (413, "Request body too large"),
     "unsupported_media_type": (415, "Unsupported media type"),
     "invalid_input": (422, "Invalid input"),
+    "invalid_freeze": (422, "The freeze cannot be declared as asked"),
     "throttled": (429, "Too many requests"),
     "internal_error": (500, "Internal error"),
     "read_only_instance": (503, "Read-only instance"),

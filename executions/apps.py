@@ -21,11 +21,16 @@ class ExecutionsConfig(AppConfig):
         from alfred.problems import problems_register
         from executions.api.problems import PROBLEMS
         from executions.approvals import PolicyInvalid, policy
+        from executions.freezes import freeze_hold
         from executions.lanes.effects import ExecutionLaneEffects
         from executions.lanes.holding import execution_lane_refusal
         from executions.lanes.reconciler import lane_reconcile_on_finish
         from executions.metrics import EXECUTION_GAUGES
-        from executions.runtime.registry import claim_guard_register, stage_queues_all
+        from executions.runtime.registry import (
+            claim_guard_register,
+            mutation_gate_register,
+            stage_queues_all,
+        )
         from executions.runtime.terminal import execution_finished
         from lanes.effects import lane_effects_install
 
@@ -37,5 +42,6 @@ class ExecutionsConfig(AppConfig):
         state_register(SqlGauges(EXECUTION_GAUGES))
         state_register(BrokerQueues(lambda: settings_queues() | stage_queues_all()))
         claim_guard_register(execution_lane_refusal)
+        mutation_gate_register(freeze_hold)
         lane_effects_install(ExecutionLaneEffects())
         execution_finished.connect(lane_reconcile_on_finish, dispatch_uid="lanes.reconcile")

@@ -41,6 +41,8 @@ class EventType(StrEnum):
     STAGE_FAILED = "stage.failed"
     HOOK_SIGNALLED = "hook.signalled"
     APPROVAL_RECORDED = "approval.recorded"
+    HELD = "execution.held"
+    LET_THROUGH = "execution.let_through"
     CANCEL_REQUESTED = "execution.cancel_requested"
     ROLLBACK_REQUESTED = "execution.rollback_requested"
     ASSISTANCE = "execution.assistance"
@@ -125,6 +127,24 @@ class ApprovalRecorded(TypedDict):
     rule: str
 
 
+class Held(TypedDict):
+    """The run waits before its first mutation: the change freeze ``freeze`` is in force
+    (until ``ends_at``; null: until an operator ends it)."""
+
+    freeze: str
+    reason: str
+    ends_at: str | None
+    run: str
+
+
+class LetThrough(TypedDict):
+    """An operator let the execution through the freeze ``freeze``."""
+
+    freeze: str
+    by: str
+    reason: str
+
+
 class CancelRequested(TypedDict):
     run: str
     by: str
@@ -207,6 +227,12 @@ EVENTS: Final[Mapping[EventType, EventSpec]] = MappingProxyType(
         ),
         EventType.APPROVAL_RECORDED: EventSpec(
             "an operator approved the pending plan (`approvals` of `required`)", ApprovalRecorded
+        ),
+        EventType.HELD: EventSpec(
+            "a change freeze holds the execution before its first mutation (`freeze`)", Held
+        ),
+        EventType.LET_THROUGH: EventSpec(
+            "an operator let the execution through a change freeze", LetThrough
         ),
         EventType.CANCEL_REQUESTED: EventSpec(
             "cancel of a running execution (at the next step)", CancelRequested

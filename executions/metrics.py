@@ -10,11 +10,13 @@ from executions.models import (
     ACTIVE_STATUSES,
     DeliveryStatus,
     Execution,
+    Freeze,
     Hook,
     HookStatus,
     Run,
     StartState,
     Timer,
+    TimerPurpose,
     TimerStatus,
     WebhookDelivery,
 )
@@ -99,6 +101,23 @@ EXECUTION_GAUGES: tuple[SqlGauge, ...] = (
         f"""SELECT coalesce(extract(epoch FROM clock_timestamp() - min(created_at)), 0)
               FROM {Hook._meta.db_table}
              WHERE status = '{HookStatus.PENDING}' AND operator""",  # noqa: S608
+    ),
+    SqlGauge(
+        "alfred_freezes_in_force",
+        "Change freezes in force now.",
+        (),
+        f"""SELECT count(*) FROM {Freeze._meta.db_table}
+             WHERE starts_at <= clock_timestamp() AND ended_at IS NULL
+               AND (ends_at IS NULL OR ends_at > clock_timestamp())""",  # noqa: S608
+    ),
+    SqlGauge(
+        "alfred_executions_held",
+        "Executions a change freeze holds before their first change, by freeze.",
+        ("freeze",),
+        f"""SELECT substr(topic, 8), count(DISTINCT t.run_id)
+              FROM {Timer._meta.db_table} t, jsonb_array_elements_text(t.topics) AS topic
+             WHERE t.status = '{TimerStatus.PENDING}' AND t.purpose = '{TimerPurpose.HOLD}'
+               AND starts_with(topic, 'freeze:') GROUP BY 1""",  # noqa: S608
     ),
     SqlGauge(
         "alfred_lanes",

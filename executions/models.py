@@ -412,6 +412,7 @@ class TimerPurpose(models.TextChoices):
     RETRY = "retry"
     DEADLINE = "deadline"
     EXPIRY = "expiry"
+    HOLD = "hold"  # a mutation held by a change freeze, until it ends (or is lifted)
 
 
 class Timer(models.Model):
@@ -446,6 +447,49 @@ class Timer(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stage}/{self.key} due {self.due_at:%Y-%m-%d %H:%M:%S} ({self.status})"
+
+
+class Freeze(models.Model):
+    """A change freeze (``executions.freezes``): from ``starts_at`` until ``ends_at`` (none:
+    until an operator ends it), an execution of a workflow and subject it covers waits before
+    its first mutation."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=Prefixed("frz"), editable=False)
+    reason = models.TextField(help_text="Why: shown to whoever is held by it.")
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField(null=True, blank=True, help_text="None: until ended.")
+    workflows = models.JSONField(default=list, help_text="Workflow names or globs ('*': all).")
+    subjects = models.JSONField(default=list, help_text="Globs on the subject ('*': all).")
+    created_by = models.CharField(max_length=80)
+    created_at = models.DateTimeField(auto_now_add=True)
+    ended_at = models.DateTimeField(null=True, blank=True, help_text="Ended early by an operator.")
+    ended_by = models.CharField(max_length=80, blank=True, default="")
+
+    class Meta:
+        ordering = ["-starts_at"]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.reason[:40]})"
+
+
+class FreezeExemption(models.Model):
+    """An operator let one execution through a freeze (audited)."""
+
+    freeze = models.ForeignKey(Freeze, on_delete=models.CASCADE, related_name="exemptions")
+    execution = models.ForeignKey(
+        Execution, on_delete=models.CASCADE, related_name="freeze_exemptions"
+    )
+    principal = models.CharField(max_length=80)
+    reason = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["freeze", "execution"], name="uniq_freeze_exemption")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.execution_id} through {self.freeze_id}"
 
 
 class OutboxEvent(models.Model):

@@ -20,6 +20,7 @@ from executions.models import (
     DeliveryKey,
     Execution,
     ExecutionStatus,
+    Freeze,
     Hook,
     HookStatus,
     OutboxEvent,
@@ -162,6 +163,7 @@ class Waiting:
     detail: str
     lane: str | None = None
     recover: str = ""
+    freeze: str | None = None
 
 
 def execution_waiting(
@@ -169,6 +171,7 @@ def execution_waiting(
     lane: LaneView | None,
     pending_approval: Hook | None,
     standing: Standing | None = None,
+    held: Freeze | None = None,
 ) -> Waiting | None:
     """What ``execution`` (active) waits for, from its lane and its pending approval (its
     parts, :func:`execution_parts`, and where the approval stands under its policy):
@@ -211,6 +214,23 @@ def execution_waiting(
                 f"{standing.rule.asks()})"
             )
         return Waiting(code="approval", who="operator", detail=f"{detail}.")
+    if held is not None:
+        until = (
+            "until an operator ends it"
+            if held.ends_at is None
+            else (f"until {held.ends_at.isoformat()}")
+        )
+        return Waiting(
+            code="freeze",
+            who="operator",
+            detail=f"The change freeze {held.id} ({held.reason}) holds it before its first "
+            f"change, {until}: it goes on when the freeze ends. An operator may end the "
+            f"freeze, or let this execution through with a reason (POST "
+            f"{reverse('freeze-exempt', kwargs={'freeze_id': held.id})}, the admin's freeze "
+            f"page, or `manage.py alfred_freezes exempt {held.id} {execution.id} --reason "
+            '"…"`).',
+            freeze=held.id,
+        )
     if lane is not None and lane.role == "queued":
         return Waiting(
             code="lane",

@@ -23,7 +23,8 @@ from executions.controls import (
     NotRetryable,
     StalePlan,
 )
-from executions.models import Execution
+from executions.freezes import FreezeEnded, FreezeNotPermitted, FreezeRefused
+from executions.models import Execution, Freeze
 
 
 def _invalid_input_detail(exc: InvalidInput, context: ProblemContext) -> str:
@@ -102,6 +103,10 @@ PROBLEMS: tuple[ProblemMap[Any], ...] = (
             "pruned_at": exc.pruned_at.isoformat(),
         },
     ),
+    ProblemMap(Freeze.DoesNotExist, "not_found", not_found_detail),
+    ProblemMap(FreezeNotPermitted, "permission_denied"),
+    ProblemMap(FreezeRefused, "invalid_freeze"),
+    ProblemMap(FreezeEnded, "invalid_state", members=lambda exc: {"freeze": exc.freeze_id}),
     ProblemMap(
         ApprovalExpired,
         "approval_expired",

@@ -26,7 +26,8 @@ from executions.controls import (
     Control,
     execution_controls,
 )
-from executions.models import AuditEntry, Execution, OutboxEvent, Stage
+from executions.freezes import held_by
+from executions.models import AuditEntry, Execution, ExecutionStatus, OutboxEvent, Stage
 
 
 def _url(name: str, **kwargs: Any) -> str:
@@ -137,14 +138,16 @@ class WaitingSerializer(serializers.Serializer):
     """What the execution waits for that someone else must give (``selectors.Waiting``)."""
 
     code = serializers.ChoiceField(
-        choices=["approval", "lane", "lane_recovery"],
+        choices=["approval", "lane", "lane_recovery", "freeze"],
         help_text="approval: an operator approves or rejects the plan; lane: queued, its "
         "lane's owner must finish; lane_recovery: its lane is recovery_required, which only "
-        "an operator clears.",
+        "an operator clears; freeze: a change freeze holds it before its first change (it "
+        "goes on when the freeze ends, or an operator lets it through).",
     )
     who = serializers.ChoiceField(choices=["operator", "lane owner"], help_text="Who can act.")
     detail = serializers.CharField(help_text="For people: what, why, and how to act.")
     lane = serializers.CharField(allow_null=True)
+    freeze = serializers.CharField(allow_null=True, help_text="The freeze that holds it (freeze).")
     command = serializers.CharField(
         allow_null=True, help_text="The manage.py command that acts (lane_recovery)."
     )
@@ -160,6 +163,12 @@ def _waiting_links(execution: Execution, waiting: selectors.Waiting) -> dict[str
         return {
             name: _url(f"execution-{name}", execution_id=execution.id)
             for name in ("approve", "reject")
+        }
+    if waiting.freeze is not None:
+        return {
+            "freeze": _url("freeze-detail", freeze_id=waiting.freeze),
+            "exempt": _url("freeze-exempt", freeze_id=waiting.freeze),
+            "end": _url("freeze-end", freeze_id=waiting.freeze),
         }
     if waiting.lane is None:
         return {}
@@ -336,8 +345,9 @@ class ExecutionSerializer(ExecutionSummarySerializer):
     def get_waiting_for(self, obj: Execution) -> dict[str, Any] | None:
         """Null when nothing (or only a worker) is awaited; else what, and who can act."""
         parts = self._parts(obj)
+        held = held_by(obj) if obj.status == ExecutionStatus.WAITING else None
         waiting = selectors.execution_waiting(
-            obj, parts.lane, parts.pending_approval, self._standing(obj)
+            obj, parts.lane, parts.pending_approval, self._standing(obj), held
         )
         if waiting is None:
             return None
@@ -347,6 +357,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             "detail": waiting.detail,
             "lane": waiting.lane,
             "command": waiting.recover or None,
+            "freeze": waiting.freeze,
             "links": _waiting_links(obj, waiting),
         }
 

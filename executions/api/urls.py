@@ -8,6 +8,12 @@ from executions.api.views.executions import (
     ExecutionEventsApi,
     ExecutionListApi,
 )
+from executions.api.views.freezes import (
+    FreezeDetailApi,
+    FreezeEndApi,
+    FreezeExemptApi,
+    FreezeListApi,
+)
 from executions.api.views.workflows import WorkflowListApi
 from lanes.api import LaneDetailApi, LaneListApi, LaneRecoverApi
 
@@ -31,6 +37,10 @@ urlpatterns = [
         name="execution-events",
     ),
     path("audit", AuditEntryListApi.as_view(), name="audit-list"),
+    path("freezes", FreezeListApi.as_view(), name="freeze-list"),
+    path("freezes/<str:freeze_id>", FreezeDetailApi.as_view(), name="freeze-detail"),
+    path("freezes/<str:freeze_id>/end", FreezeEndApi.as_view(), name="freeze-end"),
+    path("freezes/<str:freeze_id>/exempt", FreezeExemptApi.as_view(), name="freeze-exempt"),
     path("lanes", LaneListApi.as_view(), name="lane-list"),
     path("lanes/<path:key>/recover", LaneRecoverApi.as_view(), name="lane-recover"),
     path("lanes/<path:key>", LaneDetailApi.as_view(), name="lane-detail"),

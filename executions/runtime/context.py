@@ -60,6 +60,7 @@ from executions.runtime.errors import (
 )
 from executions.runtime.heartbeat import HEARTBEAT
 from executions.runtime.hooks import hook_answer, hook_expire, hook_expiry_cancel, hook_open
+from executions.runtime.registry import mutation_hold
 from executions.runtime.rollback import child_rollback_start, child_rollback_state
 from executions.runtime.stage import DEFAULT_RETRY, RetryPolicy
 from executions.runtime.tracing import step_span, wait_span
@@ -157,6 +158,8 @@ class Context:
                 # woken before the backoff is over: wait on, with the timer armed again
                 self._timer(f"retry:{key}:{receipt.attempts}", TimerPurpose.RETRY, retry_at)
                 raise Suspend(f"retrying {key}")
+        if mutation and not self.dry_run:
+            self._held(key)
         self._boundary()
         attempt = receipt.attempts + 1 if receipt is not None else 1
         timed = _StepTimer(self.workflow, self.stage, fn)
@@ -201,6 +204,16 @@ class Context:
             mutation=output if mutation else None,
         )
         return output
+
+    def _held(self, key: str) -> None:
+        """Wait, without holding a worker, while a gate holds this mutation (a change freeze):
+        a timer for when the hold ends, woken early by its topic when it is lifted; nothing
+        is recorded, so the step asks again when the stage replays."""
+        hold = mutation_hold(self.execution_id, self.workflow, self.run_id)
+        if hold is None:
+            return
+        self._timer(f"hold:{key}", TimerPurpose.HOLD, hold.until, (hold.topic,))
+        raise Suspend(hold.reason)
 
     def output_of(self, stage: str | Callable[..., Any]) -> Any:
         """The output of an earlier stage of this run (a continuation's run carries the

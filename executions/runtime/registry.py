@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from executions.runtime.errors import FatalError
@@ -126,6 +127,36 @@ def claim_refusal(execution: Any) -> str | None:
         reason = guard(execution)
         if reason is not None:
             return reason
+    return None
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Why a stage may not make a mutation now (a change freeze, ``executions.freezes``):
+    ``reason`` for people (the execution's waiting reason), ``topic`` the news that wakes it
+    early (the hold lifted), ``until`` when to look again."""
+
+    reason: str
+    topic: str
+    until: datetime
+
+
+# Asked before a stage's mutating step runs (not replayed, not in a dry run): given the
+# execution's id, its workflow and the run's id, a Hold when the mutation must wait, else None.
+MutationGate = Callable[[str, str, str], "Hold | None"]
+_MUTATION_GATES: list[MutationGate] = []
+
+
+def mutation_gate_register(gate: MutationGate) -> None:
+    if gate not in _MUTATION_GATES:
+        _MUTATION_GATES.append(gate)
+
+
+def mutation_hold(execution_id: str, workflow: str, run_id: str) -> Hold | None:
+    for gate in _MUTATION_GATES:
+        hold = gate(execution_id, workflow, run_id)
+        if hold is not None:
+            return hold
     return None
 
 

@@ -181,6 +181,13 @@ def polls_hasten(topics: list[str]) -> int:
     poll that watches one is due now, and its run is woken at once. Returns how many polls.
     Harmless when repeated or wrong: a poll only reads, and an early one that finds nothing
     waits its interval again."""
+    return waits_hasten(topics, purpose=TimerPurpose.POLL)
+
+
+def waits_hasten(topics: list[str], *, purpose: str) -> int:
+    """Every pending timer of ``purpose`` that watches one of ``topics`` is due now, and its
+    run woken at once (a poll: :func:`polls_hasten`; a hold whose freeze ended). Returns how
+    many. Harmless when repeated or wrong: the woken stage asks again what it waited for."""
     if not topics:
         return 0
     watching = Q()
@@ -190,7 +197,7 @@ def polls_hasten(topics: list[str]) -> int:
         now = db_now()
         due = list(
             Timer.objects.select_for_update(skip_locked=True)
-            .filter(watching, status=TimerStatus.PENDING, purpose=TimerPurpose.POLL)
+            .filter(watching, status=TimerStatus.PENDING, purpose=purpose)
             .values_list("pk", "run_id")
         )
         if not due:

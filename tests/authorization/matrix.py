@@ -32,7 +32,7 @@ ANON = ("401 not_authenticated", "401 authentication_failed")
 class ApiRow:
     label: str
     method: str
-    path: str  # {queued}, {failed}, {paused}, {lane}: the world's owner's objects
+    path: str  # {queued}, {failed}, {paused}, {lane}, {freeze}: the world's objects
     cells: tuple[str, ...]  # in COLUMNS order
     body: dict[str, object] | None = None
     changes: str | None = None  # the name of the effect checked on a 2xx (and its absence)
@@ -179,6 +179,55 @@ API: tuple[ApiRow, ...] = (
         ),
         body={"expected_owner": "{lane_owner}", "reason": "matrix"},
         changes="recovered",
+    ),
+    ApiRow("GET /freezes", "GET", "/api/v1/freezes", _READ),
+    ApiRow("GET /freezes/{id}", "GET", "/api/v1/freezes/{freeze}", _READ),
+    ApiRow(
+        "POST /freezes",
+        "POST",
+        "/api/v1/freezes",
+        (
+            *ANON,
+            "403 permission_denied",
+            "403 permission_denied",
+            "201",
+            "403 permission_denied",
+            "201",
+            _RO,
+        ),
+        body={"reason": "matrix", "workflows": ["add-subdomain"]},
+    ),
+    ApiRow(
+        "POST /freezes/{id}/exempt",
+        "POST",
+        "/api/v1/freezes/{freeze}/exempt",
+        (
+            *ANON,
+            "403 permission_denied",
+            "403 permission_denied",
+            "202",
+            "403 permission_denied",
+            "202",
+            _RO,
+        ),
+        body={"execution": "{queued}", "reason": "matrix"},
+        changes="let_through",
+    ),
+    ApiRow(
+        "POST /freezes/{id}/end",
+        "POST",
+        "/api/v1/freezes/{freeze}/end",
+        (
+            *ANON,
+            "403 permission_denied",
+            "403 permission_denied",
+            "202",
+            "403 permission_denied",
+            "202",
+            _RO,
+        ),
+        body={"reason": "matrix"},
+        changes="freeze_ended",
     ),
     ApiRow("GET /webhooks/event-types", "GET", "/api/v1/webhooks/event-types", _READ),
     ApiRow(
@@ -394,6 +443,20 @@ COMMANDS: tuple[CommandRow, ...] = (
         "alfred_executions retry", ("alfred_executions", "retry", "{failed}"), "ok", "refused"
     ),
     CommandRow("alfred_bootstrap", ("alfred_bootstrap",), "ok", "refused"),
+    CommandRow("alfred_freezes list", ("alfred_freezes", "list"), "ok", "ok"),
+    CommandRow(
+        "alfred_freezes declare",
+        ("alfred_freezes", "declare", "--reason", "matrix", "--workflow", "add-subdomain"),
+        "ok",
+        "refused",
+    ),
+    CommandRow(
+        "alfred_freezes exempt",
+        ("alfred_freezes", "exempt", "{freeze}", "{queued}", "--reason", "matrix"),
+        "ok",
+        "refused",
+    ),
+    CommandRow("alfred_freezes end", ("alfred_freezes", "end", "{freeze}"), "ok", "refused"),
     CommandRow("alfred_policy check", ("alfred_policy", "check"), "ok", "ok"),
     CommandRow(
         "alfred_policy explain", ("alfred_policy", "explain", "--execution", "{paused}"), "ok", "ok"

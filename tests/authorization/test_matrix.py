@@ -22,7 +22,15 @@ from rest_framework.test import APIClient
 from alfred.models import ApiToken
 from alfred.tokens import token_create, token_revoke
 from alfred.users import user_set
-from executions.models import Execution, ExecutionStatus, Hook, RunStatus, WebhookEndpoint
+from executions.models import (
+    Execution,
+    ExecutionStatus,
+    Freeze,
+    FreezeExemption,
+    Hook,
+    RunStatus,
+    WebhookEndpoint,
+)
 from lanes.models import Lane, LaneState
 from tests.authorization import matrix
 from tests.support.helpers import CERTIFICATE, paused_on_a_plan, submit
@@ -42,6 +50,7 @@ class World:
     plan_hash: str
     lane: str
     lane_owner: str
+    freeze: str
     webhook: str
     beat: int
     secret: str
@@ -54,6 +63,7 @@ class World:
             plan_hash=self.plan_hash,
             lane=self.lane,
             lane_owner=self.lane_owner,
+            freeze=self.freeze,
             owner_token=self.owner_token.pk,
             webhook=self.webhook,
             beat=self.beat,
@@ -97,6 +107,9 @@ def world() -> World:
     webhook = WebhookEndpoint.objects.create(url="https://hooks.example.com/a", secret="whsec_x")
     every = IntervalSchedule.objects.create(every=5, period="seconds")
     beat = PeriodicTask.objects.create(name="scan", task="lanes.tasks.reconcile", interval=every)
+    freeze = Freeze.objects.create(
+        reason="world", starts_at=timezone.now(), workflows=["add-subdomain"], subjects=["*"]
+    )
     return World(
         tokens={
             "revoked": revoked_raw,
@@ -112,6 +125,7 @@ def world() -> World:
         plan_hash=plan_hash,
         lane=lane.key,
         lane_owner=laned.json()["id"],
+        freeze=freeze.pk,
         webhook=webhook.pk,
         beat=beat.pk,
         secret="whsec_x",
@@ -138,6 +152,8 @@ EFFECTS: dict[str, Callable[[World], bool]] = {
     "retried": lambda w: Execution.objects.get(pk=w.failed).status == ExecutionStatus.QUEUED,
     "continued": lambda w: Execution.objects.get(pk=w.failed).status == ExecutionStatus.QUEUED,
     "recovered": lambda w: Lane.objects.get(pk=w.lane).state != LaneState.RECOVERY_REQUIRED,
+    "let_through": lambda w: FreezeExemption.objects.filter(execution_id=w.queued).exists(),
+    "freeze_ended": lambda w: Freeze.objects.get(pk=w.freeze).ended_at is not None,
     "revoked": lambda w: ApiToken.objects.get(pk=w.owner_token.pk).revoked_at is not None,
     "webhook_added": lambda w: WebhookEndpoint.objects.filter(url__contains="alfred").exists(),
     "secret_rotated": lambda w: WebhookEndpoint.objects.get(pk=w.webhook).secret != w.secret,

@@ -504,3 +504,82 @@ def _small_zone(route53: Any, zone: str, *, weighted_at: str) -> str:
         ChangeBatch={"Changes": [{"Action": "CREATE", "ResourceRecordSet": r} for r in records]},
     )
     return zone_id
+
+
+def _held(api: Any, execution_id: str) -> dict[str, Any]:
+    def waiting() -> Any:
+        resource = api.get(f"/api/v1/executions/{execution_id}").json()
+        held = resource["waiting_for"] and resource["waiting_for"]["code"] == "freeze"
+        return held and resource
+
+    return wait_for(waiting, timeout=30, interval=0.2)
+
+
+def test_a_freeze_holds_the_first_change_until_it_is_ended(
+    api, operator_api, aws_worker, standin, route53, zone_id
+):
+    freeze = operator_api.post(
+        "/api/v1/freezes",
+        {
+            "reason": "holiday freeze",
+            "ends_at": (timezone.now() + timedelta(hours=2)).isoformat(),
+            "workflows": ["add-subdomain"],
+            "subjects": ["*.example.com"],
+        },
+        format="json",
+    )
+    assert freeze.status_code == 201, freeze.content
+    freeze_id = freeze.json()["id"]
+    name = f"{_name()}.example.com"
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": name}).json()
+    other = submit(api, "add-subdomain", {"zone": "acme.com", "subdomain": _name()}).json()
+    dry = submit(
+        api, "add-subdomain", {"zone": "example.com", "subdomain": _name(), "dry_run": True}
+    ).json()
+
+    resource = _held(api, body["id"])
+
+    assert resource["status"] == "waiting"
+    assert resource["waiting_for"]["freeze"] == freeze_id
+    assert "holiday freeze" in resource["waiting_for"]["detail"]
+    assert resource["waiting_for"]["links"]["end"].endswith(f"/freezes/{freeze_id}/end")
+    assert _batches(standin, body["id"]) == []  # the stand-in's journal: nothing sent
+    # another zone and a dry run are not held
+    assert _terminal(other["id"]).status == "succeeded"
+    assert _terminal(dry["id"]).status == "succeeded"
+    assert operator_api.get(f"/api/v1/freezes/{freeze_id}").json()["holds"] == [body["id"]]
+    assert event_types(body["id"]).count("execution.held") == 1
+
+    ended = operator_api.post(f"/api/v1/freezes/{freeze_id}/end", {"reason": "over"}, format="json")
+
+    assert ended.status_code == 202
+    execution = _terminal(body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert len(_batches(standin, body["id"])) == 1
+    assert_gapless(body["id"])
+
+
+def test_an_operator_lets_one_execution_through_a_freeze_with_a_reason(
+    api, operator_api, aws_worker, standin, route53, zone_id
+):
+    freeze_id = operator_api.post(
+        "/api/v1/freezes", {"reason": "incident 42"}, format="json"
+    ).json()["id"]
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": _name()}).json()
+    _held(api, body["id"])
+    refused = operator_api.post(
+        f"/api/v1/freezes/{freeze_id}/exempt", {"execution": body["id"]}, format="json"
+    )
+    assert_problem(refused, 422, "invalid_input")  # a reason is required
+
+    let = operator_api.post(
+        f"/api/v1/freezes/{freeze_id}/exempt",
+        {"execution": body["id"], "reason": "the fix for incident 42"},
+        format="json",
+    )
+
+    assert let.status_code == 202, let.content
+    execution = _terminal(body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert "execution.let_through" in event_types(body["id"])
+    operator_api.post(f"/api/v1/freezes/{freeze_id}/end", {}, format="json")

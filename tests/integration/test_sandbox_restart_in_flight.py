@@ -42,6 +42,12 @@ def test_an_add_domain_in_flight_survives_a_restart_of_make_run(api, tmp_path: P
         sandbox = Sandbox(root=root, ports=ports, **DELAYS).start()
         with world.platform_worker(sandbox, "after-restart"):
             execution = terminal(body["id"], timeout=120)
+            # The lane is handed over after the terminal transition commits, by the worker
+            # (beat is the guarantee): read it before this worker stops, not in between.
+            lane_free = wait_for(
+                lambda: Lane.objects.get(key="aws-infrastructure").state == LaneState.FREE,
+                timeout=30,
+            )
     finally:
         sandbox.stop()
 
@@ -51,4 +57,4 @@ def test_an_add_domain_in_flight_survives_a_restart_of_make_run(api, tmp_path: P
     assert [b.change_id for b in world.batches_of(sandbox, body["id"])] == [batch.change_id]
     children = Execution.objects.filter(parent_id=execution.id)
     assert [c.status for c in children] == ["succeeded"]
-    assert Lane.objects.get(key="aws-infrastructure").state == LaneState.FREE
+    assert lane_free

@@ -26,6 +26,9 @@ from executions.models import (
     OutboxEvent,
     Run,
     Stage,
+    Timer,
+    TimerPurpose,
+    TimerStatus,
 )
 from lanes.models import Lane, LaneState, LaneWaiter
 from lanes.selectors import POSITION_SQL
@@ -38,6 +41,7 @@ AWAITING = {
     "approval": "an operator's approval",
     "lane": "their lane (queued)",
     "recovery": "an operator's lane recovery",
+    "freeze": "a change freeze to end (or to let them through)",
 }
 
 
@@ -82,6 +86,15 @@ def _awaits(what: str) -> Exists:
                 | Q(waiters__execution=OuterRef("pk"))
             )
         )
+    if what == "freeze":
+        # a pending hold on its current run (executions.freezes)
+        return Exists(
+            Timer.objects.filter(
+                run_id=OuterRef("current_run_id"),
+                purpose=TimerPurpose.HOLD,
+                status=TimerStatus.PENDING,
+            )
+        )
     raise ValueError(f"awaiting {what!r}: one of {', '.join(AWAITING)}")
 
 
@@ -119,6 +132,8 @@ def waits_for_mark(execution: Execution) -> str:
         return "approval (operator)"
     if getattr(execution, "awaits_lane", False):
         return "lane (its owner first)"
+    if getattr(execution, "awaits_freeze", False):
+        return "a change freeze (operator)"
     return ""
 
 

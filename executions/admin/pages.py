@@ -31,10 +31,12 @@ from executions import selectors
 from executions.approvals import standing as approval_standing
 from executions.catalog import ApprovalView, execution_subject, workflow_find
 from executions.controls import CONTROLS, execution_controls
+from executions.freezes import held_by
 from executions.history import RUN_RECORDS
 from executions.models import (
     TERMINAL_STATUSES,
     Execution,
+    ExecutionStatus,
     Hook,
     HookStatus,
     Run,
@@ -143,7 +145,8 @@ def execution_header(execution: Execution) -> dict[str, Any]:
     standing = (
         None if hook is None else approval_standing(execution, hook, execution_subject(execution))
     )
-    waiting = selectors.execution_waiting(execution, lane, hook, standing)
+    held = held_by(execution) if execution.status == ExecutionStatus.WAITING else None
+    waiting = selectors.execution_waiting(execution, lane, hook, standing, held)
     related = [
         ("predecessor", execution.predecessor),
         ("parent", execution.parent),
@@ -178,6 +181,9 @@ def execution_header(execution: Execution) -> dict[str, Any]:
             "detail": waiting.detail,
             "lane_url": reverse("admin:lanes_lane_change", args=[quote(waiting.lane)])
             if waiting.lane
+            else "",
+            "freeze_url": reverse("admin:executions_freeze_change", args=[quote(waiting.freeze)])
+            if waiting.freeze
             else "",
         },
         "related": [

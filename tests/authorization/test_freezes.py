@@ -22,6 +22,7 @@ from executions.freezes import freeze_hold
 from executions.models import (
     AuditEntry,
     Execution,
+    ExecutionStatus,
     Freeze,
     FreezeExemption,
     RunKind,
@@ -57,6 +58,7 @@ def _freeze(**fields: Any) -> Freeze:
 def _held(execution_id: str, freeze: Freeze) -> None:
     """As a held stage leaves its run: a pending hold timer on the freeze's topic."""
     execution = Execution.objects.get(pk=execution_id)
+    Execution.objects.filter(pk=execution_id).update(status=ExecutionStatus.WAITING)
     Timer.objects.create(
         run_id=str(execution.current_run_id),
         stage="apply",
@@ -140,6 +142,9 @@ def test_an_operator_declares_a_freeze_in_the_admin_and_lets_one_through(api: AP
     _held(execution_id, freeze)
     shown = operator.get(reverse("admin:executions_freeze_change", args=[quote(freeze.pk)]))
     assert execution_id in shown.content.decode() and "Let it through" in shown.content.decode()
+    its_page = operator.get(reverse("admin:executions_execution_change", args=[execution_id]))
+    assert "the freeze's page" in its_page.content.decode()
+    assert f"The change freeze {freeze.pk} (launch week) holds it" in its_page.content.decode()
     exempt = reverse("admin:executions_freeze_exempt", args=[quote(freeze.pk), execution_id])
     assert "launch week" in operator.get(exempt).content.decode()
     assert operator.post(exempt, {"reason": "  "}).status_code == 200  # a reason is required
@@ -196,6 +201,11 @@ def test_the_commands_declare_list_exempt_and_end(api: APIClient) -> None:
     execution_id = execution_id["id"]
     _held(execution_id, freeze)
 
+    rows = StringIO()
+    call_command(
+        "alfred_executions", "list", "--awaiting", "freeze", stdout=rows, stderr=StringIO()
+    )
+    assert execution_id in rows.getvalue() and "a change freeze (operator)" in rows.getvalue()
     listed = StringIO()
     call_command("alfred_freezes", "list", stdout=listed)
     assert "IN FORCE" in listed.getvalue() and f"holds: {execution_id}" in listed.getvalue()

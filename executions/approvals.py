@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -46,7 +46,14 @@ from typing import Annotated, Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Q
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    model_validator,
+)
 
 from alfred.db import Rows, Statement, statements_run
 from alfred.models import ApiToken
@@ -114,6 +121,14 @@ class Policy(BaseModel):
     default: Rule = Rule()
     rules: tuple[Rule, ...] = ()
     source: str = Field(default="built-in default", exclude=True)
+
+    @model_validator(mode="after")
+    def _default_everywhere(self) -> Policy:
+        if self.default.workflows != ("*",) or self.default.subjects != ("*",):
+            raise ValueError(
+                "[default] applies where no rule does: it takes no workflows or subjects"
+            )
+        return self
 
     def rule_for(self, workflow: str, subject: str) -> Rule:
         return next((r for r in self.rules if r.matches(workflow, subject)), self.default)
@@ -200,13 +215,14 @@ def approvers_now(rule: Rule) -> dict[str, str]:
 
 def _approver_statements(rule: Rule) -> list[Statement | None]:
     """The reads of the rule's approvers: its users and its tokens (None: the list names none)."""
-    users: Q | None = None
-    tokens: Q | None = None
+    everyone = OPERATORS in rule.approvers  # then a name beside it narrows nothing
+    users: Q | None = Q() if everyone else None
+    tokens: Q | None = Q() if everyone else None
     for selector in rule.approvers:
         kind, _, name = selector.partition(":")
-        if selector == OPERATORS:
-            users, tokens = Q(), Q()
-        elif kind == "group":
+        if everyone:
+            break
+        if kind == "group":
             users = _or(users, Q(groups__name=name))
         elif kind == "user":
             users = _or(users, Q(username=name))
@@ -274,6 +290,8 @@ class Standing:
     shut_out: dict[str, str] = field(default_factory=dict)  # principal → why (may not approve)
     may_still: dict[str, str] = field(default_factory=dict)  # principal → name, listed, not given
     blocked: str = ""  # why it can no longer be met, or ""
+    void: tuple[Given, ...] = ()  # given by someone the rule no longer lets approve
+    listed: dict[str, str] = field(default_factory=dict)  # the list as read (not for operators)
 
     @property
     def owed(self) -> int:
@@ -288,13 +306,11 @@ class Standing:
 
     def refusal(self, caller: Caller) -> str:
         """Why ``caller`` may not approve this plan now, or "" (they may)."""
-        if any(g.principal == caller.principal for g in self.given):
+        if any(g.principal == caller.principal for g in (*self.given, *self.void)):
             return ""  # said by the service as already given
         if caller.principal in self.shut_out:
             return self.shut_out[caller.principal]
-        if caller.principal not in self.may_still and not (
-            self.rule.open_to_cli and caller.principal.startswith("cli:")
-        ):
+        if not _on(self.rule, self.listed, caller.principal):
             listed = ", ".join(self.rule.approvers)
             return f"the rule {self.rule.name!r} takes approvals from {listed} only"
         return ""
@@ -305,6 +321,7 @@ class Standing:
             "asks": self.rule.asks(),
             "approvals_required": self.rule.approvals,
             "approvals": [g.as_dict() for g in self.given],
+            "no_longer_counted": [g.as_dict() for g in self.void],
             "summary": self.summary(),
             "requester_may_approve": self.rule.requester_may_approve,
             "earlier_approvers_may_approve": self.rule.earlier_approvers_may_approve,
@@ -319,11 +336,18 @@ def rule_of(execution: Execution, subject: str) -> Rule:
 
 def standing(execution: Execution, hook: Hook, subject: str) -> Standing:
     """How far the plan of ``hook`` is approved, and whether it still can be: what it reads
-    (the approvals given, the requesters and earlier approvers where its rule shuts them
-    out, the approvers on its list) in one round trip."""
+    (the approvals given in the hook's current run, the requesters and earlier approvers where
+    its rule shuts them out, the approvers on its list unless it lets every operator in) in
+    one round trip.
+
+    An approval counts while its giver may still give it: one given by someone the rule now
+    shuts out or no longer lists (a restart changed the policy, a group lost a member, a token
+    was revoked) is shown as no longer counted. A hook reopened in a later run (a retry that
+    made the same plan) starts its count again: what was given before the rejection, the
+    expiry or the failure does not carry over."""
     rule = rule_of(execution, subject)
     given_rows = (
-        Approval.objects.filter(hook=hook)
+        Approval.objects.filter(hook=hook, run_id=hook.run_id)
         .order_by("created_at", "id")
         .values_list("principal", "actor_name", "created_at")
     )
@@ -331,12 +355,13 @@ def standing(execution: Execution, hook: Hook, subject: str) -> Standing:
     earlier = (
         Approval.objects.filter(execution=execution).exclude(hook=hook).values_list("principal")
     )
+    everyone = OPERATORS in rule.approvers
     given, keyed, approved_before, users, tokens = statements_run(
         [
             _statement(given_rows),
             None if rule.requester_may_approve else _statement(keys),
             None if rule.earlier_approvers_may_approve else _statement(earlier),
-            *_approver_statements(rule),
+            *([None, None] if everyone else _approver_statements(rule)),
         ]
     )
     shut_out: dict[str, str] = {}
@@ -352,11 +377,15 @@ def standing(execution: Execution, hook: Hook, subject: str) -> Standing:
             f"you approved an earlier plan of this execution, and the rule {rule.name!r} "
             "asks another operator for this one",
         )
-    given_now = tuple(Given(principal, name, at) for principal, name, at in given or ())
-    done = {g.principal for g in given_now}
     listed = _approvers(rule, users, tokens)
+    all_given = [Given(principal, name, at) for principal, name, at in given or ()]
+    counted = tuple(
+        g for g in all_given if g.principal not in shut_out and _on(rule, listed, g.principal)
+    )
+    void = tuple(g for g in all_given if g not in counted)
+    done = {g.principal for g in all_given}
     may_still = {p: n for p, n in listed.items() if p not in shut_out and p not in done}
-    owed = max(rule.approvals - len(given_now), 0)
+    owed = max(rule.approvals - len(counted), 0)
     blocked = ""
     if owed > len(may_still) and not rule.open_to_cli:
         who = ", ".join(sorted(may_still.values())) or "nobody"
@@ -365,7 +394,15 @@ def standing(execution: Execution, hook: Hook, subject: str) -> Standing:
             f"distinct operators, and only {len(may_still)} may still give one ({who}): "
             "reject the plan, or change the policy and restart"
         )
-    return Standing(rule, given_now, shut_out, may_still, blocked)
+    return Standing(rule, counted, shut_out, may_still, blocked, void, listed)
+
+
+def _on(rule: Rule, listed: Mapping[str, str], principal: str) -> bool:
+    """Whether ``principal`` (an operator) is on the rule's list now (``listed``: the list as
+    the database holds it; not read when the rule lets every operator in)."""
+    if OPERATORS in rule.approvers or principal in listed:
+        return True
+    return CLI_ANYONE in rule.approvers and principal.startswith("cli:")
 
 
 # --- check and explain (manage.py alfred_policy) ----------------------------------------------
@@ -379,6 +416,7 @@ class RuleReport:
     rule: Rule
     approvers: dict[str, str]  # principal → name, as the database holds them now
     unsatisfiable: str = ""
+    warning: str = ""  # satisfiable, but not for every execution
 
     def lines(self) -> list[str]:
         rule = self.rule
@@ -390,7 +428,8 @@ class RuleReport:
             f"  asks {rule.asks()}",
             f"  may approve now: {len(self.approvers)} ({names}){cli}",
         ]
-        return text + ([f"  UNSATISFIABLE: {self.unsatisfiable}"] if self.unsatisfiable else [])
+        text += [f"  UNSATISFIABLE: {self.unsatisfiable}"] if self.unsatisfiable else []
+        return text + ([f"  warning: {self.warning}"] if self.warning else [])
 
 
 def rule_report(rule: Rule) -> RuleReport:
@@ -404,12 +443,14 @@ def rule_report(rule: Rule) -> RuleReport:
             f"it asks for {rule.approvals} distinct approvers and {len(listed)} may approve "
             f"({', '.join(sorted(listed.values())) or 'nobody'})"
         )
-    elif not rule.open_to_cli and not rule.requester_may_approve and rule.approvals == len(listed):
-        unsatisfiable = (
-            f"it asks for {rule.approvals} distinct approvers and {len(listed)} may approve: an "
-            "execution one of them asked for can never be approved (the requester may not)"
+    warning = ""
+    exact = rule.approvals == len(listed)
+    if not unsatisfiable and not rule.open_to_cli and not rule.requester_may_approve and exact:
+        warning = (
+            f"it asks for {rule.approvals} distinct approvers and {len(listed)} may approve: "
+            "an execution one of them asked for can never be approved (the requester may not)"
         )
-    return RuleReport(rule, listed, unsatisfiable)
+    return RuleReport(rule, listed, unsatisfiable, warning)
 
 
 __all__ = [

@@ -406,19 +406,20 @@ def execution_approve(
         current = str(hook.payload.get("plan_hash", ""))
         if plan_hash != current:
             raise StalePlan(execution, current)
-        force_required = bool(hook.payload.get("force_required"))
-        if force_required and not force:
-            raise ForceRequired(execution)
-        force = force and force_required
         before = approvals.standing(execution, hook, execution_subject(execution))
-        if any(given.principal == caller.principal for given in before.given):
+        if any(g.principal == caller.principal for g in (*before.given, *before.void)):
             raise AlreadyApproved(execution, before)
         refusal = before.refusal(caller)
         if refusal:
             raise ApproverRefused(execution, before, refusal)
+        force_required = bool(hook.payload.get("force_required"))
+        if force_required and not force:
+            raise ForceRequired(execution)
+        force = force and force_required
         Approval.objects.create(
             execution=execution,
             hook=hook,
+            run_id=hook.run_id,
             plan_hash=plan_hash,
             principal=caller.principal,
             actor_name=caller.name,

@@ -381,6 +381,8 @@ class Approval(models.Model):
 
     execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="approvals")
     hook = models.ForeignKey(Hook, on_delete=models.CASCADE, related_name="approvals")
+    # The run the hook waited in: a hook reopened by a later run counts again from nothing.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="approvals")
     plan_hash = models.CharField(max_length=64)
     principal = models.CharField(max_length=80)
     actor_name = models.CharField(max_length=200, blank=True, default="")
@@ -391,8 +393,8 @@ class Approval(models.Model):
 
     class Meta:
         constraints = [
-            # Distinct operators: one approval per principal per plan.
-            models.UniqueConstraint(fields=["hook", "principal"], name="uniq_approval"),
+            # Distinct operators: one approval per principal per plan, in each run it waits in.
+            models.UniqueConstraint(fields=["hook", "run", "principal"], name="uniq_approval"),
         ]
         indexes = [models.Index(fields=["execution", "principal"])]
 

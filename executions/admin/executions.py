@@ -402,9 +402,8 @@ class ExecutionAdmin(ReadOnlyAdmin):
         superseded: dict[str, Any] | None,
     ) -> TemplateResponse:
         bound_to_plan = control in ("approve", "reject")
-        approval = (
-            pages.pending_approval(execution, admin_caller(request)) if bound_to_plan else None
-        )
+        asker = admin_caller(request) if control == "approve" else None  # who may approve
+        approval = pages.pending_approval(execution, asker) if bound_to_plan else None
         if approval is not None and not form.is_bound:
             form.initial.setdefault("plan_hash", approval["plan_hash"])
         if control == "approve" and not (approval or {}).get("force_required"):

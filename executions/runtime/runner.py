@@ -772,12 +772,15 @@ def _approvals_given(run: Run) -> list[dict[str, Any]]:
     for hook in hooks:
         signal = max(hook.signals.all(), key=lambda s: s.created_at, default=None)
         payload = hook.payload if isinstance(hook.payload, dict) else {}
+        answer = signal.payload if signal is not None and isinstance(signal.payload, dict) else {}
+        # every approver the policy asked for (answer["approvers"]), else the one who answered
+        approvers = answer.get("approvers") or ([signal.principal] if signal is not None else [])
         given.append(
             {
                 "hook": hook.id,
                 "stage": hook.stage,
                 "plan_hash": payload.get("plan_hash"),
-                "by": signal.principal if signal is not None else None,
+                "by": ", ".join(approvers) or None,
                 "at": signal.created_at.isoformat() if signal is not None else None,
             }
         )

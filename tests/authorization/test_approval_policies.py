@@ -18,15 +18,26 @@ from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
+from django.db import transaction
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from alfred.tokens import token_create
 from alfred.users import user_set
 from executions.approvals import PolicyInvalid, policy_read
-from executions.models import Approval, AuditEntry, Execution, Hook, HookStatus, OutboxEvent
+from executions.models import (
+    Approval,
+    AuditEntry,
+    Execution,
+    Hook,
+    HookStatus,
+    OutboxEvent,
+    RunKind,
+)
 from executions.runtime.hooks import hook_open
+from executions.runtime.records import run_again
 from tests.support.helpers import assert_problem, paused_on_a_plan, submit
 
 pytestmark = pytest.mark.django_db
@@ -370,3 +381,78 @@ def test_the_example_policy_the_readme_offers_holds() -> None:
     rule = example.rule_for("update-lambda-version", "checkout-api on production → version 3")
     assert (rule.name, rule.approvals) == ("production lambdas", 2)
     assert example.rule_for("update-lambda-version", "checkout-api on staging").name == "default"
+
+
+def test_every_operator_stays_on_a_list_that_names_operators_beside_a_group(
+    api: APIClient, policy_file: Callable[[str], Path]
+) -> None:
+    for n, approvers in enumerate(
+        ('["operators", "token:chatops"]', '["token:chatops", "operators"]')
+    ):
+        policy_file(f"[default]\napprovers = {approvers}\n")
+        execution_id = _paused(api, f"o{n}")
+        assert _approve(_operator(f"ops-{n}"), execution_id).status_code == 202  # not chatops
+
+
+def test_a_plan_asked_for_again_by_a_later_run_counts_again_from_nothing(
+    api: APIClient, policy_file: Callable[[str], Path]
+) -> None:
+    policy_file("[default]\napprovals = 2\n")
+    execution_id = _paused(api)
+    alice = _operator("alice")
+    assert _approve(alice, execution_id).status_code == 202
+    assert _policy(api, execution_id)["summary"] == "1 of 2 approvals (alice)"
+
+    # rejected, then retried: the new run makes the same plan, and reopens its checkpoint
+    with transaction.atomic():
+        execution = Execution.objects.select_for_update().get(pk=execution_id)
+        run = run_again(execution, kind=RunKind.RETRY, stages=("apply",))
+    Execution.objects.filter(pk=execution_id).update(status="paused")
+    hook = _hook(execution_id)
+    Hook.objects.filter(pk=hook.pk).update(status=HookStatus.CANCELED)
+    hook_open(
+        execution_id=execution_id,
+        run_id=run.id,
+        stage="apply",
+        name=hook.name,
+        token=hook.token,
+        operator=True,
+        payload=hook.payload,
+        expires_at=None,
+        now=timezone.now(),
+    )
+
+    assert _policy(api, execution_id)["summary"] == "0 of 2 approvals"
+    assert _approve(alice, execution_id).status_code == 202  # hers counts in this run anew
+    assert _policy(api, execution_id)["summary"] == "1 of 2 approvals (alice)"
+
+
+def test_an_approval_whose_giver_left_the_list_no_longer_counts(
+    api: APIClient, policy_file: Callable[[str], Path]
+) -> None:
+    user_set(username="carol", role="operator")
+    user_set(username="dave", role="operator")
+    group = Group.objects.create(name="release")
+    group.user_set.add(*get_user_model().objects.filter(username__in=["carol", "dave"]))
+    policy_file('[default]\napprovals = 2\napprovers = ["group:release", "token:bot"]\n')
+    execution_id = _paused(api)
+    carol = Client()
+    carol.force_login(get_user_model().objects.get(username="carol"))
+    url = reverse("admin:executions_execution_approve", args=[quote(execution_id)])
+    carol.post(url, {"plan_hash": PLAN, "reason": "ok"})
+    assert _policy(api, execution_id)["summary"] == "1 of 2 approvals (carol)"
+
+    group.user_set.remove(get_user_model().objects.get(username="carol"))
+
+    standing = _policy(api, execution_id)
+    assert standing["summary"] == "0 of 2 approvals"
+    assert [g["name"] for g in standing["no_longer_counted"]] == ["carol"]
+    assert _approve(_operator("bot"), execution_id).status_code == 202
+    assert _hook(execution_id).status == HookStatus.PENDING  # 1 of 2: carol's is void
+
+
+def test_the_default_rule_takes_no_workflows_or_subjects(tmp_path: Path) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text('[default]\nsubjects = ["*.example.com"]\n')
+    with pytest.raises(PolicyInvalid, match="takes no workflows or subjects"):
+        policy_read(path)

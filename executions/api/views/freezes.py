@@ -23,7 +23,7 @@ from executions.runtime.clock import db_now
 
 def _globs(what: str) -> serializers.ListField:
     return serializers.ListField(
-        child=serializers.CharField(max_length=200),
+        child=FreeTextField(max_length=200),  # no control character (a JSON column's NUL)
         min_length=1,
         max_length=50,
         default=["*"],

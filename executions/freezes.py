@@ -12,11 +12,15 @@ what it holds at once; an operator may let one execution through with a reason
 (:func:`freeze_exempt`, audited, an ``execution.let_through`` event).
 
 What is never held: a dry run (it reaches no mutation), reads and plans (only a mutating step
-asks), a rollback (an operator's repair), and an execution that has mutated already (a change
-half made is finished rather than frozen half-way).
+asks), a mutating step's retry (its first attempt may have reached the provider), a rollback (an
+operator's repair), and an execution whose family (it, those above it, those under them) has
+mutated already (a change half made is finished rather than frozen half-way). A hold does not
+count against the run's deadline (``Run.paused_at``, as an operator's pause).
 
 The gate reads the freezes in force on every first mutation: a freeze declared while an
-execution is queued or planning holds it; one declared while it is mid-change does not.
+execution is queued or planning holds it; one declared while it is mid-change does not. Ending
+a freeze or letting an execution through wakes the runs that may be deciding to hold right
+now, so no wake is lost between the gate's read and the hold's timer.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from alfred.principals import Caller
@@ -38,7 +42,9 @@ from executions.models import (
     Execution,
     Freeze,
     FreezeExemption,
+    Run,
     RunKind,
+    RunStatus,
     StepReceipt,
     Timer,
     TimerPurpose,
@@ -50,8 +56,9 @@ from executions.runtime.dispatch import run_wake
 from executions.runtime.registry import Hold
 from executions.runtime.scans import waits_hasten
 
-# An open-ended freeze is looked at again this often (ending it wakes what it holds at once).
-RECHECK = timedelta(minutes=15)
+# An open-ended freeze is looked at again this often: a safety net, since ending it wakes
+# what it holds at once (each look claims the run and writes its status twice).
+RECHECK = timedelta(hours=6)
 
 
 class FreezeRefused(Exception):
@@ -64,6 +71,15 @@ class FreezeEnded(Exception):
     def __init__(self, freeze: Freeze) -> None:
         super().__init__(f"the freeze {freeze.id} has ended already")
         self.freeze_id = freeze.id
+
+
+class FreezeNotHolding(Exception):
+    """An exemption asked for an execution the freeze does not hold (``why``)."""
+
+    def __init__(self, freeze: Freeze, execution: Execution, why: str) -> None:
+        super().__init__(f"the freeze {freeze.id} holds nothing of {execution.id}: {why}")
+        self.freeze_id = freeze.id
+        self.execution_id = execution.id
 
 
 class FreezeNotPermitted(Exception):
@@ -160,7 +176,12 @@ def freeze_end(*, caller: Caller, freeze_id: str, reason: str = "") -> Freeze:
         freeze.ended_at, freeze.ended_by = now, caller.principal
         freeze.save(update_fields=["ended_at", "ended_by"])
         _audit(caller, "freeze.end", freeze, reason)
+    # What waits on it goes on. A stage that read the freeze in force and has not armed its
+    # hold yet is running: a wake owed to its run makes it look again as it suspends.
     waits_hasten([_topic(freeze)], purpose=TimerPurpose.HOLD)
+    with transaction.atomic():
+        for run_id in Run.objects.filter(status=RunStatus.RUNNING).values_list("pk", flat=True):
+            run_wake(run_id)
     return freeze
 
 
@@ -175,6 +196,13 @@ def freeze_exempt(*, caller: Caller, freeze_id: str, execution_id: str, reason: 
     with transaction.atomic(durable=True):
         execution = Execution.objects.select_for_update().get(pk=execution_id)
         freeze = Freeze.objects.get(pk=freeze_id)
+        now = db_now()
+        if execution.terminal:
+            raise FreezeNotHolding(freeze, execution, f"it is {execution.status}")
+        if not Freeze.objects.filter(in_force(now), pk=freeze.pk).exists():
+            raise FreezeNotHolding(freeze, execution, "the freeze is not in force")
+        if not _family_covered(freeze, _lineage(execution)):
+            raise FreezeNotHolding(freeze, execution, "the freeze does not cover it")
         _, created = FreezeExemption.objects.get_or_create(
             freeze=freeze,
             execution=execution,
@@ -188,43 +216,43 @@ def freeze_exempt(*, caller: Caller, freeze_id: str, execution_id: str, reason: 
                 key=event_key(execution.id, f"let_through:{freeze.id}"),
                 payload={"freeze": freeze.id, "by": caller.principal, "reason": reason},
             )
-        held = Timer.objects.filter(
-            run_id=execution.current_run_id,
-            purpose=TimerPurpose.HOLD,
-            status=TimerStatus.PENDING,
-            topics__contains=[_topic(freeze)],
-        )
-        if held.update(status=TimerStatus.FIRED, fired_at=db_now()) and execution.current_run_id:
-            run_wake(execution.current_run_id)
+        # The run first, then its timers (the engine's lock order); woken whether or not its
+        # hold is armed yet: a stage deciding to hold looks again as it suspends.
+        for run_id in _family_runs(execution):
+            run_wake(run_id)
+            Timer.objects.filter(
+                run_id=run_id,
+                purpose=TimerPurpose.HOLD,
+                status=TimerStatus.PENDING,
+                topics__contains=[_topic(freeze)],
+            ).update(status=TimerStatus.FIRED, fired_at=now)
     return execution
 
 
 def freeze_hold(execution_id: str, workflow: str, run_id: str) -> Hold | None:
     """The runtime's mutation gate: the freeze that holds this mutation, if any (the one
-    that ends last, so the hold is waited out once). Not a rollback's, not after the
-    execution's first mutation, not through an exemption."""
+    that ends last, so the hold is waited out once).
+
+    An execution and the children it started are one change: a freeze covers a child when it
+    covers the child or any execution above it, holds none of them once any of them has
+    mutated (a change half made is finished), and lets through what an exemption of any of
+    them lets through. Never a rollback's run."""
     now = db_now()
-    freezes = [f for f in Freeze.objects.filter(in_force(now)) if f.workflows]
+    freezes = list(Freeze.objects.filter(in_force(now)))
     if not freezes:
         return None
     execution = Execution.objects.select_related("current_run").get(pk=execution_id)
     run = execution.current_run
     if run is None or run.id != run_id or run.kind == RunKind.ROLLBACK:
         return None
-    subject = execution_subject(execution)
-    holding = [f for f in freezes if covers(f, workflow, subject)]
-    if not holding:
-        return None
-    mutated = StepReceipt.objects.filter(
-        run__execution_id=execution_id, mutation__isnull=False
-    ).exists()
+    lineage = _lineage(execution)
     exempt = set(
-        FreezeExemption.objects.filter(execution_id=execution_id).values_list(
+        FreezeExemption.objects.filter(execution__in=[e.pk for e in lineage]).values_list(
             "freeze_id", flat=True
         )
     )
-    holding = [f for f in holding if f.id not in exempt]
-    if mutated or not holding:
+    holding = [f for f in freezes if f.id not in exempt and _family_covered(f, lineage)]
+    if not holding or _family_mutated(lineage[-1].pk):
         return None
     freeze = max(holding, key=lambda f: f.ends_at or datetime.max.replace(tzinfo=now.tzinfo))
     until = (
@@ -245,12 +273,56 @@ def freeze_hold(execution_id: str, workflow: str, run_id: str) -> Hold | None:
                 "run": run_id,
             },
         )
-    recheck = now + RECHECK
     return Hold(
         reason=f"held by the change freeze {freeze.id} {until}: {freeze.reason}",
         topic=_topic(freeze),
-        until=recheck if freeze.ends_at is None else min(freeze.ends_at, recheck),
+        until=now + RECHECK if freeze.ends_at is None else freeze.ends_at,
     )
+
+
+def _lineage(execution: Execution) -> list[Execution]:
+    """The execution and those above it, up to its root (last)."""
+    found = [execution]
+    while found[-1].parent_id is not None and len(found) < 20:
+        found.append(Execution.objects.get(pk=found[-1].parent_id))
+    return found
+
+
+def _family_covered(freeze: Freeze, lineage: Sequence[Execution]) -> bool:
+    return any(covers(freeze, e.workflow, execution_subject(e)) for e in lineage)
+
+
+_FAMILY_MUTATED_SQL = f"""
+    WITH RECURSIVE family AS (
+        SELECT id FROM {Execution._meta.db_table} WHERE id = %s
+        UNION ALL
+        SELECT e.id FROM {Execution._meta.db_table} e JOIN family f ON e.parent_id = f.id
+    )
+    SELECT EXISTS (
+        SELECT 1 FROM {StepReceipt._meta.db_table} r
+        JOIN {Run._meta.db_table} u ON u.id = r.run_id
+        WHERE u.execution_id IN (SELECT id FROM family) AND r.mutation IS NOT NULL
+    )
+"""  # noqa: S608 - names from model metadata; the value is bound
+
+
+def _family_mutated(root_id: str) -> bool:
+    """Whether the root or any execution under it has made a change (in any run)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_FAMILY_MUTATED_SQL, [root_id])
+        return bool(cursor.fetchone()[0])
+
+
+def _family_runs(execution: Execution) -> list[str]:
+    """The current runs of the execution and the executions under it (an exemption of a root
+    lets its children through)."""
+    found: list[str] = []
+    level = [execution.pk]
+    while level and len(found) < 1000:
+        rows = list(Execution.objects.filter(pk__in=level).values_list("pk", "current_run_id"))
+        found += [run_id for _, run_id in rows if run_id]
+        level = list(Execution.objects.filter(parent_id__in=level).values_list("pk", flat=True))
+    return found
 
 
 def held_by(execution: Execution) -> Freeze | None:
@@ -305,6 +377,7 @@ def _audit(caller: Caller, action: str, freeze: Freeze, reason: str) -> None:
 
 __all__ = [
     "FreezeEnded",
+    "FreezeNotHolding",
     "FreezeNotPermitted",
     "FreezeRefused",
     "covers",

@@ -208,8 +208,8 @@ class Run(models.Model):
     paused_at = models.DateTimeField(
         null=True,
         blank=True,
-        help_text="Since when the run has been paused for an operator (the database's clock): "
-        "the pause does not count against its deadline.",
+        help_text="Since when the run has been paused for an operator or held by a change "
+        "freeze (the database's clock): the pause does not count against its deadline.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

@@ -21,6 +21,7 @@ from alfred.admin_base import ReadOnlyAdmin, admin_caller, summary
 from alfred.text import reason_problem
 from executions.freezes import (
     FreezeEnded,
+    FreezeNotHolding,
     FreezeRefused,
     freeze_declare,
     freeze_end,
@@ -53,7 +54,7 @@ class FreezeForm(forms.ModelForm):
         model = Freeze
         fields = ["reason", "starts_at", "ends_at"]
         help_texts = {
-            "starts_at": "When it starts (UTC); now if it is in the past.",
+            "starts_at": "When it starts (UTC); empty: now.",
             "ends_at": "When it ends (UTC); empty: until an operator ends it.",
         }
 
@@ -213,7 +214,7 @@ class FreezeAdmin(ReadOnlyAdmin):
                     execution_id=execution.pk,
                     reason=form.cleaned_data["reason"],
                 )
-            except FreezeRefused as exc:
+            except (FreezeRefused, FreezeNotHolding) as exc:
                 self.message_user(request, str(exc), messages.ERROR)
             else:
                 self.message_user(

@@ -23,7 +23,7 @@ from executions.controls import (
     NotRetryable,
     StalePlan,
 )
-from executions.freezes import FreezeEnded, FreezeNotPermitted, FreezeRefused
+from executions.freezes import FreezeEnded, FreezeNotHolding, FreezeNotPermitted, FreezeRefused
 from executions.models import Execution, Freeze
 
 
@@ -107,6 +107,11 @@ PROBLEMS: tuple[ProblemMap[Any], ...] = (
     ProblemMap(FreezeNotPermitted, "permission_denied"),
     ProblemMap(FreezeRefused, "invalid_freeze"),
     ProblemMap(FreezeEnded, "invalid_state", members=lambda exc: {"freeze": exc.freeze_id}),
+    ProblemMap(
+        FreezeNotHolding,
+        "invalid_state",
+        members=lambda exc: {"freeze": exc.freeze_id, "execution": exc.execution_id},
+    ),
     ProblemMap(
         ApprovalExpired,
         "approval_expired",

@@ -158,7 +158,8 @@ class Context:
                 # woken before the backoff is over: wait on, with the timer armed again
                 self._timer(f"retry:{key}:{receipt.attempts}", TimerPurpose.RETRY, retry_at)
                 raise Suspend(f"retrying {key}")
-        if mutation and not self.dry_run:
+        if mutation and receipt is None and not self.dry_run:
+            # a first attempt only: a retried one may have reached the provider already
             self._held(key)
         self._boundary()
         attempt = receipt.attempts + 1 if receipt is not None else 1
@@ -213,7 +214,7 @@ class Context:
         if hold is None:
             return
         self._timer(f"hold:{key}", TimerPurpose.HOLD, hold.until, (hold.topic,))
-        raise Suspend(hold.reason)
+        raise Suspend(hold.reason, hold=True)
 
     def output_of(self, stage: str | Callable[..., Any]) -> Any:
         """The output of an earlier stage of this run (a continuation's run carries the

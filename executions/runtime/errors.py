@@ -119,10 +119,11 @@ class LeaseLost(Exception):
 class Suspend(Exception):
     """The stage waits (timer, hook, child); the worker is released."""
 
-    def __init__(self, reason: str, *, operator: bool = False) -> None:
+    def __init__(self, reason: str, *, operator: bool = False, hold: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.operator = operator
+        self.operator = operator  # paused for an operator's answer (status paused)
+        self.hold = hold  # held by a gate until someone lifts it (a change freeze)
 
 
 def unclassified(exc: BaseException) -> dict[str, Any]:

@@ -401,8 +401,8 @@ def _take(
     pending: list[Change] = [end] if end is not None else []
     now: datetime = run.db_now  # type: ignore[attr-defined]
     if run.paused_at is not None:
-        # back from a pause for an operator, which the deadline does not count (written with
-        # the claim): an approval's own window bounds that wait
+        # back from a pause for an operator or a hold by a freeze, which the deadline does not
+        # count (written with the claim): an approval's window, a freeze's end bound that wait
         if run.deadline_at is not None:
             run.deadline_at += now - run.paused_at
         run.paused_at = None
@@ -542,7 +542,8 @@ def _wake_owed(run: Run, stage_name: str, now: datetime) -> bool:
     """Whether a waiting stage has something to look at: a wake since its last claim (a
     signal, a fired timer, a child's end), its own timer due (the countdown hint's delivery,
     which the scanner has not fired yet) or its deadline passed (the claim ends it; not while
-    paused for an operator, ``paused_at``, which the deadline does not count). A cancel needs
+    paused for an operator or held by a freeze, ``paused_at``, which the deadline does not
+    count). A cancel needs
     no claim: a waiting run is canceled at once (``controls``)."""
     return (
         run.wakeups != run.wakeups_seen
@@ -589,7 +590,7 @@ def _suspend(claim: _Claim, stage_name: str, suspend: Suspend) -> Outcome:
         run.lease_owner = ""
         run.lease_expires_at = None
         run.status = RunStatus.WAITING
-        if suspend.operator and run.paused_at is None:
+        if (suspend.operator or suspend.hold) and run.paused_at is None:
             run.paused_at = claim.clock.now()  # the database's clock, carried forward
         run.save(update_fields=["lease_owner", "lease_expires_at", "status", "paused_at"])
         Stage.objects.filter(run=run, name=stage_name).update(status=StageStatus.WAITING)

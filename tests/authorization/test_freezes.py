@@ -30,7 +30,7 @@ from executions.models import (
     Timer,
     TimerPurpose,
 )
-from tests.support.helpers import assert_problem, submit
+from tests.support.helpers import CERTIFICATE, assert_problem, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -83,7 +83,6 @@ def test_the_gate_holds_a_first_mutation_and_nothing_else(api: APIClient) -> Non
     assert hold is not None and hold.topic == f"freeze:{freeze.pk}"
     assert freeze.ends_at is not None
     assert "holiday" in hold.reason and hold.until <= freeze.ends_at
-    assert freeze_hold(execution_id, "add-certificate", run_id) is None  # not covered
 
     # a rollback's run is an operator's repair: never held
     execution.current_run.kind = RunKind.ROLLBACK
@@ -220,3 +219,49 @@ def test_the_commands_declare_list_exempt_and_end(api: APIClient) -> None:
         call_command("alfred_freezes", "end", freeze.pk)
     with pytest.raises(CommandError, match="no workflow Alfred runs matches"):
         call_command("alfred_freezes", "declare", "--reason", "x", "--workflow", "typo")
+
+
+def test_a_child_is_judged_with_the_execution_that_started_it(api: APIClient) -> None:
+    root = submit(api, "add-domain", {"domain": "shop.example.com"}).json()["id"]
+    child = submit(api, "add-certificate", CERTIFICATE).json()["id"]
+    Execution.objects.filter(pk=child).update(parent_id=root)
+    child_run = str(Execution.objects.get(pk=child).current_run_id)
+    freeze = _freeze(workflows=["add-domain"])  # covers the root, not the child's workflow
+
+    hold = freeze_hold(child, "add-certificate", child_run)
+    assert hold is not None and hold.topic == f"freeze:{freeze.pk}"  # covered through its root
+
+    StepReceipt.objects.create(  # the root made a change: its child finishes the change
+        run_id=str(Execution.objects.get(pk=root).current_run_id),
+        stage="zone",
+        step_key="create",
+        sequence=1,
+        kind="step",
+        status="succeeded",
+        output={},
+        fence=1,
+        mutation={"resource": "r", "action": "a", "undo": {}},
+    )
+    assert freeze_hold(child, "add-certificate", child_run) is None
+    StepReceipt.objects.all().delete()
+    FreezeExemption.objects.create(
+        freeze=freeze, execution_id=root, principal="cli:x", reason="the root was let through"
+    )
+    assert freeze_hold(child, "add-certificate", child_run) is None
+
+
+def test_only_what_a_freeze_holds_can_be_let_through(
+    api: APIClient, operator_api: APIClient
+) -> None:
+    freeze = _freeze(workflows=["add-subdomain"], subjects=["*.example.com"])
+    elsewhere = submit(api, "add-subdomain", {"zone": "acme.com", "subdomain": "z"}).json()["id"]
+    done = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": "d"}).json()["id"]
+    Execution.objects.filter(pk=done).update(status=ExecutionStatus.SUCCEEDED)
+    for execution_id, why in ((elsewhere, "does not cover it"), (done, "it is succeeded")):
+        answer = operator_api.post(
+            f"/api/v1/freezes/{freeze.pk}/exempt",
+            {"execution": execution_id, "reason": "r"},
+            format="json",
+        )
+        assert why in assert_problem(answer, 409, "invalid_state")["detail"]
+    assert not FreezeExemption.objects.exists()

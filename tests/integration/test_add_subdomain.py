@@ -583,3 +583,26 @@ def test_an_operator_lets_one_execution_through_a_freeze_with_a_reason(
     assert execution.status == "succeeded", execution.error
     assert "execution.let_through" in event_types(body["id"])
     operator_api.post(f"/api/v1/freezes/{freeze_id}/end", {}, format="json")
+
+
+def test_a_freeze_longer_than_the_runs_deadline_holds_it_and_it_still_goes_on(
+    api, operator_api, aws_worker, standin, route53, zone_id, durable_clock
+):
+    freeze_id = operator_api.post(
+        "/api/v1/freezes",
+        {"reason": "a long weekend", "ends_at": (timezone.now() + timedelta(days=3)).isoformat()},
+        format="json",
+    ).json()["id"]
+    body = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": _name()}).json()
+    _held(api, body["id"])
+
+    # two days of durable time pass while it is held: past the run's 24-hour deadline
+    durable_clock.advance(body["id"], 2 * 24 * 3600)
+    quiesce()
+    resource = _held(api, body["id"])  # held again, not timed out
+    assert resource["status"] == "waiting"
+
+    operator_api.post(f"/api/v1/freezes/{freeze_id}/end", {}, format="json")
+    execution = _terminal(body["id"])
+    assert execution.status == "succeeded", execution.error
+    assert len(_batches(standin, body["id"])) == 1

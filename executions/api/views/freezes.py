@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from alfred.openapi import JSON, problems
@@ -88,8 +89,13 @@ class FreezeExemptSerializer(serializers.Serializer):
 
 
 class FreezeListApi(APIView):
+    throttle_scope = "control"  # a declaration is a control; a read is not throttled
+
     def get_permissions(self) -> Sequence[Any]:
         return [IsOperator()] if self.request.method == "POST" else super().get_permissions()
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        return super().get_throttles() if self.request.method == "POST" else []
 
     @extend_schema(
         operation_id="freezes_list",
@@ -104,7 +110,7 @@ class FreezeListApi(APIView):
         operation_id="freezes_create",
         summary="Declare a change freeze (operator; audited)",
         request=FreezeDeclareSerializer,
-        responses={(201, JSON): FreezeSerializer, **problems(400, 401, 403, 409, 422, 429, 503)},
+        responses={(201, JSON): FreezeSerializer, **problems(400, 401, 403, 422, 429, 503)},
     )
     def post(self, request: Request) -> Response:
         form = FreezeDeclareSerializer(data=request.data)
@@ -156,7 +162,10 @@ class FreezeExemptApi(APIView):
         operation_id="freezes_exempt",
         summary="Let one execution through a change freeze (operator; audited)",
         request=FreezeExemptSerializer,
-        responses={(202, JSON): FreezeSerializer, **problems(400, 401, 403, 404, 422, 429, 503)},
+        responses={
+            (202, JSON): FreezeSerializer,
+            **problems(400, 401, 403, 404, 409, 422, 429, 503),
+        },
     )
     def post(self, request: Request, freeze_id: str) -> Response:
         form = FreezeExemptSerializer(data=request.data)

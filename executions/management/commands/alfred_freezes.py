@@ -23,6 +23,7 @@ from alfred.readonly import ReadOnlyInstance
 from alfred.text import reason_argument
 from executions.freezes import (
     FreezeEnded,
+    FreezeNotHolding,
     FreezeRefused,
     freeze_declare,
     freeze_end,
@@ -98,7 +99,7 @@ class Command(BaseCommand):
             raise CommandError(f"no freeze {options['freeze']}") from None
         except Execution.DoesNotExist:
             raise CommandError(f"no execution {options['execution']}") from None
-        except (FreezeRefused, FreezeEnded, ReadOnlyInstance) as exc:
+        except (FreezeRefused, FreezeEnded, FreezeNotHolding, ReadOnlyInstance) as exc:
             raise CommandError(str(exc)) from None
 
     def _list(self) -> None:

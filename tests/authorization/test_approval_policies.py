@@ -76,6 +76,23 @@ def _hook(execution_id: str) -> Hook:
     return Hook.objects.get(execution_id=execution_id, payload__plan_hash=PLAN)
 
 
+def _checkpoint(execution_id: str, name: str, token: str) -> None:
+    """A new checkpoint of the execution's current run, for the plan ``NEW_PLAN``, as a
+    workflow's stage opens one."""
+    execution = Execution.objects.get(pk=execution_id)
+    hook_open(
+        execution_id=execution_id,
+        run_id=str(execution.current_run_id),
+        stage=name,
+        name=name,
+        token=token,
+        operator=True,
+        payload={"plan_hash": NEW_PLAN, "plan": {}},
+        expires_at=None,
+        now=execution.updated_at,
+    )
+
+
 @pytest.fixture
 def policy_file(settings: Any, tmp_path: Path) -> Callable[[str], Path]:
     """Puts a policy in force (its own path: the policy is read once per path)."""
@@ -151,18 +168,8 @@ def test_a_changed_plan_starts_the_count_again(
     alice = _operator("alice")
     assert _approve(alice, execution_id).status_code == 202
 
-    execution = Execution.objects.get(pk=execution_id)
-    hook_open(  # what the plan read changed: the workflow opens a new checkpoint
-        execution_id=execution_id,
-        run_id=str(execution.current_run_id),
-        stage="apply",
-        name="approve",
-        token=f"approve-{execution_id}-2",
-        operator=True,
-        payload={"plan_hash": NEW_PLAN, "plan": {}},
-        expires_at=None,
-        now=execution.updated_at,
-    )
+    # what the plan read changed: the workflow opens a new checkpoint
+    _checkpoint(execution_id, "approve", f"approve-{execution_id}-2")
 
     assert _policy(api, execution_id)["summary"] == "0 of 2 approvals"
     assert_problem(_approve(alice, execution_id), 409, "stale_plan")
@@ -178,18 +185,7 @@ def test_an_earlier_approver_may_be_shut_out_of_the_next_plan(
     alice = _operator("alice")
     assert _approve(alice, execution_id).status_code == 202  # the first checkpoint answered
 
-    execution = Execution.objects.get(pk=execution_id)
-    hook_open(
-        execution_id=execution_id,
-        run_id=str(execution.current_run_id),
-        stage="confirm",
-        name="confirm",
-        token=f"confirm-{execution_id}",
-        operator=True,
-        payload={"plan_hash": NEW_PLAN, "plan": {}},
-        expires_at=None,
-        now=execution.updated_at,
-    )
+    _checkpoint(execution_id, "confirm", f"confirm-{execution_id}")  # a later checkpoint
     refused = assert_problem(_approve(alice, execution_id, NEW_PLAN), 403, "approver_not_permitted")
     assert "you approved an earlier plan" in refused["detail"]
     assert _approve(_operator("bob"), execution_id, NEW_PLAN).status_code == 202

@@ -69,6 +69,21 @@ def _held(execution_id: str, freeze: Freeze) -> None:
     )
 
 
+def _mutated(run_id: str) -> None:
+    """The run made a change: a mutation receipt, as a mutating step records it."""
+    StepReceipt.objects.create(
+        run_id=run_id,
+        stage="apply",
+        step_key="batch",
+        sequence=1,
+        kind="step",
+        status="succeeded",
+        output={},
+        fence=1,
+        mutation={"resource": "r", "action": "a", "undo": {}},
+    )
+
+
 def test_the_gate_holds_a_first_mutation_and_nothing_else(api: APIClient) -> None:
     execution_id = submit(api, "add-subdomain", {"zone": "example.com", "subdomain": "w"}).json()
     execution_id = execution_id["id"]
@@ -91,17 +106,7 @@ def test_the_gate_holds_a_first_mutation_and_nothing_else(api: APIClient) -> Non
     execution.current_run.kind = RunKind.INITIAL
     execution.current_run.save(update_fields=["kind"])
     # once it has mutated, a change half made is finished
-    StepReceipt.objects.create(
-        run_id=run_id,
-        stage="apply",
-        step_key="batch",
-        sequence=1,
-        kind="step",
-        status="succeeded",
-        output={},
-        fence=1,
-        mutation={"resource": "r", "action": "a", "undo": {}},
-    )
+    _mutated(run_id)
     assert freeze_hold(execution_id, "add-subdomain", run_id) is None
 
 
@@ -231,17 +236,7 @@ def test_a_child_is_judged_with_the_execution_that_started_it(api: APIClient) ->
     hold = freeze_hold(child, "add-certificate", child_run)
     assert hold is not None and hold.topic == f"freeze:{freeze.pk}"  # covered through its root
 
-    StepReceipt.objects.create(  # the root made a change: its child finishes the change
-        run_id=str(Execution.objects.get(pk=root).current_run_id),
-        stage="zone",
-        step_key="create",
-        sequence=1,
-        kind="step",
-        status="succeeded",
-        output={},
-        fence=1,
-        mutation={"resource": "r", "action": "a", "undo": {}},
-    )
+    _mutated(str(Execution.objects.get(pk=root).current_run_id))  # the root made a change
     assert freeze_hold(child, "add-certificate", child_run) is None
     StepReceipt.objects.all().delete()
     FreezeExemption.objects.create(

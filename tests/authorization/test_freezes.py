@@ -180,7 +180,7 @@ def test_the_api_refuses_a_freeze_it_cannot_declare(operator_api: APIClient) -> 
         {"reason": "x", "workflows": ["nope-*"], "ends_at": "2020-01-01T00:00:00Z"},
         format="json",
     )
-    body = assert_problem(answer, 422, "invalid_freeze")
+    body = assert_problem(answer, 409, "invalid_freeze")
     assert "no workflow Alfred runs matches nope-*" in body["detail"]
     assert "has ended already" in body["detail"]
     freeze = _freeze(ended_at=timezone.now())

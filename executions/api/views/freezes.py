@@ -110,7 +110,7 @@ class FreezeListApi(APIView):
         operation_id="freezes_create",
         summary="Declare a change freeze (operator; audited)",
         request=FreezeDeclareSerializer,
-        responses={(201, JSON): FreezeSerializer, **problems(400, 401, 403, 422, 429, 503)},
+        responses={(201, JSON): FreezeSerializer, **problems(400, 401, 403, 409, 422, 429, 503)},
     )
     def post(self, request: Request) -> Response:
         form = FreezeDeclareSerializer(data=request.data)

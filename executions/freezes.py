@@ -94,6 +94,16 @@ def in_force(now: datetime) -> Q:
     )
 
 
+def freeze_state(freeze: Freeze, now: datetime) -> str:
+    """``in force``, ``planned``, ``over`` or ``ended`` (early, by an operator) at ``now``: the
+    row's own reading of :func:`in_force`, for one freeze already read."""
+    if freeze.ended_at is not None:
+        return "ended"
+    if freeze.ends_at is not None and freeze.ends_at <= now:
+        return "over"
+    return "in force" if freeze.starts_at <= now else "planned"
+
+
 def covers(freeze: Freeze, workflow: str, subject: str) -> bool:
     return any(fnmatchcase(workflow, g) for g in freeze.workflows) and any(
         fnmatchcase(subject, g) for g in freeze.subjects
@@ -386,6 +396,7 @@ __all__ = [
     "freeze_exempt",
     "freeze_hold",
     "freeze_problems",
+    "freeze_state",
     "held_by",
     "held_executions",
     "in_force",

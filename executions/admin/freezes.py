@@ -27,8 +27,8 @@ from executions.freezes import (
     freeze_end,
     freeze_exempt,
     freeze_problems,
+    freeze_state,
     held_executions,
-    in_force,
 )
 from executions.models import Execution, Freeze
 from executions.runtime.clock import db_now
@@ -133,15 +133,7 @@ class FreezeAdmin(ReadOnlyAdmin):
 
     @admin.display(description="State")
     def state(self, freeze: Freeze) -> str:
-        if freeze.ended_at is not None:
-            return "ended"
-        return (
-            "in force"
-            if Freeze.objects.filter(in_force(db_now()), pk=freeze.pk).exists()
-            else (
-                "over" if freeze.ends_at is not None and freeze.ends_at <= db_now() else "planned"
-            )
-        )
+        return freeze_state(freeze, db_now())
 
     @admin.display(description="Holds")
     def holds(self, freeze: Freeze) -> int:

@@ -17,7 +17,13 @@ from rest_framework.views import APIView
 from alfred.openapi import JSON, problems
 from alfred.permissions import IsOperator, request_caller
 from alfred.text import FreeTextField
-from executions.freezes import freeze_declare, freeze_end, freeze_exempt, held_executions
+from executions.freezes import (
+    freeze_declare,
+    freeze_end,
+    freeze_exempt,
+    freeze_state,
+    held_executions,
+)
 from executions.models import Freeze
 from executions.runtime.clock import db_now
 
@@ -55,11 +61,7 @@ class FreezeSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.BooleanField())
     def get_in_force(self, freeze: Freeze) -> bool:
-        now = self.context.get("now") or db_now()
-        ended = freeze.ended_at is not None or (
-            freeze.ends_at is not None and freeze.ends_at <= now
-        )
-        return freeze.starts_at <= now and not ended
+        return freeze_state(freeze, self.context.get("now") or db_now()) == "in force"
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_holds(self, freeze: Freeze) -> list[str]:

@@ -28,8 +28,8 @@ from executions.freezes import (
     freeze_declare,
     freeze_end,
     freeze_exempt,
+    freeze_state,
     held_executions,
-    in_force,
 )
 from executions.models import Execution, Freeze
 from executions.runtime.clock import db_now
@@ -104,12 +104,12 @@ class Command(BaseCommand):
 
     def _list(self) -> None:
         now = db_now()
-        active = set(Freeze.objects.filter(in_force(now)).values_list("pk", flat=True))
         for freeze in Freeze.objects.order_by("-starts_at")[:100]:
-            state = "IN FORCE" if freeze.pk in active else "not in force"
-            held = [e.id for e in held_executions(freeze)] if freeze.pk in active else []
+            state = freeze_state(freeze, now)
+            held = [e.id for e in held_executions(freeze)] if state == "in force" else []
             self.stdout.write(
-                f"{freeze.id}  {state}  {_window(freeze)}  workflows {', '.join(freeze.workflows)}"
+                f"{freeze.id}  {state.upper()}  {_window(freeze)}"
+                f"  workflows {', '.join(freeze.workflows)}"
                 f"  subjects {', '.join(freeze.subjects)}  — {freeze.reason}"
                 + (f"\n  holds: {', '.join(held)}" if held else "")
             )

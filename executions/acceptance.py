@@ -316,7 +316,7 @@ def _should_continue(workflow: Workflow, latest: Execution) -> bool:
     if latest.status in (ExecutionStatus.FAILED, ExecutionStatus.CANCELED):
         return workflow.supports_continuation
     if latest.status == ExecutionStatus.SUCCEEDED:
-        return workflow.continue_after_success(latest.input, _stage_outputs(latest))
+        return workflow.continue_after_success(latest.input, stage_outputs(latest))
     return False
 
 
@@ -337,7 +337,7 @@ def _effect_replaced(workflow: Workflow, latest: Execution) -> bool:
     return later is not None and later.lane_token != latest.lane_token
 
 
-def _stage_outputs(execution: Execution) -> Mapping[str, Any]:
+def stage_outputs(execution: Execution) -> Mapping[str, Any]:
     """Each stage's latest succeeded output over the runs whose outputs the workflow's current
     definition reads as its own (``Definition.reads_outputs_of``: the same version and stages,
     or a version it declares compatible). A continuation skips stages whose output an earlier
@@ -395,7 +395,7 @@ def _continue(req: _Request, execution: Execution) -> tuple[Execution, LaneClaim
     skips = req.workflow.continuation_skips
     done = {
         k: v
-        for k, v in _stage_outputs(execution).items()
+        for k, v in stage_outputs(execution).items()
         if k != req.workflow.stages[-1] and (skips is None or k in skips)
     }
     run = run_again(

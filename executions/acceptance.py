@@ -41,8 +41,8 @@ from alfred.ids import new_id
 from alfred.metrics import ACCEPTANCES
 from alfred.principals import Caller
 from alfred.readonly import writes_allowed
+from executions.audit import audit_record
 from executions.catalog import FieldError, InvalidInput, LaneClaim, Workflow, workflow_get
-from executions.controls import audit_record
 from executions.events import EventType
 from executions.identity import NotCanonicalizable, fingerprint, logical_identity
 from executions.lanes.holding import execution_lane_claim

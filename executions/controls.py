@@ -29,13 +29,13 @@ from django.db import transaction
 from alfred.principals import Caller
 from alfred.readonly import ReadOnlyInstance, writes_allowed
 from executions import approvals
+from executions.audit import audit_record
 from executions.catalog import InvalidInput, execution_subject, workflow_get
 from executions.events import EventType
 from executions.lanes.holding import execution_lane_claim
 from executions.models import (
     TERMINAL_STATUSES,
     Approval,
-    AuditEntry,
     Execution,
     ExecutionStatus,
     Hook,
@@ -538,21 +538,6 @@ _SERVICES: dict[str, Callable[[str, Caller, ControlBody], Execution]] = {
         execution_id=id_, caller=caller, reason=body.reason
     ),
 }
-
-
-def audit_record(
-    caller: Caller, action: str, execution_id: str, reason: str, **data: object
-) -> None:
-    """One audit entry, in the caller's transaction: actor is the stable principal id, the
-    name (a token's, a user's) rides along in ``data`` for people reading the log."""
-    AuditEntry.objects.create(
-        actor=caller.principal,
-        action=action,
-        target_type="execution",
-        target_id=execution_id,
-        reason=reason,
-        data={"actor_name": caller.name, "role": caller.role, **data},
-    )
 
 
 __all__ = [

@@ -34,8 +34,8 @@ from django.db.models import Q
 
 from alfred.principals import Caller
 from alfred.readonly import writes_allowed
+from executions.audit import audit_record
 from executions.catalog import execution_subject, workflows_all
-from executions.controls import audit_record
 from executions.events import EventType
 from executions.models import (
     AuditEntry,

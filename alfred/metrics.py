@@ -94,6 +94,13 @@ RECOVERY_DISPATCHES = Counter(
     "alfred_recovery_dispatches",
     "Runs the recovery scan dispatched again (a start or wake message lost, a lease run out).",
 )
+DRIFT_CHECKS = Counter(
+    "alfred_drift_checks",
+    "Checks of the drift watch, by workflow and outcome (in_place, drifted, accepted: as an "
+    "operator accepted it, unreadable: a provider could not be read, retired: no longer in "
+    "force, postponed: running again).",
+    ["workflow", "outcome"],
+)
 WEBHOOK_ATTEMPTS = Counter(
     "alfred_webhook_attempts",
     "Webhook delivery attempts, by endpoint and outcome (delivered, refused: a non-2xx "

@@ -328,6 +328,24 @@ CELERY_BEAT_SCHEDULE["executions-prune"] = {
     "enabled": ALFRED_PRUNE_SCHEDULE_SECONDS > 0,
     "options": {"queue": "scanners", "expires": 60},
 }
+# The drift watch (executions/drift.py; docs/contract.md, "The drift watch"): each succeeded
+# execution's post-condition is read again once per period, the reads spread over it; the
+# tick looks for what is due (0 turns the watch off). A certificate that expires within
+# ALFRED_DRIFT_CERTIFICATE_DAYS counts as drift (ACM renews an issued certificate well before).
+ALFRED_DRIFT_PERIOD_SECONDS = env.float("ALFRED_DRIFT_PERIOD_SECONDS", default=6 * 3600.0)
+ALFRED_DRIFT_TICK_SECONDS = env.float("ALFRED_DRIFT_TICK_SECONDS", default=30.0)
+ALFRED_DRIFT_CERTIFICATE_DAYS = env.float("ALFRED_DRIFT_CERTIFICATE_DAYS", default=30.0)
+if ALFRED_DRIFT_PERIOD_SECONDS < 0 or ALFRED_DRIFT_TICK_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "ALFRED_DRIFT_PERIOD_SECONDS: 0 (off) or more; ALFRED_DRIFT_TICK_SECONDS: more than 0"
+    )
+CELERY_BEAT_SCHEDULE["drift-watch"] = {
+    "task": "executions.tasks.drift_watch",
+    "schedule": ALFRED_DRIFT_TICK_SECONDS,
+    # Listed even when off, as executions-prune.
+    "enabled": ALFRED_DRIFT_PERIOD_SECONDS > 0,
+    "options": {"queue": "scanners", "expires": ALFRED_DRIFT_TICK_SECONDS},
+}
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 

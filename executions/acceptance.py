@@ -111,10 +111,16 @@ class _Request:
     claim: LaneClaim | None
     key: str
     caller: Caller
+    # Whose execution a new one is, when not the caller's: an operator starting a drifted
+    # execution's operation again does it for its owner (``executions.controls``, redo).
+    owner: str | None = None
+    # The audit entry (action, execution, reason) a new execution is recorded with, in its
+    # transaction.
+    audit: tuple[str, str, str] | None = None
 
     @property
     def principal(self) -> str:
-        return self.caller.principal
+        return self.owner or self.caller.principal
 
 
 # How each refusal is counted in alfred_acceptances_total (its problem's code).
@@ -128,16 +134,24 @@ _REFUSALS: dict[type[Exception], str] = {
 
 
 def execution_accept(
-    *, workflow_name: str, body: Any, idempotency_key: str, caller: Caller
+    *,
+    workflow_name: str,
+    body: Any,
+    idempotency_key: str,
+    caller: Caller,
+    owner: str | None = None,
+    audit: tuple[str, str, str] | None = None,
 ) -> Acceptance:
-    """Accept ``body`` for ``workflow_name`` under ``idempotency_key`` of ``caller``.
+    """Accept ``body`` for ``workflow_name`` under ``idempotency_key`` of ``caller`` (or of
+    ``owner``, for whom an operator asks; ``audit``: the entry a new execution is recorded
+    with).
 
     Raises ``UnknownWorkflow``, ``InvalidInput``, ``IdempotencyConflict``, ``IdentityHeld``,
     ``LaneConflict``. A conflict rolls back everything, the key included: the same key may
     be sent again.
     """
     try:
-        acceptance = _execution_accept(workflow_name, body, idempotency_key, caller)
+        acceptance = _execution_accept(workflow_name, body, idempotency_key, caller, owner, audit)
     except tuple(_REFUSALS) as refused:
         workflow = workflow_name if not isinstance(refused, UnknownWorkflow) else "unknown"
         code = next(code for kind, code in _REFUSALS.items() if isinstance(refused, kind))
@@ -149,7 +163,12 @@ def execution_accept(
 
 
 def _execution_accept(
-    workflow_name: str, body: Any, idempotency_key: str, caller: Caller
+    workflow_name: str,
+    body: Any,
+    idempotency_key: str,
+    caller: Caller,
+    owner: str | None,
+    audit: tuple[str, str, str] | None,
 ) -> Acceptance:
     writes_allowed()
     try:
@@ -171,6 +190,8 @@ def _execution_accept(
         claim=workflow.lane(canonical),
         key=idempotency_key,
         caller=caller,
+        owner=owner,
+        audit=audit,
     )
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
@@ -224,6 +245,9 @@ def _accept_once(req: _Request) -> Acceptance:
         ):
             execution, lane, stages = _create(req, predecessor=latest)
             outcome = AcceptanceOutcome.CREATED
+            if req.audit is not None:
+                action, target, reason = req.audit
+                audit_record(req.caller, action, target, reason, started=execution.id)
         else:
             continues = _should_continue(req.workflow, latest)
             outcome = AcceptanceOutcome.CONTINUED if continues else AcceptanceOutcome.REUSED
@@ -322,10 +346,13 @@ def _should_continue(workflow: Workflow, latest: Execution) -> bool:
 
 def _effect_replaced(workflow: Workflow, latest: Execution) -> bool:
     """Whether a succeeded execution may no longer stand in for a new request of the same
-    operation: a later execution on its lane, claimed with another token, replaced its effect
-    (one that deploys a version: another version was deployed there since; docs/workflows.md,
+    operation: the drift watch found what it did changed (an open drift, ``executions.drift``),
+    or a later execution on its lane, claimed with another token, replaced its effect (one
+    that deploys a version: another version was deployed there since; docs/workflows.md,
     "Asked for again after success"). The new request then gets a new execution whose
     predecessor is the one it repeats, so the answer's ``succeeded`` is about now."""
+    if latest.status == ExecutionStatus.SUCCEEDED and latest.drift_id is not None:
+        return True
     if (
         latest.status != ExecutionStatus.SUCCEEDED
         or latest.dry_run

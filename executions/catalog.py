@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from executions.runtime.registry import Definition, register
@@ -94,6 +95,20 @@ class ApprovalView:
         return text
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One thing a drift check found not as a succeeded execution left it: ``what`` names it
+    as an operator would ("A api.example.com", "certificate arn:…"), ``expected`` is what the
+    execution left, ``found`` what is there now (None: nothing). JSON values both."""
+
+    what: str
+    expected: Any
+    found: Any
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "expected": self.expected, "found": self.found}
+
+
 class Workflow(Protocol):
     """What is read of a workflow outside it (``workflows.base.Workflow`` is the one kind)."""
 
@@ -141,6 +156,22 @@ class Workflow(Protocol):
 
     def definitions(self) -> tuple[Definition, ...]:
         """The current definition first, then the earlier ones it still serves."""
+
+    @property
+    def watched(self) -> bool:
+        """Whether it declares a drift check (its succeeded executions are watched)."""
+
+    def drift_check(
+        self,
+        execution_id: str,
+        data: Mapping[str, Any],
+        outputs: Mapping[str, Any],
+        now: datetime,
+    ) -> list[Finding]:
+        """With reads only, what of a succeeded execution's post-condition no longer holds
+        (empty: all in place), from its stored input ``data`` and its stages' ``outputs``, at
+        ``now`` (the database's clock).
+        Raises when the providers cannot be read: no answer is not "in place"."""
 
 
 _WORKFLOWS: dict[str, Workflow] = {}

@@ -29,8 +29,10 @@ from django.db import transaction
 from alfred.principals import Caller
 from alfred.readonly import ReadOnlyInstance, writes_allowed
 from executions import approvals
+from executions.acceptance import execution_accept
 from executions.audit import audit_record
 from executions.catalog import InvalidInput, execution_subject, workflow_get
+from executions.drift import drift_accept
 from executions.events import EventType
 from executions.lanes.holding import execution_lane_claim
 from executions.models import (
@@ -177,7 +179,35 @@ ROLLBACK = Control(
     operators_only=True,
     reason_required=True,
 )
-CONTROLS: tuple[Control, ...] = (CANCEL, RETRY, APPROVE, REJECT, ROLLBACK)
+
+
+def drift_open(execution: Execution) -> bool:
+    """Succeeded, and the drift watch found what it did changed (an open drift)."""
+    return execution.status == ExecutionStatus.SUCCEEDED and execution.drift_id is not None
+
+
+ACCEPT_DRIFT = Control(
+    "accept_drift",
+    drift_open,
+    "Accept the drift the watch found as what should be there now: the watch compares with "
+    "it from then on, and a change from it is drift again (operators)",
+    title="Accept the drift",
+    done="drift accepted: the watch takes what is there as it should be",
+    operators_only=True,
+    reason_required=True,
+)
+# Start again: a new execution of the same operation, through acceptance as a request would
+# be, for the execution's owner; it plans from what is there and asks for approval where its
+# plan replaces something.
+REDO = Control(
+    "redo",
+    drift_open,
+    "Start the operation of a drifted execution again: a new execution (its predecessor this "
+    "one) that plans from what is there, with approval where its plan needs it",
+    title="Start again",
+    done="started again",
+)
+CONTROLS: tuple[Control, ...] = (CANCEL, RETRY, APPROVE, REJECT, ROLLBACK, ACCEPT_DRIFT, REDO)
 CONTROLS_BY_NAME: dict[str, Control] = {control.name: control for control in CONTROLS}
 
 # A plan hash as the engine makes them (sha256, hex): what approve and reject name. Anything
@@ -498,6 +528,39 @@ def execution_rollback(*, execution_id: str, caller: Caller, reason: str) -> Exe
         return execution
 
 
+def execution_accept_drift(*, execution_id: str, caller: Caller, reason: str) -> Execution:
+    """Accept the open drift of a succeeded execution (operators, with a reason): audited,
+    an ``execution.drift_ended`` event (``executions.drift``)."""
+    with transaction.atomic(durable=True):
+        execution = _locked_for(caller, execution_id, ACCEPT_DRIFT)
+        if not ACCEPT_DRIFT.allows(execution):
+            raise InvalidState(execution, message=f"{execution.id} has no open drift to accept")
+        drift_accept(execution, caller, reason)
+        return execution
+
+
+def execution_redo(*, execution_id: str, caller: Caller, reason: str = "") -> Execution:
+    """Start a drifted execution's operation again: the new execution, accepted as a request
+    of its owner would be (``executions.acceptance``: a drifted execution no longer stands in
+    for its operation), under a key of the drift's, so asking twice starts it once. Audited
+    on the drifted execution (``execution.redo``) in the new one's transaction. The drift
+    ends, superseded, when the new execution succeeds."""
+    writes_allowed()
+    execution = Execution.objects.get(pk=execution_id)
+    _check_usable(caller, execution, REDO)
+    if not REDO.allows(execution):
+        raise InvalidState(execution, message=f"{execution.id} has no open drift to start again")
+    acceptance = execution_accept(
+        workflow_name=execution.workflow,
+        body=execution.input,
+        idempotency_key=f"redo:{execution.drift_id}",
+        caller=caller,
+        owner=execution.principal,
+        audit=("execution.redo", execution.id, reason),
+    )
+    return acceptance.execution
+
+
 @dataclass(frozen=True)
 class ControlBody:
     """What a caller sends with a control, whichever face it came through."""
@@ -537,16 +600,24 @@ _SERVICES: dict[str, Callable[[str, Caller, ControlBody], Execution]] = {
     "rollback": lambda id_, caller, body: execution_rollback(
         execution_id=id_, caller=caller, reason=body.reason
     ),
+    "accept_drift": lambda id_, caller, body: execution_accept_drift(
+        execution_id=id_, caller=caller, reason=body.reason
+    ),
+    "redo": lambda id_, caller, body: execution_redo(
+        execution_id=id_, caller=caller, reason=body.reason
+    ),
 }
 
 
 __all__ = [
+    "ACCEPT_DRIFT",
     "APPROVE",
     "CANCEL",
     "CONTROLS",
     "CONTROLS_BY_NAME",
     "PLAN_HASH_EXPECTED",
     "PLAN_HASH_PATTERN",
+    "REDO",
     "REJECT",
     "RETRY",
     "ROLLBACK",
@@ -567,9 +638,12 @@ __all__ = [
     "cancel_allowed",
     "check_control_usable",
     "control_perform",
+    "drift_open",
+    "execution_accept_drift",
     "execution_approve",
     "execution_cancel",
     "execution_controls",
+    "execution_redo",
     "execution_reject",
     "execution_retry",
     "execution_rollback",

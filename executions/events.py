@@ -43,6 +43,8 @@ class EventType(StrEnum):
     APPROVAL_RECORDED = "approval.recorded"
     HELD = "execution.held"
     LET_THROUGH = "execution.let_through"
+    DRIFTED = "execution.drifted"
+    DRIFT_ENDED = "execution.drift_ended"
     CANCEL_REQUESTED = "execution.cancel_requested"
     ROLLBACK_REQUESTED = "execution.rollback_requested"
     ASSISTANCE = "execution.assistance"
@@ -151,6 +153,27 @@ class CancelRequested(TypedDict):
     reason: str | None
 
 
+class Drifted(TypedDict):
+    """What the drift watch found not as the succeeded execution left it (``findings``: each
+    ``what``, ``expected``, ``found``); sent again, same ``drift``, when what it finds changes."""
+
+    drift: str
+    findings: list[dict[str, Any]]
+    first_seen_at: str
+    seen_at: str
+
+
+class DriftEnded(TypedDict):
+    """``status``: resolved (back in place), accepted (an operator's word, ``by``) or
+    superseded (``replaced_by``: the execution that did it again; or no longer in force)."""
+
+    drift: str
+    status: str
+    by: str
+    reason: str
+    replaced_by: str | None
+
+
 class RollbackRequested(TypedDict):
     run: str
     from_status: str
@@ -234,6 +257,12 @@ EVENTS: Final[Mapping[EventType, EventSpec]] = MappingProxyType(
         EventType.LET_THROUGH: EventSpec(
             "an operator let the execution through a change freeze", LetThrough
         ),
+        EventType.DRIFTED: EventSpec(
+            "the drift watch found the succeeded execution's work changed (`findings`)", Drifted
+        ),
+        EventType.DRIFT_ENDED: EventSpec(
+            "its drift ended: back in place, accepted, or superseded (`status`)", DriftEnded
+        ),
         EventType.CANCEL_REQUESTED: EventSpec(
             "cancel of a running execution (at the next step)", CancelRequested
         ),
@@ -289,7 +318,9 @@ def payload_problem(type_: str, payload: Mapping[str, Any]) -> str | None:
 
 # The terminal transitions: after one, an execution's events go on only with what its lane
 # does about it (``lane.released`` or ``lane.recovery_required``, written by the reconciler
-# in a transaction of its own) or with someone acting on it again (a retry, a rollback).
+# in a transaction of its own), with what the drift watch finds of a succeeded one
+# (``execution.drifted``, ``execution.drift_ended``) or with someone acting on it again (a
+# retry, a rollback).
 TERMINAL_EVENT_TYPES: Final[frozenset[str]] = frozenset(
     f"execution.{status.value}" for status in TERMINAL_STATUSES
 )

@@ -79,6 +79,15 @@ class Execution(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    drift = models.ForeignKey(
+        "Drift",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The open drift the drift watch found (executions.drift); none: in place, "
+        "or not watched.",
+    )
     pruned_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -114,6 +123,12 @@ class Execution(models.Model):
             ),
             models.Index(
                 fields=["lane_key", "id"], condition=_ACTIVE, name="execution_active_lane"
+            ),
+            # What the drift watch enrols (executions.drift): succeeded, not dry runs.
+            models.Index(
+                fields=["finished_at"],
+                condition=Q(status="succeeded", dry_run=False),
+                name="execution_succeeded",
             ),
             # What retention has still to prune: ended roots, not pruned since they ended.
             models.Index(
@@ -492,6 +507,91 @@ class FreezeExemption(models.Model):
 
     def __str__(self) -> str:
         return f"{self.execution_id} through {self.freeze_id}"
+
+
+class DriftStatus(models.TextChoices):
+    OPEN = "open"  # what the execution did is not what is there
+    ACCEPTED = "accepted"  # an operator took what is there as it is
+    RESOLVED = "resolved"  # back as the execution left it
+    SUPERSEDED = "superseded"  # a later execution of the same operation succeeded
+
+
+class Drift(models.Model):
+    """What the drift watch (``executions.drift``) found of a succeeded execution that is not
+    as it left it: each finding's what, expected and found, first and last seen. One row per
+    episode: it stays open while the check keeps finding it, and ends resolved (back in place),
+    accepted (an operator's word) or superseded (the operation ran again)."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=Prefixed("dft"), editable=False)
+    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="drifts")
+    status = models.CharField(
+        max_length=16, choices=DriftStatus.choices, default=DriftStatus.OPEN, db_index=True
+    )
+    findings = models.JSONField(help_text="[{what, expected, found}], as last seen.")
+    digest = models.CharField(
+        max_length=64, help_text="sha256 of the findings (accepted: as accepted)."
+    )
+    first_seen_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=80, blank=True, default="")
+    reason = models.TextField(blank=True, default="", help_text="An operator's, when accepted.")
+    replaced_by = models.ForeignKey(
+        Execution, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-first_seen_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["execution"],
+                condition=Q(status="open"),
+                name="uniq_open_drift",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.execution_id} {self.status}"
+
+
+class DriftWatch(models.Model):
+    """A succeeded execution the drift watch checks: when next (``due_at``, spread over the
+    period), how the last check went. A check claims its row by moving ``due_at`` a lease
+    ahead and raising ``fence`` in one statement, so two beats or a restart never check it
+    twice; only the claim's fence may record the outcome."""
+
+    execution = models.OneToOneField(
+        Execution, primary_key=True, on_delete=models.CASCADE, related_name="drift_watch"
+    )
+    finished_at = models.DateTimeField(
+        db_index=True, help_text="When it succeeded (enrolment goes on from the newest)."
+    )
+    due_at = models.DateTimeField()
+    fence = models.PositiveIntegerField(default=0)
+    checks = models.PositiveIntegerField(default=0)
+    checked_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=16,
+        blank=True,
+        default="",
+        help_text="in_place, drifted, accepted or unreadable.",
+    )
+    error = models.TextField(blank=True, default="", help_text="Why the last check could not read.")
+    accepted_digest = models.CharField(
+        max_length=64, blank=True, default="", help_text="What an operator accepted: not drift."
+    )
+    retired_at = models.DateTimeField(null=True, blank=True)
+    retired_reason = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["due_at"], condition=Q(retired_at__isnull=True), name="drift_watch_due"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"watch {self.execution_id}"
 
 
 class OutboxEvent(models.Model):

@@ -18,6 +18,7 @@ from celery import shared_task
 from django.conf import settings
 
 from executions import retention
+from executions.drift import drift_watch_tick
 from executions.history import history_json
 from executions.lanes.reconciler import lanes_reconcile
 from executions.runtime import scans
@@ -62,6 +63,23 @@ def runs_recover() -> int:
     if settings.ALFRED_READ_ONLY:
         return 0
     return scans.runs_recover()
+
+
+# How long one drift watch task checks before handing what is still due to a new task.
+DRIFT_BUDGET_SECONDS = 5.0
+
+
+@shared_task(name="executions.tasks.drift_watch", bind=True, ignore_result=True)
+def drift_watch(self: Any) -> int:
+    """Beat's drift watch (``ALFRED_DRIFT_TICK_SECONDS``; ``executions.drift``): checks what
+    is due for up to ``DRIFT_BUDGET_SECONDS``, then the rest in a new task, so a scanner
+    process is never held for long. Reads only; a read-only instance records nothing."""
+    if settings.ALFRED_READ_ONLY or settings.ALFRED_DRIFT_PERIOD_SECONDS <= 0:
+        return 0
+    tick = drift_watch_tick(budget=DRIFT_BUDGET_SECONDS)
+    if tick.more:
+        self.apply_async(queue="scanners")
+    return tick.checked
 
 
 # How long one retention task runs its batches before handing the rest to a new task.

@@ -9,15 +9,17 @@ opens; the runtime canonicalizes a child's input (``ctx.child``) through the def
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from types import ModuleType
 from typing import Any, ClassVar
 
-from executions.catalog import ApprovalView, FieldError, InvalidInput, LaneClaim
+from executions.catalog import ApprovalView, FieldError, Finding, InvalidInput, LaneClaim
 from executions.runtime.errors import FatalError
 from executions.runtime.registry import Definition
 from executions.runtime.stage import StageContext
 from workflows import views
 from workflows.inputs import WorkflowInput, documented, output_check
+from workflows.watch import Recorded
 
 __all__ = ["FieldError", "InvalidInput", "LaneClaim", "Workflow", "WorkflowInput"]
 
@@ -137,6 +139,26 @@ class Workflow:
         output = function(ctx)
         output_check(function, output)
         return output
+
+    @property
+    def watched(self) -> bool:
+        """Whether its stages declare a drift check (``drift`` beside ``verify``)."""
+        return callable(getattr(self.stage_code, "drift", None))
+
+    def drift_check(
+        self,
+        execution_id: str,
+        data: Mapping[str, Any],
+        outputs: Mapping[str, Any],
+        now: datetime,
+    ) -> list[Finding]:
+        """Its ``drift`` on a succeeded execution (``workflows.watch``): reads only."""
+        check = getattr(self.stage_code, "drift", None)
+        if check is None:
+            return []
+        stored = self.Input.stored(data)
+        found: list[Finding] = check(Recorded(execution_id, stored, outputs, now))
+        return found
 
     def definition(self) -> Definition:
         """What the engine runs of it (``executions.runtime.registry``)."""

@@ -144,3 +144,8 @@ class AuditEntryCursorPagination(StrictCursorPagination):
     # By number, not time: unique and in the order entries were written.
     ordering = "-id"
     position_pattern = "[1-9][0-9]{0,17}"
+
+
+class DriftCursorPagination(StrictCursorPagination):
+    ordering = "-id"  # a drift's id sorts as it was found
+    position_pattern = r"dft_[0-9A-HJKMNP-TV-Z]{26}"

@@ -225,6 +225,8 @@ def execution_links(execution: Execution, caller: Caller | None = None) -> dict[
         "events": _url("execution-events", execution_id=execution.id),
         "stream": _url("execution-events-stream", execution_id=execution.id),
     }
+    if execution.drift_id is not None:
+        links["drift"] = _url("drift-detail", drift_id=execution.drift_id)
     allowed = frozenset() if caller is None else execution_controls(execution, caller)
     for control in CONTROLS:  # in the controls' order
         if control.name in allowed:
@@ -244,6 +246,13 @@ class ExecutionSerializer(ExecutionSummarySerializer):
     assistance = serializers.SerializerMethodField()
     children = serializers.SerializerMethodField()
     acceptance = serializers.SerializerMethodField()
+    drift = serializers.CharField(
+        source="drift_id",
+        allow_null=True,
+        read_only=True,
+        help_text="The open drift the drift watch found of this succeeded execution "
+        "(GET /api/v1/drifts/{id}); null: in place, or not watched.",
+    )
 
     class Meta(ExecutionSummarySerializer.Meta):
         fields = [
@@ -266,6 +275,7 @@ class ExecutionSerializer(ExecutionSummarySerializer):
             "children",
             "error",
             "result",
+            "drift",
             "acceptance",
             "created_at",
             "updated_at",

@@ -2,6 +2,7 @@ from django.urls import path
 
 from executions.api.views.audit import AuditEntryListApi
 from executions.api.views.controls import CONTROL_VIEWS
+from executions.api.views.drifts import DriftDetailApi, DriftListApi
 from executions.api.views.executions import (
     ExecutionCreateApi,
     ExecutionDetailApi,
@@ -37,6 +38,8 @@ urlpatterns = [
         name="execution-events",
     ),
     path("audit", AuditEntryListApi.as_view(), name="audit-list"),
+    path("drifts", DriftListApi.as_view(), name="drift-list"),
+    path("drifts/<str:drift_id>", DriftDetailApi.as_view(), name="drift-detail"),
     path("freezes", FreezeListApi.as_view(), name="freeze-list"),
     path("freezes/<str:freeze_id>", FreezeDetailApi.as_view(), name="freeze-detail"),
     path("freezes/<str:freeze_id>/end", FreezeEndApi.as_view(), name="freeze-end"),

@@ -28,14 +28,17 @@ simulates the rest; nothing pauses and nothing is changed.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, Literal, NotRequired
 
+from django.conf import settings
 from typing_extensions import TypedDict
 
 from executions.runtime.errors import FatalError
 from executions.runtime.stage import StageContext
 from workflows.add_certificate.input import AddCertificateInput
 from workflows.steps import acm, route53
+from workflows.watch import Finding, Recorded
 
 # What each stage is given: ctx.input is the typed input.
 Ctx = StageContext[AddCertificateInput]
@@ -256,3 +259,44 @@ def verify(ctx: Ctx) -> Verified:
         "names": sorted(set(held)),
         "records": validated["records"],
     }
+
+
+def drift(rec: Recorded[AddCertificateInput]) -> list[Finding]:
+    """The drift watch's check (``workflows.watch``): the certificate still exists, ISSUED,
+    covering every name, not expiring within ``ALFRED_DRIFT_CERTIFICATE_DAYS``; and each
+    validation CNAME still served — without them ACM cannot renew it (a managed certificate
+    renews only while its DNS validation still answers)."""
+    verified = rec.output_of(verify)
+    arn = _held(verified["certificate_arn"])
+    held = acm.certificate_state(arn)
+    if held is None:
+        return [Finding(f"certificate {arn}", "ISSUED", None)]
+    found: list[Finding] = []
+    if held["status"] != "ISSUED":
+        found.append(Finding(f"status of certificate {arn}", "ISSUED", held["status"]))
+    names = [held["domain"], *held["alternative_names"]]
+    if [n for n in rec.output_of(plan)["names"] if not acm.covers(names, n)]:
+        found.append(Finding(f"names of certificate {arn}", verified.get("names"), names))
+    days = settings.ALFRED_DRIFT_CERTIFICATE_DAYS
+    horizon = rec.now + dt.timedelta(days=days)
+    if held["not_after"] and dt.datetime.fromisoformat(held["not_after"]) <= horizon:
+        found.append(
+            Finding(
+                f"expiry of certificate {arn}",
+                f"valid for more than {days:g} days",
+                held["not_after"],
+            )
+        )
+    zones = rec.output_of(plan)["zones"].values()
+    for zone, wanted in acm.by_zone(verified["records"], zones):
+        there = route53.read_records(zone["id"], [r["name"] for r in wanted], dry_run=True)
+        found += [
+            Finding(
+                f"validation record {r['name']}",
+                acm.cname(r),
+                [s for s in there if s["name"] == r["name"]] or None,
+            )
+            for r in wanted
+            if not acm.in_place(r, there)
+        ]
+    return found

@@ -56,6 +56,7 @@ from executions.runtime.errors import FatalError, ReadinessFailure
 from executions.runtime.stage import StageContext
 from workflows.add_domain.input import AddDomainInput
 from workflows.steps import acm, argocd, gitops, route53
+from workflows.watch import Finding, Recorded
 
 # What each stage is given: ctx.input is the typed input.
 Ctx = StageContext[AddDomainInput]
@@ -207,7 +208,7 @@ def edge_of() -> dict[str, Any]:
     return edge
 
 
-def zone_of(ctx: Ctx) -> dict[str, Any]:
+def zone_of(ctx: Ctx | Recorded[AddDomainInput]) -> dict[str, Any]:
     """The hosted zone the domain's records go to: planned (add-domain), or created by the
     ``hosted_zone`` stage (onboard-domain)."""
     planned = ctx.output_of(plan)
@@ -519,3 +520,37 @@ def verify(ctx: Ctx) -> Verified:
         "commits": {c["scope"]: c["commit"] for c in routed} | {BOOKING: booked["commit"]},
         "converged": converged,
     }
+
+
+def drift(rec: Recorded[AddDomainInput]) -> list[Finding]:
+    """The drift watch's check (``workflows.watch``): what verify saw, read again — the alias
+    records at the served names, exactly; an adopted certificate still ISSUED (one a child
+    requested is the child add-certificate's to watch); each concern's entries of the domain
+    still on its branch (a routing or booking entry removed is drift)."""
+    verified = rec.output_of(verify)
+    domain, names = verified["domain"], verified.get("names", [])
+    zone = zone_of(rec)
+    found = route53.read_records(zone["id"], names, dry_run=True)
+    drifted = [
+        Finding(f"{d['type']} {d['name']}", d["expected"], d["found"])
+        for d in route53.drift(
+            verified.get("records", []), [r for r in found if r["type"] in ALIAS_TYPES]
+        )
+    ]
+    held = rec.output_of(certificate)
+    if held["adopted"] and held["certificate_arn"]:
+        state = acm.certificate_state(held["certificate_arn"])
+        status = state["status"] if state else None
+        if status != "ISSUED":
+            drifted.append(Finding(f"certificate {held['certificate_arn']}", "ISSUED", status))
+    for scope in verified.get("commits", {}):
+        read = gitops.read_entries(scope, domain, dry_run=True)
+        if read["missing"]:
+            drifted.append(
+                Finding(
+                    f"{scope} entries of {domain} on {read['repository']}@{read['branch']}",
+                    read["missing"],
+                    None,
+                )
+            )
+    return drifted

@@ -35,6 +35,7 @@ from workflows.add_subdomain.input import AddSubdomainInput
 from workflows.steps import route53
 from workflows.steps.blast_radius import blast_radius_assess
 from workflows.steps.planning import change_summary, operator_consent, plan_hash
+from workflows.watch import Finding, Recorded
 
 # What each stage is given: ctx.input is the typed input.
 Ctx = StageContext[AddSubdomainInput]
@@ -204,6 +205,21 @@ def verify(ctx: Ctx) -> Verified:
             differences=differences,
         )
     return {"verified": True, "records": expected}
+
+
+def drift(rec: Recorded[AddSubdomainInput]) -> list[Finding]:
+    """The drift watch's check (``workflows.watch``): the alias records verify saw, read
+    again; each A/AAAA set at the name that is not exactly as the execution left it (changed,
+    deleted, or one added beside it)."""
+    name = rec.input.subdomain
+    zone = rec.output_of(plan)["zone"]
+    found = route53.read_records(zone["id"], [name], dry_run=True)
+    return [
+        Finding(f"{d['type']} {d['name']}", d["expected"], d["found"])
+        for d in route53.drift(
+            rec.output_of(verify)["records"], [r for r in found if r["type"] in ALIAS_TYPES]
+        )
+    ]
 
 
 def _shown(proposed: Proposal) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """onboard-domain's stages: its own ``plan`` and ``hosted_zone``, then add-domain's
 ``certificate``, ``dns``, ``routing``, ``booking`` and ``verify`` — the same functions
-(``add_domain/stages.py``), which take the zone from the ``hosted_zone`` stage.
+(``add_domain/stages.py``), which take the zone from the ``hosted_zone`` stage; and its drift
+check, add-domain's ``drift``.
 
 - **plan** checks that no public hosted zone of that name exists (one does:
   ``hosted_zone_exists`` — add-domain serves a domain whose zone exists; the zone this
@@ -28,6 +29,7 @@ from workflows.add_domain.stages import (
     booking,
     certificate,
     dns,
+    drift,
     plan_platform,
     routing,
     verify,
@@ -38,7 +40,7 @@ from workflows.steps import hosted_zones
 # What each stage is given: ctx.input is the typed input.
 Ctx = StageContext[OnboardDomainInput]
 
-__all__ = ["booking", "certificate", "dns", "hosted_zone", "plan", "routing", "verify"]
+__all__ = ["booking", "certificate", "dns", "drift", "hosted_zone", "plan", "routing", "verify"]
 
 
 def plan(ctx: Ctx) -> PlatformPlan:

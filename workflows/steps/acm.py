@@ -252,6 +252,19 @@ def read_certificate(arn: str) -> dict[str, Any] | None:
     return _shown(certificate)
 
 
+def certificate_state(arn: str) -> dict[str, Any] | None:
+    """The drift watch's read of a certificate: what ``read_certificate`` says and when it
+    expires (``not_after``, ISO 8601; None until issued), or None when it does not exist."""
+    adapter = acm(dry_run=True)
+    try:
+        certificate = adapter.describe(arn)
+    except NotFound:
+        return None
+    except ProviderError as exc:
+        raise engine_error(exc) from exc
+    return {**_shown(certificate), "not_after": certificate["not_after"]}
+
+
 def delete_certificate(arn: str) -> dict[str, Any]:
     with provider_errors():
         handle = acm(dry_run=False).delete(arn)

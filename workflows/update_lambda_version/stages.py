@@ -30,6 +30,7 @@ from executions.runtime.errors import FatalError, ReadinessFailure
 from executions.runtime.stage import StageContext
 from workflows.steps import lambda_
 from workflows.update_lambda_version.input import UpdateLambdaVersionInput
+from workflows.watch import Finding, Recorded
 
 # What each stage is given: ctx.input is the typed input.
 Ctx = StageContext[UpdateLambdaVersionInput]
@@ -189,3 +190,17 @@ def verify(ctx: Ctx) -> Verified:
             differences=differences,
         )
     return {"verified": True, "version": version, "functions": names}
+
+
+def drift(rec: Recorded[UpdateLambdaVersionInput]) -> list[Finding]:
+    """The drift watch's check (``workflows.watch``): each alias the plan named, read again,
+    at the version the execution set (an alias moved by hand, or by a deploy outside Alfred,
+    is drift; one moved by a later execution on the lane supersedes this one instead)."""
+    planned = rec.output_of(plan)
+    version, alias = planned["version"], planned["environment"]
+    names = [f["function"] for f in planned["functions"]]
+    return [
+        Finding(f"alias {alias} of {found['function']}", version, found["version"])
+        for found in lambda_.read_aliases(names, alias, dry_run=True)
+        if found["version"] != version
+    ]

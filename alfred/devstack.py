@@ -520,6 +520,10 @@ def main() -> int:
     env.setdefault("ALFRED_DEBUG", "1")  # a development stack: Django's error pages
     env.setdefault("ALFRED_LOCAL_URL", base_url)  # what alfred_bootstrap prints
     env.setdefault("ALFRED_WEBHOOK_ALLOW_PRIVATE", "1")  # local receivers on a local stack
+    # The drift watch looks every 2 minutes (production: 6 hours), so a change made by hand
+    # in the sandbox is seen while you try it (README, "Trying it").
+    env.setdefault("ALFRED_DRIFT_PERIOD_SECONDS", "120")
+    env.setdefault("ALFRED_DRIFT_TICK_SECONDS", "10")
     signals = Signals()
     signals.install()
     stack: embedded.EmbeddedStack | None = None

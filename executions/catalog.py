@@ -98,8 +98,8 @@ class ApprovalView:
 @dataclass(frozen=True)
 class Finding:
     """One thing a drift check found not as a succeeded execution left it: ``what`` names it
-    as an operator would ("A api.example.com", "certificate arn:…"), ``expected`` is what the
-    execution left, ``found`` what is there now (None: nothing). JSON values both."""
+    as an operator would (in the workflow's words), ``expected`` is what the execution left,
+    ``found`` what is there now (None: nothing). JSON values both."""
 
     what: str
     expected: Any

@@ -116,6 +116,12 @@ def watch_enrol(*, limit: int = ENROL_BATCH) -> int:
           FROM {executions} e, since
          WHERE e.status = 'succeeded' AND NOT e.dry_run AND e.workflow = ANY(%s)
            AND (since.at IS NULL OR e.finished_at >= since.at)
+           -- not those watched already: a burst that finished within the margin must not
+           -- fill every batch with rows that need nothing
+           AND NOT EXISTS (
+               SELECT 1 FROM {watches} x
+                WHERE x.execution_id = e.id
+                  AND (x.retired_at IS NULL OR x.finished_at >= e.finished_at))
          ORDER BY e.finished_at
          LIMIT %s
         ON CONFLICT (execution_id) DO UPDATE
@@ -384,7 +390,9 @@ class Tick:
 
 
 def drift_watch_tick(*, budget: float = 5.0) -> Tick:
-    """Enrol, then check what is due, one claim at a time, for up to ``budget`` seconds."""
+    """Enrol, then check what is due, one claim at a time, for up to ``budget`` seconds. A
+    read-only instance records nothing (``ReadOnlyInstance``)."""
+    writes_allowed()
     tick = Tick(enrolled=watch_enrol())
     deadline = time.monotonic() + budget
     while True:
@@ -402,6 +410,7 @@ def drift_watch_tick(*, budget: float = 5.0) -> Tick:
 def drift_check_now(execution_id: str) -> str:
     """Check one watched execution now (an operator's ``alfred_drift check``), due or not.
     Raises ``DriftWatch.DoesNotExist`` when it is not watched (or retired)."""
+    writes_allowed()
     watch_enrol()
     claim = watch_claim(execution_id)
     if claim is None:

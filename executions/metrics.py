@@ -9,6 +9,8 @@ from alfred.metrics_state import SqlGauge
 from executions.models import (
     ACTIVE_STATUSES,
     DeliveryStatus,
+    Drift,
+    DriftWatch,
     Execution,
     Freeze,
     Hook,
@@ -118,6 +120,24 @@ EXECUTION_GAUGES: tuple[SqlGauge, ...] = (
               FROM {Timer._meta.db_table} t, jsonb_array_elements_text(t.topics) AS topic
              WHERE t.status = '{TimerStatus.PENDING}' AND t.purpose = '{TimerPurpose.HOLD}'
                AND starts_with(topic, 'freeze:') GROUP BY 1""",  # noqa: S608
+    ),
+    SqlGauge(
+        "alfred_executions_drifted",
+        "Succeeded executions whose work the drift watch found changed (an open drift), by "
+        "workflow.",
+        ("workflow",),
+        f"""SELECT e.workflow, count(*) FROM {Drift._meta.db_table} d
+              JOIN {_E} e ON e.id = d.execution_id
+             WHERE d.status = 'open' GROUP BY 1""",  # noqa: S608
+    ),
+    SqlGauge(
+        "alfred_drift_watch_overdue_seconds",
+        "How far behind the drift watch is: the age of its most overdue check (0: none due). "
+        "It grows when no scanner runs its ticks, or the checks outnumber what a period holds.",
+        (),
+        f"""SELECT coalesce(extract(epoch FROM clock_timestamp() - min(due_at)), 0)
+              FROM {DriftWatch._meta.db_table}
+             WHERE retired_at IS NULL AND due_at < clock_timestamp()""",  # noqa: S608
     ),
     SqlGauge(
         "alfred_lanes",

@@ -115,6 +115,8 @@ class ControlPage:
             # the policy asks for more: the plan waits for another operator's approval
             policy = waiting["policy"]
             said = f"{said} ({policy.summary()}: it waits for {policy.owed} more)"
+        if execution.pk != execution_id:  # redo: a new execution of the same operation
+            return f"{said}: {execution.pk} ({execution.status})"
         return f"{said}; now {execution.status}"
 
 

@@ -35,6 +35,8 @@ from executions.freezes import held_by
 from executions.history import RUN_RECORDS
 from executions.models import (
     TERMINAL_STATUSES,
+    Drift,
+    DriftWatch,
     Execution,
     ExecutionStatus,
     Hook,
@@ -208,6 +210,36 @@ def execution_header(execution: Execution) -> dict[str, Any]:
         "input": pretty(execution.input),
         "error": pretty(execution.error),
         "result": pretty(execution.result),
+        "watch": execution_watch(execution)
+        if execution.status == ExecutionStatus.SUCCEEDED
+        else None,
+    }
+
+
+def execution_watch(execution: Execution) -> dict[str, Any] | None:
+    """What the drift watch says of a succeeded execution: its open drift (each finding's
+    what, expected and found) or how its last check went; None when it is not watched."""
+    watch = DriftWatch.objects.filter(pk=execution.pk).first()
+    drift = Drift.objects.filter(pk=execution.drift_id).first() if execution.drift_id else None
+    if watch is None and drift is None:
+        return None
+    return {
+        "checked_at": watch.checked_at if watch else None,
+        "outcome": watch.outcome if watch else "",
+        "error": watch.error if watch else "",
+        "retired": watch.retired_reason if watch and watch.retired_at else "",
+        "drift": None
+        if drift is None
+        else {
+            "id": drift.pk,
+            "url": reverse("admin:executions_drift_change", args=[quote(drift.pk)]),
+            "first_seen_at": drift.first_seen_at,
+            "last_seen_at": drift.last_seen_at,
+            "findings": [
+                {"what": f["what"], "expected": pretty(f["expected"]), "found": pretty(f["found"])}
+                for f in drift.findings
+            ],
+        },
     }
 
 

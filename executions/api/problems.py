@@ -24,7 +24,7 @@ from executions.controls import (
     StalePlan,
 )
 from executions.freezes import FreezeEnded, FreezeNotHolding, FreezeNotPermitted, FreezeRefused
-from executions.models import Execution, Freeze
+from executions.models import Drift, Execution, Freeze
 
 
 def _invalid_input_detail(exc: InvalidInput, context: ProblemContext) -> str:
@@ -104,6 +104,7 @@ PROBLEMS: tuple[ProblemMap[Any], ...] = (
         },
     ),
     ProblemMap(Freeze.DoesNotExist, "not_found", not_found_detail),
+    ProblemMap(Drift.DoesNotExist, "not_found", not_found_detail),
     ProblemMap(FreezeNotPermitted, "permission_denied"),
     ProblemMap(FreezeRefused, "invalid_freeze"),
     ProblemMap(FreezeEnded, "invalid_state", members=lambda exc: {"freeze": exc.freeze_id}),

@@ -32,7 +32,7 @@ ANON = ("401 not_authenticated", "401 authentication_failed")
 class ApiRow:
     label: str
     method: str
-    path: str  # {queued}, {failed}, {paused}, {lane}, {freeze}: the world's objects
+    path: str  # {queued}, {failed}, {paused}, {lane}, {freeze}, {drifted}: the world's objects
     cells: tuple[str, ...]  # in COLUMNS order
     body: dict[str, object] | None = None
     changes: str | None = None  # the name of the effect checked on a 2xx (and its absence)
@@ -162,6 +162,23 @@ API: tuple[ApiRow, ...] = (
         "/api/v1/executions/{failed}/events/stream?after=999",
         (*ANON, "204", "404 not_found", "204", "204", "204", "204"),
     ),
+    ApiRow(
+        "POST /executions/{id}/accept_drift",
+        "POST",
+        "/api/v1/executions/{drifted}/accept_drift",
+        _OPERATORS_ONLY,
+        body={"reason": "matrix"},
+        changes="drift_accepted",
+    ),
+    ApiRow(
+        "POST /executions/{id}/redo",
+        "POST",
+        "/api/v1/executions/{drifted}/redo",
+        (*_CONTROL, _RO),
+        changes="redone",
+    ),
+    ApiRow("GET /drifts", "GET", "/api/v1/drifts", _READ),
+    ApiRow("GET /drifts/{id}", "GET", "/api/v1/drifts/{drift}", _MINE),
     ApiRow("GET /lanes", "GET", "/api/v1/lanes", _READ),
     ApiRow("GET /lanes/{key}", "GET", "/api/v1/lanes/{lane}", _READ),
     ApiRow(
@@ -442,6 +459,18 @@ COMMANDS: tuple[CommandRow, ...] = (
     CommandRow(
         "alfred_executions retry", ("alfred_executions", "retry", "{failed}"), "ok", "refused"
     ),
+    CommandRow(
+        "alfred_executions accept_drift",
+        ("alfred_executions", "accept_drift", "{drifted}", "--reason", "matrix"),
+        "ok",
+        "refused",
+    ),
+    CommandRow(
+        "alfred_executions redo", ("alfred_executions", "redo", "{drifted}"), "ok", "refused"
+    ),
+    CommandRow("alfred_drift list", ("alfred_drift", "list"), "ok", "ok"),
+    CommandRow("alfred_drift show", ("alfred_drift", "show", "{drift}"), "ok", "ok"),
+    CommandRow("alfred_drift check (a tick)", ("alfred_drift", "check"), "ok", "refused"),
     CommandRow("alfred_bootstrap", ("alfred_bootstrap",), "ok", "refused"),
     CommandRow("alfred_freezes list", ("alfred_freezes", "list"), "ok", "ok"),
     CommandRow(

@@ -24,6 +24,8 @@ from executions.identity import logical_identity
 from executions.models import (
     AuditEntry,
     DeliveryKey,
+    Drift,
+    DriftWatch,
     Execution,
     ExecutionStatus,
     Hook,
@@ -127,6 +129,29 @@ def records() -> None:
             outcome="created",
         )
         executions.append(execution)
+    succeeded = next(e for e in executions if e.status == ExecutionStatus.SUCCEEDED)
+    succeeded.drift = Drift.objects.create(
+        execution=succeeded,
+        findings=[
+            {
+                "what": "A page4.example.com",
+                "expected": {"alias": {"dns_name": "edge."}},
+                "found": None,
+            }
+        ],
+        digest="d" * 64,
+        first_seen_at=now,
+        last_seen_at=now,
+    )
+    succeeded.save()
+    DriftWatch.objects.create(
+        execution=succeeded,
+        finished_at=now,
+        due_at=now,
+        checks=1,
+        checked_at=now,
+        outcome="drifted",
+    )
     Lane.objects.create(
         key="aws-infrastructure", state=LaneState.HELD, owner=executions[0], version=3
     )
@@ -210,6 +235,11 @@ def test_every_changelist_and_change_page_renders(records, role, read_only, labe
             assert (b'class="alfred-control' in page.content) is (
                 role == "operator" and not read_only
             )
+        if model is Execution and obj.status == ExecutionStatus.SUCCEEDED:
+            assert b'id="drift"' in page.content and b"A page4.example.com" in page.content
+            assert (b"Accept the drift" in page.content) is (role == "operator" and not read_only)
+        if model is Drift:
+            assert b"A page4.example.com" in page.content and b"edge." in page.content
         if model is WebhookEndpoint:
             assert b"whsec_hidden" not in page.content  # a secret is never shown again
         if read_only or model_admin.has_change_permission(_request(client, role), obj) is False:

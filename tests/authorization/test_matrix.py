@@ -23,6 +23,7 @@ from alfred.models import ApiToken
 from alfred.tokens import token_create, token_revoke
 from alfred.users import user_set
 from executions.models import (
+    Drift,
     Execution,
     ExecutionStatus,
     Freeze,
@@ -31,7 +32,7 @@ from executions.models import (
     RunStatus,
     WebhookEndpoint,
 )
-from lanes.models import Lane, LaneState
+from lanes.models import Lane, LaneState, LaneWaiter
 from tests.authorization import matrix
 from tests.support.helpers import CERTIFICATE, paused_on_a_plan, submit
 
@@ -51,6 +52,8 @@ class World:
     lane: str
     lane_owner: str
     freeze: str
+    drifted: str
+    drift: str
     webhook: str
     beat: int
     secret: str
@@ -64,6 +67,8 @@ class World:
             lane=self.lane,
             lane_owner=self.lane_owner,
             freeze=self.freeze,
+            drifted=self.drifted,
+            drift=self.drift,
             owner_token=self.owner_token.pk,
             webhook=self.webhook,
             beat=self.beat,
@@ -77,6 +82,26 @@ def _fail(execution_id: str) -> None:
     execution.error = {"code": "fatal", "message": "given"}
     execution.save()
     execution.runs.update(status=RunStatus.FAILED, finished_at=timezone.now())
+
+
+def _drifted(execution_id: str) -> Drift:
+    """The execution succeeded, and the drift watch since found its record changed."""
+    execution = Execution.objects.get(pk=execution_id)
+    execution.status, execution.finished_at = ExecutionStatus.SUCCEEDED, timezone.now()
+    finding = {"what": "A drifted.example.com", "expected": {"alias": "edge"}, "found": None}
+    drift = Drift.objects.create(
+        execution=execution,
+        findings=[finding],
+        digest="d" * 64,
+        first_seen_at=timezone.now(),
+        last_seen_at=timezone.now(),
+    )
+    execution.drift = drift
+    execution.save()
+    execution.runs.update(status=RunStatus.SUCCEEDED, finished_at=timezone.now())
+    LaneWaiter.objects.filter(execution_id=execution_id).delete()  # it left its lane's queue
+    Lane.objects.filter(owner_id=execution_id).update(owner=None, state=LaneState.FREE)
+    return drift
 
 
 @pytest.fixture
@@ -110,6 +135,8 @@ def world() -> World:
     freeze = Freeze.objects.create(
         reason="world", starts_at=timezone.now(), workflows=["add-subdomain"], subjects=["*"]
     )
+    drifted = submit(client, "add-subdomain", {"zone": "example.com", "subdomain": "drifted"})
+    drift = _drifted(drifted.json()["id"])
     return World(
         tokens={
             "revoked": revoked_raw,
@@ -126,6 +153,8 @@ def world() -> World:
         lane=lane.key,
         lane_owner=laned.json()["id"],
         freeze=freeze.pk,
+        drifted=drifted.json()["id"],
+        drift=drift.pk,
         webhook=webhook.pk,
         beat=beat.pk,
         secret="whsec_x",
@@ -154,6 +183,8 @@ EFFECTS: dict[str, Callable[[World], bool]] = {
     "recovered": lambda w: Lane.objects.get(pk=w.lane).state != LaneState.RECOVERY_REQUIRED,
     "let_through": lambda w: FreezeExemption.objects.filter(execution_id=w.queued).exists(),
     "freeze_ended": lambda w: Freeze.objects.get(pk=w.freeze).ended_at is not None,
+    "drift_accepted": lambda w: Drift.objects.get(pk=w.drift).status == "accepted",
+    "redone": lambda w: Execution.objects.filter(predecessor_id=w.drifted).exists(),
     "revoked": lambda w: ApiToken.objects.get(pk=w.owner_token.pk).revoked_at is not None,
     "webhook_added": lambda w: WebhookEndpoint.objects.filter(url__contains="alfred").exists(),
     "secret_rotated": lambda w: WebhookEndpoint.objects.get(pk=w.webhook).secret != w.secret,

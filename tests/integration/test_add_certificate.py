@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution, Stage, StepReceipt
+from executions.drift import drift_check_now
+from executions.models import Drift, Execution, Stage, StepReceipt
+from providers.config import ProviderConfig
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.integration.test_engine import assert_gapless
@@ -410,3 +412,49 @@ def test_a_dry_run_simulates_every_stage_and_changes_nothing(api, aws_worker, st
     assert _stage(execution.id, "verify").output["verified"] == "simulated"
     receipts = StepReceipt.objects.filter(run__execution_id=execution.id, mutation__isnull=False)
     assert receipts.count() == 2 and all(r.mutation["simulated"] for r in receipts)
+
+
+def test_the_drift_watch_finds_a_validation_record_deleted_and_an_expiry_within_its_days(
+    api, aws_worker, standin, settings
+):
+    # given: an issued certificate, and its validation record deleted by hand (ACM could no
+    # longer renew it)
+    body = submit(api, "add-certificate", {"domain": f"{_label()}.example.com"}).json()
+    assert _terminal(body["id"]).status == "succeeded"
+    (record,) = _stage(body["id"], "validate_dns").output["records"]
+    route53 = _client(standin, "route53")
+    zone = aws_world.zone_id_of(route53)
+    (served_set,) = [
+        r
+        for r in route53.list_resource_record_sets(
+            HostedZoneId=zone, StartRecordName=record["name"], StartRecordType="CNAME"
+        )["ResourceRecordSets"]
+        if r["Name"].rstrip(".") == record["name"].rstrip(".")
+    ]
+    settings.ALFRED_PROVIDERS = ProviderConfig.from_env(aws_world.environ(standin))
+    settings.ALFRED_DRIFT_CERTIFICATE_DAYS = 30.0
+    assert drift_check_now(body["id"]) == "in_place"
+    mutations = sum(standin.calls[op] for op in (REQUEST, "DeleteCertificate"))
+    route53.change_resource_record_sets(
+        HostedZoneId=zone,
+        ChangeBatch={"Changes": [{"Action": "DELETE", "ResourceRecordSet": served_set}]},
+    )
+
+    # when: the watch checks it
+    assert drift_check_now(body["id"]) == "drifted"
+
+    # then: the record is the finding, what was there and that nothing is
+    (finding,) = Drift.objects.get(execution_id=body["id"], status="open").findings
+    assert finding["what"] == f"validation record {record['name']}"
+    assert finding["expected"]["values"] == [record["value"]] and finding["found"] is None
+
+    # when: the certificate expires within the days the watch looks ahead (moto issues for
+    # a year: 400 days ahead sees it)
+    settings.ALFRED_DRIFT_CERTIFICATE_DAYS = 400.0
+    assert drift_check_now(body["id"]) == "drifted"
+
+    # then: the same drift, now with both findings, and nothing changed at ACM
+    drift = Drift.objects.get(execution_id=body["id"], status="open")
+    assert [f["what"].split(" ")[0] for f in drift.findings] == ["expiry", "validation"]
+    assert drift.findings[0]["expected"] == "valid for more than 400 days"
+    assert sum(standin.calls[op] for op in (REQUEST, "DeleteCertificate")) == mutations

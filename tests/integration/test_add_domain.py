@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from executions.models import Execution, StepReceipt
+from executions.drift import drift_check_now
+from executions.models import Drift, Execution, StepReceipt
+from providers.config import ProviderConfig
 from providers.gitops.concerns import (
     CALIPSO_CORS_PATH,
     DEIMOS_SERVER_NAMES_PATH,
@@ -459,3 +461,30 @@ def test_a_retry_after_a_failed_sync_repeats_nothing_and_waits_for_the_fixed_syn
     assert world.helm_commits(platform, execution.id) == [commit]
     assert len(world.batches_of(platform, execution.id)) == 1
     assert len(world.booking_commits(platform, execution.id)) == 1
+
+
+def test_the_drift_watch_finds_a_routing_entry_removed_by_hand(api, platform, settings):
+    # given: a domain added, in place
+    domain = _domain()
+    execution = terminal(submit(api, "add-domain", {"domain": domain}).json()["id"])
+    assert execution.status == "succeeded", execution.error
+    settings.ALFRED_PROVIDERS = ProviderConfig.from_env(platform.environ())
+    assert drift_check_now(execution.id) == "in_place"
+    commits = len(world.helm_commits(platform, execution.id))
+
+    # when: a teammate removes its host from the nginx values
+    nginx = world.helm_file(platform, NGINX_VALUES_PATH)
+    platform.github.commit_files(
+        world.HELM_REPO,
+        world.BRANCH,
+        {NGINX_VALUES_PATH: nginx.replace(f"    - {domain}\n", "")},
+        "chore: a teammate tidies the hosts\n",
+    )
+
+    # then: the watch names the concern, the repository and the entry that is gone, and
+    # commits nothing itself
+    assert drift_check_now(execution.id) == "drifted"
+    (finding,) = Drift.objects.get(execution=execution, status="open").findings
+    assert finding["what"] == f"nginx-hosts entries of {domain} on {world.HELM_REPO}@{world.BRANCH}"
+    assert domain in str(finding["expected"]) and finding["found"] is None
+    assert len(world.helm_commits(platform, execution.id)) == commits

@@ -86,18 +86,23 @@ def ready(worker: WorkerProcess) -> WorkerProcess:
     return worker
 
 
+def environ(standin: AwsStandIn) -> dict[str, str]:
+    """The environment that points Alfred's providers at the stand-in (a worker's; in this
+    process, ``ProviderConfig.from_env(environ(standin))`` as ``settings.ALFRED_PROVIDERS``)."""
+    return {
+        "ALFRED_PROVIDERS": "sandbox",
+        "AWS_ENDPOINT_URL": standin.url,
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+    }
+
+
 @contextmanager
 def aws_worker(standin: AwsStandIn, name: str, **env: str) -> Iterator[WorkerProcess]:
     """A started (and ready) worker on the stand-in's providers, with ``env`` on top."""
     with pytest.MonkeyPatch.context() as patch:
-        for key, value in {
-            "ALFRED_PROVIDERS": "sandbox",
-            "AWS_ENDPOINT_URL": standin.url,
-            "AWS_REGION": REGION,
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            **env,
-        }.items():
+        for key, value in {**environ(standin), **env}.items():
             patch.setenv(key, value)
         worker = WorkerProcess(name)
         try:

@@ -13,6 +13,7 @@ from executions.runtime.stage import StageContext
 from tests.txt_record.input import SetTxtRecordInput
 from workflows.steps import route53
 from workflows.steps.planning import change_summary, operator_consent, plan_hash
+from workflows.watch import Finding, Recorded
 
 Ctx = StageContext[SetTxtRecordInput]
 
@@ -126,3 +127,12 @@ def verify(ctx: Ctx) -> Verified:
     if values != planned["after"]:
         raise FatalError(f"{planned['name']} does not hold the value", code="verify_failed")
     return {"verified": True, "values": values}
+
+
+def drift(rec: Recorded[SetTxtRecordInput]) -> list[Finding]:
+    """The drift watch's check: the TXT values at the name, read again (reads only)."""
+    planned = rec.output_of(plan)
+    left = rec.output_of(verify)["values"]
+    found = route53.read_records(planned["zone"]["id"], [planned["name"]], dry_run=True)
+    values = [v for r in found if r["type"] == "TXT" for v in r["values"]]
+    return [] if values == left else [Finding(f"TXT {planned['name']}", left, values or None)]

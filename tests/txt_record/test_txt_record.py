@@ -28,6 +28,7 @@ from httpx_sse import connect_sse
 from executions import catalog
 from executions.models import Execution
 from executions.runtime import registry
+from providers.config import ProviderConfig
 from providers.sandbox.aws import AwsStandIn
 from tests.conftest import WorkerProcess, quiesce, wait_for
 from tests.support import aws_world
@@ -229,6 +230,36 @@ def test_replacing_a_value_waits_for_approval_applies_once_and_rolls_back_exactl
     assert _until(execution_id, "rolled_back", "failed").status == "rolled_back"
     assert _values(route53, zone_id, name) == ['"theirs"']
     assert _batches(standin, execution_id) == 2
+
+
+def test_its_drift_check_is_the_watch_s_like_the_five_s(
+    api, operator_api, aws_worker, standin, route53, zone_id, settings
+):
+    # given: a value it set, then changed by hand
+    name = f"{_label()}.example.com"
+    body = submit(api, "set-txt-record", {"zone": "example.com", "name": name, "value": "ours"})
+    assert _until(body.json()["id"], "succeeded", "failed").status == "succeeded"
+    _txt(route53, zone_id, name, '"edited"')
+
+    # when: an operator checks it now, from the command line (this process's providers are
+    # the stand-in's, as the worker's)
+    settings.ALFRED_PROVIDERS = ProviderConfig.from_env(aws_world.environ(standin))
+    said = _drift("check", body.json()["id"])
+
+    # then: the watch found it, in the workflow's own words, through the engine that knows
+    # no workflow; the API and the list show it
+    assert f"{body.json()['id']}: drifted" in said and f"TXT {name}" in said
+    assert 'expected: ["\\"ours\\""]' in said and 'found:    ["\\"edited\\""]' in said
+    resource = api.get(f"/api/v1/executions/{body.json()['id']}").json()
+    drift = api.get(resource["links"]["drift"]).json()
+    assert drift["workflow"] == "set-txt-record" and drift["subject"] == f"TXT {name}"
+    assert f"TXT {name}" in _drift("list")
+
+
+def _drift(*args: str) -> str:
+    out = io.StringIO()
+    call_command("alfred_drift", *args, stdout=out)
+    return out.getvalue()
 
 
 def test_a_dry_run_plans_from_the_zone_and_changes_nothing(

@@ -59,7 +59,10 @@ from lanes.models import Lane, LaneState
 
 
 class Command(BaseCommand):
-    help = "List executions, show one, or approve, reject, roll back, cancel or retry it (audited)."
+    help = (
+        "List executions, show one, or approve, reject, roll back, cancel or retry it, accept "
+        "its drift or start it again (audited)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
@@ -159,7 +162,7 @@ class Command(BaseCommand):
         caller = cli_caller(options["actor"])
         reason = options["reason"]
         try:
-            control_perform(
+            acted = control_perform(
                 CONTROLS_BY_NAME[action],
                 execution_id=execution_id,
                 caller=caller,
@@ -187,6 +190,11 @@ class Command(BaseCommand):
             )
         elif action == "rollback":
             self.stdout.write(_after_rollback(execution_id))
+        elif action == "redo":
+            self.stdout.write(
+                f"{execution_id}: started again as {acted.id} ({acted.status}); follow it with "
+                f"`manage.py alfred_executions show {acted.id}`"
+            )
         else:
             status = Execution.objects.values_list("status", flat=True).get(pk=execution_id)
             self.stdout.write(f"{execution_id}: {action} recorded; now {status}")

@@ -1,0 +1,111 @@
+"""``manage.py alfred_drift list|show|check``: the drift watch from a shell (``executions.drift``;
+docs/runbook.md, "Drift").
+
+- ``list [--all] [--workflow NAME]`` prints the open drifts (``--all``: every one, newest
+  first), each with its execution, subject and what changed.
+- ``show DRIFT`` prints one drift's findings: what the execution left, what is there.
+- ``check [EXECUTION]`` checks one watched execution now, due or not; without one, runs the
+  watch's tick once, as beat does (what is due, for up to ``--budget`` seconds).
+
+Accepting a drift or starting its operation again are the execution's controls:
+``alfred_executions accept_drift EXECUTION --reason "…"`` and ``alfred_executions redo EXECUTION``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from alfred.readonly import ReadOnlyInstance
+from executions.catalog import execution_subject
+from executions.drift import drift_check_now, drift_summary, drift_watch_tick
+from executions.models import Drift, DriftStatus, DriftWatch
+
+
+class Command(BaseCommand):
+    help = "The drift watch: list and show what it found, check now."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        actions = parser.add_subparsers(dest="action", required=True)
+        listing = actions.add_parser("list", help="the open drifts (--all: every one)")
+        listing.add_argument("--all", action="store_true", help="ended ones too")
+        listing.add_argument("--workflow", help="only this workflow's")
+        show = actions.add_parser("show", help="one drift's findings")
+        show.add_argument("drift")
+        check = actions.add_parser("check", help="check one execution now, or run a tick")
+        check.add_argument("execution", nargs="?")
+        check.add_argument("--budget", type=float, default=30.0, help="seconds (a tick)")
+
+    def handle(self, *args: Any, action: str, **options: Any) -> None:
+        try:
+            self._handle(action, options)
+        except ReadOnlyInstance as exc:
+            raise CommandError(str(exc)) from None
+
+    def _handle(self, action: str, options: dict[str, Any]) -> None:
+        if action == "list":
+            self._list(every=options["all"], workflow=options["workflow"])
+        elif action == "show":
+            self._show(options["drift"])
+        elif options["execution"]:
+            try:
+                outcome = drift_check_now(options["execution"])
+            except DriftWatch.DoesNotExist:
+                raise CommandError(
+                    f"{options['execution']} is not watched: only a succeeded execution of a "
+                    "workflow with a drift check, not a dry run, still in force"
+                ) from None
+            self.stdout.write(f"{options['execution']}: {outcome}")
+            self._open_of(options["execution"])
+        else:
+            tick = drift_watch_tick(budget=options["budget"])
+            said = ", ".join(f"{n} {o}" for o, n in sorted(tick.outcomes.items())) or "none due"
+            more = " (more are due: run it again)" if tick.more else ""
+            self.stdout.write(f"enrolled {tick.enrolled}; checked {tick.checked}: {said}{more}")
+
+    def _list(self, *, every: bool, workflow: str | None) -> None:
+        drifts = Drift.objects.select_related("execution").order_by("-id")
+        if not every:
+            drifts = drifts.filter(status=DriftStatus.OPEN)
+        if workflow:
+            drifts = drifts.filter(execution__workflow=workflow)
+        shown = list(drifts[:200])
+        if not shown:
+            self.stdout.write("no open drift" if not every else "no drift found yet")
+            return
+        for drift in shown:
+            self.stdout.write(
+                f"{drift.id}  {drift.status.upper():10}  {drift.execution_id}  "
+                f"{drift.execution.workflow} {execution_subject(drift.execution)}  "
+                f"{drift_summary(drift.findings)}  (since {drift.first_seen_at:%Y-%m-%d %H:%M}Z)"
+            )
+
+    def _show(self, drift_id: str) -> None:
+        drift = Drift.objects.select_related("execution").filter(pk=drift_id).first()
+        if drift is None:
+            raise CommandError(f"no drift {drift_id}")
+        self.stdout.write(
+            f"{drift.id}: {drift.status} · {drift.execution_id} ({drift.execution.workflow} "
+            f"{execution_subject(drift.execution)}) · seen {drift.first_seen_at:%Y-%m-%d %H:%M}Z"
+            f" – {drift.last_seen_at:%Y-%m-%d %H:%M}Z"
+        )
+        if drift.ended_at:
+            ended = f"  ended {drift.ended_at:%Y-%m-%d %H:%M}Z by {drift.ended_by}"
+            self.stdout.write(ended + (f": {drift.reason}" if drift.reason else ""))
+        for finding in drift.findings:
+            self.stdout.write(f"  {finding['what']}")
+            self.stdout.write(f"    expected: {json.dumps(finding['expected'], sort_keys=True)}")
+            self.stdout.write(f"    found:    {json.dumps(finding['found'], sort_keys=True)}")
+        if drift.status == DriftStatus.OPEN:
+            self.stdout.write(
+                f"Accept it: manage.py alfred_executions accept_drift {drift.execution_id} "
+                f'--reason "…"; or start it again: manage.py alfred_executions redo '
+                f"{drift.execution_id}"
+            )
+
+    def _open_of(self, execution_id: str) -> None:
+        drift = Drift.objects.filter(execution_id=execution_id, status=DriftStatus.OPEN).first()
+        if drift is not None:
+            self._show(drift.id)

@@ -18,9 +18,10 @@ from celery import shared_task
 from django.conf import settings
 
 from executions import retention
-from executions.drift import drift_watch_tick
+from executions.drift import drift_check_now, drift_watch_tick
 from executions.history import history_json
 from executions.lanes.reconciler import lanes_reconcile
+from executions.models import DriftWatch
 from executions.runtime import scans
 from executions.runtime.holders import worker_identity
 from executions.runtime.runner import stage_execute
@@ -80,6 +81,18 @@ def drift_watch(self: Any) -> int:
     if tick.more:
         self.apply_async(queue="scanners")
     return tick.checked
+
+
+@shared_task(name="executions.tasks.drift_check", ignore_result=True)
+def drift_check(execution_id: str) -> str:
+    """One watched execution checked now, due or not (``manage.py alfred_drift check EXE``):
+    on a worker, whose environment holds the providers' credentials."""
+    if settings.ALFRED_READ_ONLY:
+        return "read_only"
+    try:
+        return drift_check_now(execution_id)
+    except DriftWatch.DoesNotExist:
+        return "not_watched"
 
 
 # How long one retention task runs its batches before handing the rest to a new task.

@@ -4,8 +4,9 @@ docs/runbook.md, "Drift").
 - ``list [--all] [--workflow NAME]`` prints the open drifts (``--all``: every one, newest
   first), each with its execution, subject and what changed.
 - ``show DRIFT`` prints one drift's findings: what the execution left, what is there.
-- ``check [EXECUTION]`` checks one watched execution now, due or not; without one, runs the
-  watch's tick once, as beat does (what is due, for up to ``--budget`` seconds).
+- ``check [EXECUTION] [--wait SECONDS]`` asks a worker to check one watched execution now,
+  due or not, and prints what it found (the check runs where the providers' credentials are:
+  on a worker consuming ``scanners``); without one, queues the watch's tick, as beat does.
 
 Accepting a drift or starting its operation again are the execution's controls:
 ``alfred_executions accept_drift EXECUTION --reason "…"`` and ``alfred_executions redo EXECUTION``.
@@ -14,14 +15,16 @@ Accepting a drift or starting its operation again are the execution's controls:
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from alfred.readonly import ReadOnlyInstance
+from alfred.readonly import ReadOnlyInstance, writes_allowed
 from executions.catalog import execution_subject
-from executions.drift import drift_check_now, drift_summary, drift_watch_tick
+from executions.drift import drift_summary, watch_enrol
 from executions.models import Drift, DriftStatus, DriftWatch
+from executions.tasks import drift_check, drift_watch
 
 
 class Command(BaseCommand):
@@ -34,9 +37,9 @@ class Command(BaseCommand):
         listing.add_argument("--workflow", help="only this workflow's")
         show = actions.add_parser("show", help="one drift's findings")
         show.add_argument("drift")
-        check = actions.add_parser("check", help="check one execution now, or run a tick")
+        check = actions.add_parser("check", help="check one execution now, or queue a tick")
         check.add_argument("execution", nargs="?")
-        check.add_argument("--budget", type=float, default=30.0, help="seconds (a tick)")
+        check.add_argument("--wait", type=float, default=30.0, help="seconds (default 30)")
 
     def handle(self, *args: Any, action: str, **options: Any) -> None:
         try:
@@ -50,20 +53,36 @@ class Command(BaseCommand):
         elif action == "show":
             self._show(options["drift"])
         elif options["execution"]:
-            try:
-                outcome = drift_check_now(options["execution"])
-            except DriftWatch.DoesNotExist:
-                raise CommandError(
-                    f"{options['execution']} is not watched: only a succeeded execution of a "
-                    "workflow with a drift check, not a dry run, still in force"
-                ) from None
-            self.stdout.write(f"{options['execution']}: {outcome}")
-            self._open_of(options["execution"])
+            self._check(options["execution"], options["wait"])
         else:
-            tick = drift_watch_tick(budget=options["budget"])
-            said = ", ".join(f"{n} {o}" for o, n in sorted(tick.outcomes.items())) or "none due"
-            more = " (more are due: run it again)" if tick.more else ""
-            self.stdout.write(f"enrolled {tick.enrolled}; checked {tick.checked}: {said}{more}")
+            writes_allowed()
+            drift_watch.apply_async(queue="scanners")
+            self.stdout.write(
+                "the watch's tick is queued for a worker: what it finds shows in "
+                "`alfred_drift list` (and each execution's page)"
+            )
+
+    def _check(self, execution_id: str, wait: float) -> None:
+        writes_allowed()
+        watch_enrol()
+        watch = DriftWatch.objects.filter(pk=execution_id, retired_at__isnull=True).first()
+        if watch is None:
+            raise CommandError(
+                f"{execution_id} is not watched: only a succeeded execution of a workflow with "
+                "a drift check, not a dry run, still in force"
+            )
+        drift_check.apply_async(args=(execution_id,), queue="scanners")
+        deadline = time.monotonic() + wait
+        while (checked := DriftWatch.objects.get(pk=execution_id)).checks == watch.checks:
+            if time.monotonic() >= deadline:
+                raise CommandError(
+                    f"no worker checked {execution_id} within {wait:g} s: is a worker "
+                    "consuming the scanners queue running?"
+                )
+            time.sleep(0.2)
+        said = f"{execution_id}: {checked.outcome}"
+        self.stdout.write(said + (f" ({checked.error})" if checked.error else ""))
+        self._open_of(execution_id)
 
     def _list(self, *, every: bool, workflow: str | None) -> None:
         drifts = Drift.objects.select_related("execution").order_by("-id")

@@ -117,6 +117,9 @@ class _Request:
     # The audit entry (action, execution, reason) a new execution is recorded with, in its
     # transaction.
     audit: tuple[str, str, str] | None = None
+    # What a new execution repeats when its own operation has none yet (redo with an input
+    # of its own: the drifted execution).
+    predecessor: Execution | None = None
 
     @property
     def principal(self) -> str:
@@ -141,6 +144,7 @@ def execution_accept(
     caller: Caller,
     owner: str | None = None,
     audit: tuple[str, str, str] | None = None,
+    predecessor: Execution | None = None,
 ) -> Acceptance:
     """Accept ``body`` for ``workflow_name`` under ``idempotency_key`` of ``caller`` (or of
     ``owner``, for whom an operator asks; ``audit``: the entry a new execution is recorded
@@ -151,7 +155,9 @@ def execution_accept(
     be sent again.
     """
     try:
-        acceptance = _execution_accept(workflow_name, body, idempotency_key, caller, owner, audit)
+        acceptance = _execution_accept(
+            workflow_name, body, idempotency_key, caller, owner, audit, predecessor
+        )
     except tuple(_REFUSALS) as refused:
         workflow = workflow_name if not isinstance(refused, UnknownWorkflow) else "unknown"
         code = next(code for kind, code in _REFUSALS.items() if isinstance(refused, kind))
@@ -169,6 +175,7 @@ def _execution_accept(
     caller: Caller,
     owner: str | None,
     audit: tuple[str, str, str] | None,
+    predecessor: Execution | None,
 ) -> Acceptance:
     writes_allowed()
     try:
@@ -192,6 +199,7 @@ def _execution_accept(
         caller=caller,
         owner=owner,
         audit=audit,
+        predecessor=predecessor,
     )
     for attempt in range(1, MAX_ATTEMPTS + 1):
         try:
@@ -243,7 +251,7 @@ def _accept_once(req: _Request) -> Acceptance:
             or latest.status == ExecutionStatus.ROLLED_BACK
             or _effect_replaced(req.workflow, latest)
         ):
-            execution, lane, stages = _create(req, predecessor=latest)
+            execution, lane, stages = _create(req, predecessor=latest or req.predecessor)
             outcome = AcceptanceOutcome.CREATED
             if req.audit is not None:
                 action, target, reason = req.audit
@@ -285,6 +293,17 @@ def _key_row(req: _Request, execution_id: str, outcome: str) -> DeliveryKey:
         execution_id=execution_id,
         outcome=outcome,
     )
+
+
+def _asked_by(req: _Request, execution_id: str) -> list[DeliveryKey]:
+    """The caller's own key on an execution it asked for on its owner's behalf: it is one of
+    those who asked for it (the approval policy's requesters), so it approves none of its
+    plans."""
+    if req.owner is None or req.owner == req.caller.principal:
+        return []
+    mine = _key_row(req, execution_id, AcceptanceOutcome.CREATED)
+    mine.principal = req.caller.principal
+    return [mine]
 
 
 def _key_known(req: _Request) -> Statement:
@@ -407,7 +426,10 @@ def _create(
         lane_token=req.claim.token if req.claim else None,
         predecessor=predecessor,
         accepted_payload={"lane": _lane_payload(lane)},
-        also=[_key_row(req, execution_id, AcceptanceOutcome.CREATED)],
+        also=[
+            _key_row(req, execution_id, AcceptanceOutcome.CREATED),
+            *_asked_by(req, execution_id),
+        ],
     )
     _lane_event(execution, lane)
     return execution, lane, stages

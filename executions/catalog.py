@@ -173,6 +173,12 @@ class Workflow(Protocol):
         ``now`` (the database's clock).
         Raises when the providers cannot be read: no answer is not "in place"."""
 
+    def redo_input(
+        self, data: Mapping[str, Any], outputs: Mapping[str, Any], findings: list[Any]
+    ) -> dict[str, Any]:
+        """The input that starts a drifted execution's operation again (the ``redo`` control):
+        its own, or one that repairs what it made rather than making it anew."""
+
 
 _WORKFLOWS: dict[str, Workflow] = {}
 

@@ -32,12 +32,13 @@ from executions import approvals
 from executions.acceptance import execution_accept
 from executions.audit import audit_record
 from executions.catalog import InvalidInput, execution_subject, workflow_get
-from executions.drift import drift_accept
+from executions.drift import drift_accept, recorded_outputs
 from executions.events import EventType
 from executions.lanes.holding import execution_lane_claim
 from executions.models import (
     TERMINAL_STATUSES,
     Approval,
+    Drift,
     Execution,
     ExecutionStatus,
     Hook,
@@ -550,13 +551,16 @@ def execution_redo(*, execution_id: str, caller: Caller, reason: str = "") -> Ex
     _check_usable(caller, execution, REDO)
     if not REDO.allows(execution):
         raise InvalidState(execution, message=f"{execution.id} has no open drift to start again")
+    workflow = workflow_get(execution.workflow)
+    drift = Drift.objects.get(pk=execution.drift_id)
     acceptance = execution_accept(
         workflow_name=execution.workflow,
-        body=execution.input,
-        idempotency_key=f"redo:{execution.drift_id}",
+        body=workflow.redo_input(execution.input, recorded_outputs(execution), drift.findings),
+        idempotency_key=f"redo:{drift.pk}",
         caller=caller,
         owner=execution.principal,
         audit=("execution.redo", execution.id, reason),
+        predecessor=execution,
     )
     return acceptance.execution
 

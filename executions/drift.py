@@ -49,15 +49,24 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q, QuerySet
 
 from alfred.metrics import DRIFT_CHECKS
 from alfred.principals import Caller
 from alfred.readonly import writes_allowed
-from executions.acceptance import stage_outputs
 from executions.audit import audit_record
 from executions.catalog import Finding, workflow_find, workflows_all
 from executions.events import EventType
-from executions.models import Drift, DriftStatus, DriftWatch, Execution, ExecutionStatus
+from executions.models import (
+    ACTIVE_STATUSES,
+    Drift,
+    DriftStatus,
+    DriftWatch,
+    Execution,
+    ExecutionStatus,
+    Stage,
+    StageStatus,
+)
 from executions.outbox import event_emit, event_key
 from executions.runtime.clock import db_now
 
@@ -99,23 +108,26 @@ def watched_workflows() -> list[str]:
     return [workflow.name for workflow in workflows_all() if workflow.watched]
 
 
-def watch_enrol(*, limit: int = ENROL_BATCH) -> int:
+def watch_enrol(*, limit: int = ENROL_BATCH, everything: bool = False) -> int:
     """Watch the succeeded executions not watched yet (at most ``limit``, oldest first); one
     that succeeded again after its watch was retired (a retry after a failed rollback) is
-    watched again. Returns how many were enrolled."""
+    watched again. Returns how many were enrolled. ``everything``: however long ago they
+    succeeded (``alfred_drift enrol``: after a workflow gained its check), not only since the
+    newest enrolled; a scan of every succeeded execution, for an operator to ask for."""
     names = watched_workflows()
     if not names:
         return 0
     watches, executions = DriftWatch._meta.db_table, Execution._meta.db_table
     sql = f"""
-        WITH since AS (SELECT max(finished_at) - %s AS at FROM {watches})
         INSERT INTO {watches} AS w (execution_id, finished_at, due_at, fence, checks, outcome,
                                     error, accepted_digest, retired_reason)
         SELECT e.id, e.finished_at,
                clock_timestamp() + random() * %s, 0, 0, '', '', '', ''
-          FROM {executions} e, since
+          FROM {executions} e
          WHERE e.status = 'succeeded' AND NOT e.dry_run AND e.workflow = ANY(%s)
-           AND (since.at IS NULL OR e.finished_at >= since.at)
+           -- one value, computed first: the partial index on finished_at serves the range
+           AND (%s OR e.finished_at >= (
+               SELECT coalesce(max(finished_at) - %s, '-infinity') FROM {watches}))
            -- not those watched already: a burst that finished within the margin must not
            -- fill every batch with rows that need nothing
            AND NOT EXISTS (
@@ -126,11 +138,11 @@ def watch_enrol(*, limit: int = ENROL_BATCH) -> int:
          LIMIT %s
         ON CONFLICT (execution_id) DO UPDATE
            SET retired_at = NULL, retired_reason = '', finished_at = EXCLUDED.finished_at,
-               due_at = clock_timestamp()
+               due_at = clock_timestamp(), accepted_digest = '', outcome = '', error = ''
          WHERE w.retired_at IS NOT NULL AND w.finished_at < EXCLUDED.finished_at
         RETURNING execution_id
     """  # noqa: S608
-    params: list[Any] = [ENROL_MARGIN, period(), names, limit]
+    params: list[Any] = [period(), names, everything, ENROL_MARGIN, limit]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params)
         enrolled = [row[0] for row in cursor.fetchall()]
@@ -159,7 +171,8 @@ def watch_claim(execution_id: str | None = None) -> Claim | None:
     which = (
         "execution_id = %s"
         if execution_id
-        else "due_at <= clock_timestamp() ORDER BY due_at LIMIT 1"
+        # the time as one value, so that the index on due_at serves the range
+        else "due_at <= (SELECT clock_timestamp()) ORDER BY due_at LIMIT 1"
     )
     sql = f"""
         UPDATE {table} w SET due_at = clock_timestamp() + %s, fence = w.fence + 1
@@ -190,37 +203,68 @@ class Checked:
 def watch_check(claim: Claim) -> str:
     """Check the claimed execution and record what was found; returns the outcome."""
     execution = Execution.objects.get(pk=claim.execution_id)
-    checked = _checked(execution)
-    _record(claim, checked)
-    DRIFT_CHECKS.labels(execution.workflow, checked.outcome).inc()
-    return checked.outcome
+    outcome = _record(claim, _checked(execution))
+    if outcome:  # not when a later claim of the same watch records instead
+        DRIFT_CHECKS.labels(execution.workflow, outcome).inc()
+    return outcome or "superseded_claim"
 
 
 def _checked(execution: Execution) -> Checked:
-    if execution.status == ExecutionStatus.SUCCEEDED:
-        later = _superseded_by(execution)
-        if later is not None:
-            return Checked(Outcome.RETIRED, retired=f"superseded by {later}", replaced_by=later)
-    elif execution.status in (
+    standing = _standing(execution)
+    if standing is not None:
+        return standing
+    workflow = workflow_find(execution.workflow)
+    if workflow is None:  # _standing postponed it already; for the type checker
+        return Checked(Outcome.POSTPONED)
+    try:
+        found = workflow.drift_check(
+            execution.id, execution.input, recorded_outputs(execution), db_now()
+        )
+    except KeyError as missing:
+        # What the check reads was never recorded (a stage skipped, or recorded by a version
+        # whose outputs had another shape): no check can say anything of it, now or later.
+        return Checked(Outcome.RETIRED, retired=f"not checkable: its stages recorded no {missing}")
+    except Exception as exc:  # any failure to read is "unreadable", said as such
+        log.warning("drift check of %s could not read: %s", execution.id, exc)
+        return Checked(Outcome.UNREADABLE, error=f"{type(exc).__name__}: {exc}"[:2000])
+    findings = [_finding(f) for f in found]
+    return Checked(Outcome.DRIFTED if findings else Outcome.IN_PLACE, findings)
+
+
+def _standing(execution: Execution) -> Checked | None:
+    """Whether ``execution`` is still in force, as read now: None when it is (its check may
+    run, or its outcome be recorded); else why not. Asked before the reads and again under the
+    execution's lock before recording, so that a rollback, a later execution or a run started
+    meanwhile is never taken for drift."""
+    if execution.status in (
         ExecutionStatus.FAILED,
         ExecutionStatus.CANCELED,
         ExecutionStatus.ROLLED_BACK,
     ):
         return Checked(Outcome.RETIRED, retired=f"{execution.status} since it succeeded")
-    else:
-        return Checked(Outcome.POSTPONED)
+    if execution.status != ExecutionStatus.SUCCEEDED:
+        return Checked(Outcome.POSTPONED)  # running again (a rollback, a continuation)
     workflow = workflow_find(execution.workflow)
     if workflow is None or not workflow.watched:
-        return Checked(Outcome.RETIRED, retired="its workflow declares no drift check now")
-    try:
-        found = workflow.drift_check(
-            execution.id, execution.input, stage_outputs(execution), db_now()
-        )
-    except Exception as exc:
-        log.warning("drift check of %s could not read: %s", execution.id, exc)
-        return Checked(Outcome.UNREADABLE, error=f"{type(exc).__name__}: {exc}"[:2000])
-    findings = [_finding(f) for f in found]
-    return Checked(Outcome.DRIFTED if findings else Outcome.IN_PLACE, findings)
+        # this process may not have it (a deploy under way): looked at again later
+        return Checked(Outcome.POSTPONED, error="its workflow declares no drift check here")
+    later = _superseded_by(execution, workflow.replaced_by_another_token)
+    if later is not None:
+        return Checked(Outcome.RETIRED, retired=f"superseded by {later}", replaced_by=later)
+    if _redone_now(execution, workflow.replaced_by_another_token):
+        return Checked(Outcome.POSTPONED)  # its operation runs again: its result will tell
+    return None
+
+
+def recorded_outputs(execution: Execution) -> dict[str, Any]:
+    """Each stage's latest succeeded output over all the execution's runs, as recorded: a check
+    reads what was done, whichever version of the workflow did it."""
+    rows = (
+        Stage.objects.filter(run__execution=execution, status=StageStatus.SUCCEEDED)
+        .order_by("run__number")
+        .values_list("name", "output")
+    )
+    return dict(rows)
 
 
 def _finding(found: Finding) -> dict[str, Any]:
@@ -229,40 +273,43 @@ def _finding(found: Finding) -> dict[str, Any]:
     return shown
 
 
-def _superseded_by(execution: Execution) -> str | None:
-    """A later succeeded execution that took over what ``execution`` did: one that repeats it
-    (its predecessor), or, for a workflow whose later executions replace earlier ones, a later
-    one on its lane claimed with another token."""
-    later = (
-        Execution.objects.filter(predecessor=execution, status=ExecutionStatus.SUCCEEDED)
-        .values_list("id", flat=True)
-        .first()
+def _later(execution: Execution, on_lane: bool) -> QuerySet[Execution]:
+    """The executions after ``execution`` that redo its operation: of the same logical
+    identity (a repeat, a redo, however many in between were rolled back), started again from
+    it (a redo whose workflow repairs with an input of its own), or, for a
+    workflow whose later executions replace earlier ones, on its lane with another token."""
+    same = Q(workflow=execution.workflow, logical_identity=execution.logical_identity) | Q(
+        predecessor=execution
     )
-    if later is not None:
-        return later
-    workflow = workflow_find(execution.workflow)
-    if workflow is None or not workflow.replaced_by_another_token or execution.lane_key is None:
-        return None
-    return (
-        Execution.objects.filter(
-            workflow=execution.workflow,
-            lane_key=execution.lane_key,
-            status=ExecutionStatus.SUCCEEDED,
-            dry_run=False,
-            created_at__gt=execution.created_at,
+    if on_lane and execution.lane_key is not None:
+        same |= Q(workflow=execution.workflow, lane_key=execution.lane_key) & ~Q(
+            lane_token=execution.lane_token
         )
-        .exclude(lane_token=execution.lane_token)
-        .values_list("id", flat=True)
-        .first()
-    )
+    return Execution.objects.filter(same, created_at__gt=execution.created_at, dry_run=False)
 
 
-def _record(claim: Claim, checked: Checked) -> None:
+def _superseded_by(execution: Execution, on_lane: bool) -> str | None:
+    """A later succeeded execution that took over what ``execution`` did."""
+    later = _later(execution, on_lane).filter(status=ExecutionStatus.SUCCEEDED)
+    found: str | None = later.order_by("created_at").values_list("id", flat=True).first()
+    return found
+
+
+def _redone_now(execution: Execution, on_lane: bool) -> bool:
+    """A later execution of its operation is under way: what is there may be its doing."""
+    return _later(execution, on_lane).filter(status__in=sorted(ACTIVE_STATUSES)).exists()
+
+
+def _record(claim: Claim, checked: Checked) -> str:
+    """Record what a check found, under the execution's lock, as it stands now; the outcome
+    recorded ("" when a later claim of the watch took it over)."""
     with transaction.atomic(durable=True):
         execution = Execution.objects.select_for_update().get(pk=claim.execution_id)
         watch = DriftWatch.objects.select_for_update().get(pk=claim.execution_id)
         if watch.fence != claim.fence:
-            return  # claimed again after the lease: the later claim records
+            return ""  # claimed again after the lease: the later claim records
+        if checked.outcome in (Outcome.DRIFTED, Outcome.IN_PLACE, Outcome.UNREADABLE):
+            checked = _standing(execution) or checked  # what changed while it read
         now = db_now()
         watch.checked_at, watch.checks = now, watch.checks + 1
         watch.outcome, watch.error = checked.outcome, checked.error
@@ -301,6 +348,7 @@ def _record(claim: Claim, checked: Checked) -> None:
             _drifted(execution, watch, open_drift, checked.findings, now)
             watch.outcome = Outcome.ACCEPTED if execution.drift_id is None else Outcome.DRIFTED
         watch.save()
+        return watch.outcome
 
 
 def _drifted(

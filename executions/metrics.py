@@ -137,7 +137,7 @@ EXECUTION_GAUGES: tuple[SqlGauge, ...] = (
         (),
         f"""SELECT coalesce(extract(epoch FROM clock_timestamp() - min(due_at)), 0)
               FROM {DriftWatch._meta.db_table}
-             WHERE retired_at IS NULL AND due_at < clock_timestamp()""",  # noqa: S608
+             WHERE retired_at IS NULL AND due_at < (SELECT clock_timestamp())""",  # noqa: S608
     ),
     SqlGauge(
         "alfred_lanes",

@@ -130,6 +130,12 @@ class Execution(models.Model):
                 condition=Q(status="succeeded", dry_run=False),
                 name="execution_succeeded",
             ),
+            # What superseded a succeeded execution on its lane (executions.drift).
+            models.Index(
+                fields=["lane_key", "created_at"],
+                condition=Q(status="succeeded", dry_run=False, lane_key__isnull=False),
+                name="execution_succeeded_lane",
+            ),
             # What retention has still to prune: ended roots, not pruned since they ended.
             models.Index(
                 fields=["finished_at", "id"],

@@ -160,6 +160,17 @@ class Workflow:
         found: list[Finding] = check(Recorded(execution_id, stored, outputs, now))
         return found
 
+    def redo_input(
+        self, data: Mapping[str, Any], outputs: Mapping[str, Any], findings: list[Any]
+    ) -> dict[str, Any]:
+        """Its ``redo_input`` beside its drift check, if it declares one (``workflows.watch``);
+        else the execution's own input."""
+        redo = getattr(self.stage_code, "redo_input", None)
+        if redo is None:
+            return dict(data)
+        given: dict[str, Any] = redo(dict(data), outputs, findings)
+        return given
+
     def definition(self) -> Definition:
         """What the engine runs of it (``executions.runtime.registry``)."""
         return Definition(

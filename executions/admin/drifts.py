@@ -1,19 +1,38 @@
-"""What the drift watch found, in the admin (``executions.drift``): every drift, open ones
-first to look at, each with what was expected and what is there. Accepting one or starting its
-operation again are the execution's controls, on its page (linked from here)."""
+"""What the drift watch found, in the admin (``executions.drift``): every drift, newest first
+(the status filter finds the open ones), each with what was expected and what is there.
+Accepting one or starting its operation again are the execution's controls, on its page
+(linked from here)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.contrib.admin.utils import quote
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from alfred.admin_base import ReadOnlyAdmin
 from executions.admin.pages import pretty
-from executions.catalog import execution_subject
+from executions.catalog import execution_subject, workflows_all
 from executions.drift import drift_summary
 from executions.models import Drift
+
+
+class WorkflowFilter(admin.SimpleListFilter):
+    """By workflow, from the catalogue (not a scan of every execution for its names)."""
+
+    title = "workflow"
+    parameter_name = "workflow"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(workflow.name, workflow.name) for workflow in workflows_all() if workflow.watched]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Drift]) -> QuerySet[Drift]:
+        value = self.value()
+        return queryset.filter(execution__workflow=value) if value else queryset
 
 
 @admin.register(Drift)
@@ -28,7 +47,7 @@ class DriftAdmin(ReadOnlyAdmin):
         "first_seen_at",
         "last_seen_at",
     ]
-    list_filter = ["status", "execution__workflow"]
+    list_filter = ["status", WorkflowFilter]
     search_fields = ["id", "execution__id"]
     list_select_related = ["execution"]
     fields = (

@@ -471,6 +471,7 @@ COMMANDS: tuple[CommandRow, ...] = (
     CommandRow("alfred_drift list", ("alfred_drift", "list"), "ok", "ok"),
     CommandRow("alfred_drift show", ("alfred_drift", "show", "{drift}"), "ok", "ok"),
     CommandRow("alfred_drift check (queue a tick)", ("alfred_drift", "check"), "ok", "refused"),
+    CommandRow("alfred_drift enrol", ("alfred_drift", "enrol"), "ok", "refused"),
     CommandRow("alfred_bootstrap", ("alfred_bootstrap",), "ok", "refused"),
     CommandRow("alfred_freezes list", ("alfred_freezes", "list"), "ok", "ok"),
     CommandRow(

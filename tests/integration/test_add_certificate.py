@@ -415,7 +415,7 @@ def test_a_dry_run_simulates_every_stage_and_changes_nothing(api, aws_worker, st
 
 
 def test_the_drift_watch_finds_a_validation_record_deleted_and_an_expiry_within_its_days(
-    api, aws_worker, standin, settings
+    api, operator_api, aws_worker, standin, settings
 ):
     # given: an issued certificate, and its validation record deleted by hand (ACM could no
     # longer renew it)
@@ -435,6 +435,7 @@ def test_the_drift_watch_finds_a_validation_record_deleted_and_an_expiry_within_
     settings.ALFRED_DRIFT_CERTIFICATE_DAYS = 30.0
     assert drift_check_now(body["id"]) == "in_place"
     mutations = sum(standin.calls[op] for op in (REQUEST, "DeleteCertificate"))
+    requests = standin.calls[REQUEST]
     route53.change_resource_record_sets(
         HostedZoneId=zone,
         ChangeBatch={"Changes": [{"Action": "DELETE", "ResourceRecordSet": served_set}]},
@@ -458,3 +459,19 @@ def test_the_drift_watch_finds_a_validation_record_deleted_and_an_expiry_within_
     assert [f["what"].split(" ")[0] for f in drift.findings] == ["expiry", "validation"]
     assert drift.findings[0]["expected"] == "valid for more than 400 days"
     assert sum(standin.calls[op] for op in (REQUEST, "DeleteCertificate")) == mutations
+
+    # when: started again, it repairs the same certificate instead of requesting another
+    answer = operator_api.post(f"/api/v1/executions/{body['id']}/redo", {}, format="json")
+    assert answer.status_code == 202, answer.content
+    again = answer.json()
+    assert again["input"]["certificate_arn"] == drift.findings[0]["what"].split(" ")[-1]
+    assert again["predecessor"] == body["id"]
+    assert _terminal(again["id"]).status == "succeeded"
+
+    # then: its validation record is served again, no certificate was requested, and the
+    # old drift ended superseded by it
+    assert served(standin, record["name"])
+    assert standin.calls[REQUEST] - requests == 0
+    assert drift_check_now(body["id"]) == "retired"
+    drift.refresh_from_db()
+    assert drift.status == "superseded" and drift.replaced_by_id == again["id"]

@@ -7,6 +7,7 @@ The worker watches with a one-second period, so each tick finds every watched ex
 
 from __future__ import annotations
 
+import io
 import threading
 import uuid
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 from executions import drift as watch
 from executions.models import AuditEntry, Drift, DriftWatch, Execution, OutboxEvent
@@ -235,11 +237,11 @@ def test_started_again_the_new_execution_asks_for_approval_and_supersedes_the_dr
     _checked(execution.id)
     drift = Drift.objects.get(execution=execution, status="open")
 
-    answer = api.post(f"/api/v1/executions/{execution.id}/redo", {}, format="json")
+    answer = operator_api.post(f"/api/v1/executions/{execution.id}/redo", {}, format="json")
     assert answer.status_code == 202, answer.content
     again = answer.json()
     assert again["id"] != execution.id and again["predecessor"] == execution.id
-    twice = operator_api.post(f"/api/v1/executions/{execution.id}/redo", {}, format="json")
+    twice = api.post(f"/api/v1/executions/{execution.id}/redo", {}, format="json")
     assert twice.json()["id"] == again["id"]  # one drift starts one execution
     assert Execution.objects.get(pk=again["id"]).principal == execution.principal
 
@@ -252,10 +254,28 @@ def test_started_again_the_new_execution_asks_for_approval_and_supersedes_the_dr
         interval=0.2,
     )
     plan_hash = paused["pending_approval"]["plan_hash"]
-    approved = operator_api.post(
-        f"/api/v1/executions/{again['id']}/approve", {"plan_hash": plan_hash}, format="json"
+    # the operator who started it again asked for it: another approves its plan
+    assert_problem(
+        operator_api.post(
+            f"/api/v1/executions/{again['id']}/approve", {"plan_hash": plan_hash}, format="json"
+        ),
+        403,
+        "approver_not_permitted",
     )
-    assert approved.status_code == 202, approved.content
+    said = io.StringIO()
+    call_command(
+        "alfred_executions",
+        "approve",
+        again["id"],
+        "--plan-hash",
+        plan_hash,
+        "--actor",
+        "second",
+        "--wait",
+        "0",
+        stdout=said,
+    )
+    assert f"approval of plan {plan_hash} rec" in said.getvalue()
     wait_for(
         lambda: Execution.objects.get(pk=again["id"]).status == "succeeded",
         timeout=60,
@@ -358,3 +378,28 @@ def test_a_check_whose_process_died_after_its_claim_is_made_again_after_the_leas
     checked = DriftWatch.objects.get(pk=execution.id)
     assert checked.checks == 1 and checked.outcome == "in_place"  # the dead claim's fence lost
     assert not Drift.objects.exists()
+
+
+def test_a_check_that_finds_drift_while_a_rollback_starts_records_none(
+    api, operator_api, aws_worker, route53, zone_id, providers_here, settings
+):
+    settings.ALFRED_DRIFT_PERIOD_SECONDS = 3600.0
+    name = _name()
+    execution = _succeeded(api, "add-subdomain", {"zone": "example.com", "subdomain": name})
+    watch.watch_enrol()
+    claim = watch.watch_claim(execution.id)
+    assert claim is not None
+    _upsert_plain_a(route53, zone_id, name)
+    checked = watch._checked(Execution.objects.get(pk=execution.id))  # the reads: drift
+    assert checked.outcome == "drifted"
+
+    # an operator rolls it back while the check was reading (the rollback's own change is
+    # what the check saw, or will see)
+    answer = operator_api.post(
+        f"/api/v1/executions/{execution.id}/rollback", {"reason": "undo"}, format="json"
+    )
+    assert answer.status_code == 202, answer.content
+
+    assert watch._record(claim, checked) in ("postponed", "retired")
+    assert not Drift.objects.filter(execution=execution).exists()
+    assert "execution.drifted" not in _types(execution.id)

@@ -29,6 +29,7 @@ simulates the rest; nothing pauses and nothing is changed.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any, Literal, NotRequired
 
 from django.conf import settings
@@ -300,3 +301,16 @@ def drift(rec: Recorded[AddCertificateInput]) -> list[Finding]:
             if not acm.in_place(r, there)
         ]
     return found
+
+
+def redo_input(
+    data: dict[str, Any], outputs: Mapping[str, Any], findings: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """Started again after a drift, it repairs the certificate it made rather than requesting
+    another: it adopts it (``certificate_arn``: the validation records are written again for
+    it), unless the certificate is gone or no longer ISSUED — then a new one is requested."""
+    arn = (outputs.get("verify") or {}).get("certificate_arn")
+    lost = {f"certificate {arn}", f"status of certificate {arn}"}
+    if arn is None or data.get("certificate_arn") or lost & {f["what"] for f in findings}:
+        return data
+    return {**data, "certificate_arn": arn}

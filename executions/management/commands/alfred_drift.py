@@ -1,9 +1,11 @@
-"""``manage.py alfred_drift list|show|check``: the drift watch from a shell (``executions.drift``;
-docs/runbook.md, "Drift").
+"""``manage.py alfred_drift list|show|enrol|check``: the drift watch from a shell
+(``executions.drift``; docs/runbook.md, "Drift").
 
 - ``list [--all] [--workflow NAME]`` prints the open drifts (``--all``: every one, newest
   first), each with its execution, subject and what changed.
 - ``show DRIFT`` prints one drift's findings: what the execution left, what is there.
+- ``enrol`` watches every succeeded execution not watched yet, however long ago it succeeded
+  (the watch itself enrols those that succeed from now on): after a workflow gained its check.
 - ``check [EXECUTION] [--wait SECONDS]`` asks a worker to check one watched execution now,
   due or not, and prints what it found (the check runs where the providers' credentials are:
   on a worker consuming ``scanners``); without one, queues the watch's tick, as beat does.
@@ -37,6 +39,9 @@ class Command(BaseCommand):
         listing.add_argument("--workflow", help="only this workflow's")
         show = actions.add_parser("show", help="one drift's findings")
         show.add_argument("drift")
+        actions.add_parser(
+            "enrol", help="watch every succeeded execution not watched yet, however old"
+        )
         check = actions.add_parser("check", help="check one execution now, or queue a tick")
         check.add_argument("execution", nargs="?")
         check.add_argument("--wait", type=float, default=30.0, help="seconds (default 30)")
@@ -52,6 +57,12 @@ class Command(BaseCommand):
             self._list(every=options["all"], workflow=options["workflow"])
         elif action == "show":
             self._show(options["drift"])
+        elif action == "enrol":
+            writes_allowed()
+            total = 0
+            while enrolled := watch_enrol(everything=True):
+                total += enrolled
+            self.stdout.write(f"enrolled {total}; each is checked within a period, spread over it")
         elif options["execution"]:
             self._check(options["execution"], options["wait"])
         else:

@@ -28,7 +28,7 @@ PASSWORD = "Zq8!x7pLm2#v"
 # The rule, written out: cancel while not terminal, retry when failed or canceled (its owner
 # or an operator); for operators only, rollback once succeeded, failed or canceled (approve
 # and reject need a pending checkpoint, which these executions do not have: test_add_subdomain,
-# test_reject).
+# test_reject; accept_drift and redo an open drift: test_drift_watch).
 EXPECTED = {
     ExecutionStatus.QUEUED: {"cancel"},
     ExecutionStatus.RUNNING: {"cancel"},
@@ -48,6 +48,7 @@ BODIES = {
     "approve": {"plan_hash": "a" * 64},
     "reject": {"plan_hash": "a" * 64},
     "rollback": {"reason": "test"},
+    "accept_drift": {"reason": "test"},
 }
 RUN_STATUS = {
     ExecutionStatus.QUEUED: RunStatus.PENDING,

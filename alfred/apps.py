@@ -1,7 +1,9 @@
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
+from alfred.budgets import budget_from_settings
 from alfred.metrics import provider_call_count, state_register
+from providers.budgets import budget_install
 from providers.observe import observer_add
 
 
@@ -17,4 +19,5 @@ class AlfredConfig(AppConfig):
 
         post_migrate.connect(groups_ensure, sender=self, dispatch_uid="alfred.groups_ensure")
         observer_add(provider_call_count)
+        budget_install(budget_from_settings())
         state_register(SqlGauges(ALFRED_GAUGES))

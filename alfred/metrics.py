@@ -113,6 +113,13 @@ PROVIDER_CALLS = Counter(
     "operation and outcome (ok, throttled, transient, conflict, not_found, rejected).",
     ["provider", "operation", "outcome"],
 )
+PROVIDER_BUDGET_WAIT = Histogram(
+    "alfred_provider_budget_wait_seconds",
+    "How long requests to AWS, GitHub and ArgoCD waited for their provider's rate budget, "
+    "shared by every process (alfred.budgets): 0 when they went at once.",
+    ["provider"],
+    buckets=(0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
 PROVIDER_SECONDS = Histogram(
     "alfred_provider_call_duration_seconds",
     "Requests to AWS, GitHub and ArgoCD (each attempt), by provider and operation.",

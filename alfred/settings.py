@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from alfred import embedded
 from alfred.broker import redis_url_of
+from providers.budgets import budgets_parse
 from providers.config import ProviderConfig
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -346,6 +347,20 @@ CELERY_BEAT_SCHEDULE["drift-watch"] = {
     "enabled": ALFRED_DRIFT_PERIOD_SECONDS > 0,
     "options": {"queue": "scanners", "expires": ALFRED_DRIFT_TICK_SECONDS},
 }
+# Rate budgets (alfred/budgets.py; docs/providers.md, "Rate budgets"): every request to a
+# provider draws from its budget per account, shared by every process through Redis. A little
+# under the documented limits (Route53: 5/s per account; ACM: DescribeCertificate 10/s; Lambda:
+# 15/s for its control plane), leaving room for the account's other clients. "off": none.
+_BUDGETS = env.str(
+    "ALFRED_PROVIDER_BUDGETS",
+    default="aws.route53=4/s,aws.acm=8/s,aws.lambda=12/s,github=10/s,argocd=20/s",
+)
+ALFRED_PROVIDER_BUDGETS = {} if _BUDGETS.strip() in ("", "off") else budgets_parse(_BUDGETS)
+# A request that would wait longer than this for its budget is refused as throttled instead
+# (the step's durable retry waits, holding no worker).
+ALFRED_PROVIDER_BUDGET_MAX_WAIT_SECONDS = env.float(
+    "ALFRED_PROVIDER_BUDGET_MAX_WAIT_SECONDS", default=30.0
+)
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 

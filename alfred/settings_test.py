@@ -27,6 +27,9 @@ os.environ.setdefault("ALFRED_WEBHOOK_SCAN_SECONDS", "30")
 # (which lowers them) is ever throttled; every test's tokens are new principals anyway.
 os.environ.setdefault("ALFRED_THROTTLE_TRIGGER", "100000/min")
 os.environ.setdefault("ALFRED_THROTTLE_CONTROL", "100000/min")
+# Most tests' stand-ins meter nothing, so their workers draw from no rate budget; the budgets'
+# own tests (tests/integration/test_budgets.py) turn both on, as make run has them.
+os.environ.setdefault("ALFRED_PROVIDER_BUDGETS", "off")
 
 from alfred.settings import *  # noqa: F403
 

@@ -28,6 +28,10 @@ class AwsConfig:
     access_key_id: str | None = field(default=None, repr=False)
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
+    # Whose rate budget its requests draw from (providers.budgets): the account's id when
+    # given (ALFRED_AWS_ACCOUNT_ID), so every credential of one account shares it; else the
+    # access key's id; else one budget for the credentials chain's account.
+    account: str = "default"
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,9 @@ class ProviderConfig:
                 access_key_id=env.get("AWS_ACCESS_KEY_ID") or None,
                 secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
                 session_token=env.get("AWS_SESSION_TOKEN") or None,
+                account=get("ALFRED_AWS_ACCOUNT_ID", "")
+                or get("AWS_ACCESS_KEY_ID", "")
+                or "default",
             ),
             github=GitHubConfig(
                 api_url=get("ALFRED_GITHUB_API_URL", "https://api.github.com").rstrip("/"),

@@ -47,6 +47,7 @@ from botocore.exceptions import (
     IncompleteReadError,
 )
 
+from providers.budgets import budget_hook
 from providers.errors import (
     Conflict,
     NotFound,
@@ -154,6 +155,7 @@ class AwsClients:
     endpoint_url: str | None = None
     region: str | None = None
     max_attempts: int = 5
+    account: str = "default"  # whose rate budget (providers.budgets)
     connect_timeout: float = 5.0
     read_timeout: float = 30.0
 
@@ -166,6 +168,7 @@ class AwsClients:
             endpoint_url=config.endpoint_url,
             region=config.region,
             max_attempts=config.max_attempts,
+            account=config.account,
         )
 
     def client(self, service: str, *, max_attempts: int | None = None) -> Any:
@@ -195,7 +198,7 @@ class AwsClients:
         if region:
             kwargs["region_name"] = region
         client = session.client(service, **kwargs)
-        _observe(client, f"aws.{service}")
+        _observe(client, f"aws.{service}", self.account)
         return client
 
 
@@ -212,9 +215,11 @@ THROTTLING_CODES = frozenset(
 )
 
 
-def _observe(client: Any, provider: str) -> None:
-    """Report each attempt botocore makes (a throttled one it retries included) to the
-    observers: ``before-send`` starts its clock, ``response-received`` ends it."""
+def _observe(client: Any, provider: str, account: str) -> None:
+    """Draw each attempt botocore makes from the provider's rate budget for ``account`` (a
+    throttled one it retries included: ``providers.budgets``), then report it to the
+    observers: ``before-send`` starts its clock once the budget let it go, ``response-received``
+    ends it."""
 
     def sent(request: Any, **_: Any) -> None:
         request.context["alfred_sent"] = time.monotonic()
@@ -241,6 +246,7 @@ def _observe(client: Any, provider: str) -> None:
         context["alfred_operation"] = model.name
 
     client.meta.events.register("before-call", calling)
+    client.meta.events.register("before-send", budget_hook(provider, account))
     client.meta.events.register("before-send", sent)
     client.meta.events.register("response-received", received)
 

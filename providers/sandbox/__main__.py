@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from providers.sandbox.aws import RATES
 from providers.sandbox.stack import Ports, Sandbox
 
 
@@ -31,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--route53-change-delay", type=float, default=2.0)
     parser.add_argument("--converge-delay", type=float, default=3.0)
+    parser.add_argument(
+        "--no-rate-limits", action="store_true", help="do not throttle as AWS does (Route53: 5/s)"
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
 
@@ -48,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         ports=Ports.from_base(args.port_base),
         route53_change_delay=args.route53_change_delay,
         converge_delay=args.converge_delay,
+        # AWS's own request rates: Alfred's budgets keep under them (docs/providers.md)
+        rates=None if args.no_rate_limits else RATES,
     )
     with sandbox:
         environ = sandbox.environ()

@@ -68,6 +68,7 @@ import time
 import uuid
 import zipfile
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,7 @@ class AwsStandIn(StandIn):
         acm_requires_dns: bool = True,
         account_id: str | None = None,
         state_dir: Path | None = None,
+        rates: Mapping[str, float] | None = None,
     ) -> None:
         super().__init__(host=host, port=port)
         from moto.moto_server.werkzeug_app import (  # a sandbox-only dependency
@@ -159,6 +161,13 @@ class AwsStandIn(StandIn):
         self._issued: list[tuple[str, str]] = []  # (region, ARN) issued here
         self.calls: Counter[str] = Counter()
         self._calls_lock = threading.Lock()
+        # AWS's request rates per account (``RATES``: Route53's five a second...), each
+        # service's a bucket of one second's worth; a request past it is refused as AWS
+        # refuses it (``_throttled``) and counted in ``throttled``. None: no limit.
+        self._buckets = {
+            service: _Bucket(rate) for service, rate in (rates or {}).items() if rate > 0
+        }
+        self.throttled: Counter[str] = Counter()
         self._moto_app = DomainDispatcherApplication(create_backend_app)
         # moto's backends are not built for concurrent mutation, and the RevisionId check
         # below must read and update an alias as one step.
@@ -180,12 +189,20 @@ class AwsStandIn(StandIn):
         """The account moto files this stand-in's resources under (MOTO_ACCOUNT_ID wins)."""
         return os.environ.get("MOTO_ACCOUNT_ID") or self.account_id
 
+    def limit(self, service: str, rate: float | None) -> None:
+        """Meter ``service`` at ``rate`` requests a second from now on (None: no limit)."""
+        if rate:
+            self._buckets[service] = _Bucket(rate)
+        else:
+            self._buckets.pop(service, None)
+
     def journal(self) -> dict[str, Any]:
         """The operations that reached a backend (:attr:`calls`, since this start) and
         Route53's change batches."""
         with self._calls_lock:
             calls = dict(sorted(self.calls.items()))
-        return {"calls": calls, "route53": self.route53.journal()}
+            throttled = dict(sorted(self.throttled.items()))
+        return {"calls": calls, "throttled": throttled, "route53": self.route53.journal()}
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -201,6 +218,12 @@ class AwsStandIn(StandIn):
     def _serve(
         self, request: Request, service: str, region: str, operation: str
     ) -> Response | _Lost:
+        bucket = self._buckets.get(service)
+        if bucket is not None and not bucket.take():
+            with self._calls_lock:
+                self.throttled[service] += 1
+            logger.info("aws: %s over its rate: throttled", operation)
+            return _throttled(service, request)
         throttled = self.faults.take(operation, "throttle")
         if throttled:
             logger.info("aws: throttling %s", operation)
@@ -598,6 +621,29 @@ def _gateway_error(fault: Fault) -> Response:
     text = phrase.get(status, "Gateway Timeout")
     body = f"<html><body><h1>{status} {text}</h1></body></html>"
     return Response(status, body.encode(), {"Content-Type": "text/html"})
+
+
+# AWS's documented request rates per account and second: Route53's API (all of it), ACM's
+# DescribeCertificate (its most used), Lambda's control plane.
+RATES: Mapping[str, float] = {"route53": 5.0, "acm": 10.0, "lambda": 15.0}
+
+
+class _Bucket:
+    """A token bucket of ``rate`` a second holding one second's worth, as AWS meters."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate, self.tokens, self.at = rate, rate, time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            now = time.monotonic()
+            self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate)
+            self.at = now
+            if self.tokens < 1:
+                return False
+            self.tokens -= 1
+            return True
 
 
 def _throttled(service: str, request: Request) -> Response:

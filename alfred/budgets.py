@@ -51,14 +51,15 @@ local next_tat = tat + interval
 redis.call('SET', KEYS[1], next_tat, 'PX', math.floor((next_tat - now) / 1000) + 1000)
 return wait
 """
-# KEYS[1] as above; ARGV[1]: no request before now + this (µs).
+# KEYS[1] as above; ARGV[1]: no request before now + this (µs); ARGV[2], ARGV[3]: the
+# interval and the burst, so that the next draw waits exactly until then (and no burst follows).
 _CLOSE = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000000 + tonumber(now[2])
-local until_ = now + tonumber(ARGV[1])
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tat < until_ then
-  redis.call('SET', KEYS[1], until_, 'PX', math.floor(tonumber(ARGV[1]) / 1000) + 1000)
+local interval, burst = tonumber(ARGV[2]), tonumber(ARGV[3])
+local tat = now + tonumber(ARGV[1]) + interval * (burst - 1)
+if tonumber(redis.call('GET', KEYS[1]) or '0') < tat then
+  redis.call('SET', KEYS[1], tat, 'PX', math.floor((tat - now) / 1000) + 1000)
 end
 return 0
 """
@@ -119,8 +120,15 @@ class RedisBudget:
         return seconds
 
     def close(self, provider: str, account: str, seconds: float) -> None:
+        rate = self._rates.get(provider)
+        if rate is None:
+            return
+        interval = int(1_000_000 / rate.per_second)
         try:
-            self._close(keys=[self.key(provider, account)], args=[int(seconds * 1_000_000)])
+            self._close(
+                keys=[self.key(provider, account)],
+                args=[int(seconds * 1_000_000), interval, rate.burst],
+            )
         except redis.RedisError as exc:
             log.warning("the %s budget did not answer (%s): not closed", provider, exc)
 

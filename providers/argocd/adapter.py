@@ -39,6 +39,7 @@ import httpx
 
 from providers.argocd.assessment import Convergence, SyncOwner, assess, nothing_to_sync
 from providers.argocd.model import OPERATION_INFO, PROVIDER, ApplicationStatus
+from providers.budgets import budget_draw
 from providers.errors import (
     Conflict,
     NotFound,
@@ -102,7 +103,9 @@ class ArgoCD:
             base_url=base_url.rstrip("/"),
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
             timeout=timeout,
-            transport=_Observed(transport or httpx.HTTPTransport(verify=verify)),
+            transport=_Observed(
+                transport or httpx.HTTPTransport(verify=verify), account=base_url.rstrip("/")
+            ),
         )
 
     def close(self) -> None:
@@ -514,14 +517,16 @@ class _Observed(httpx.BaseTransport):
     """Reports each request to the observers (``providers.observe``): the operation is the
     method and the path, the application's name left out (``GET applications/{name}``)."""
 
-    def __init__(self, inner: httpx.BaseTransport) -> None:
+    def __init__(self, inner: httpx.BaseTransport, *, account: str = "default") -> None:
         self.inner = inner
+        self.account = account  # whose rate budget (providers.budgets): the server's
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         parts = request.url.path.removeprefix("/api/v1/").split("/")
         if len(parts) > 1 and parts[0] == "applications":
             parts[1] = "{name}"
         operation = f"{request.method} {'/'.join(parts)}"
+        budget_draw(PROVIDER, self.account, operation)
         sent = time.monotonic()
         try:
             response = self.inner.handle_request(request)

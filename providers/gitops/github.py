@@ -56,6 +56,7 @@ one per thread.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import re
 import time
@@ -69,6 +70,7 @@ from github.GitRef import GitRef
 from github.Repository import Repository as GithubRepo
 from github.Requester import Requester
 
+from providers.budgets import budget_close, budget_draw
 from providers.errors import (
     Conflict,
     NotFound,
@@ -156,6 +158,9 @@ class GitHubRepository:
         self.policy = retry or RetryPolicy()
         self._author = InputGitAuthor(*author) if author else None
         self._sleep = sleep
+        # whose rate budget its requests draw from (providers.budgets): the token's, by a
+        # digest of it (GitHub meters per token), so the key names no secret
+        self._account = hashlib.sha256((token or "anonymous").encode()).hexdigest()[:16]
         self._github = Github(
             auth=Auth.Token(token) if token else None,
             base_url=self.api_url,
@@ -564,6 +569,7 @@ class GitHubRepository:
         """Run one request under the retry rules of its kind (see the module)."""
         throttled = failures = 0
         while True:
+            budget_draw(PROVIDER, self._account, operation)
             sent = time.monotonic()
             try:
                 result = fn()
@@ -572,6 +578,9 @@ class GitHubRepository:
                 outcome = "throttled" if wait is not None else outcome_of_status(exc.status)
                 call_observed(PROVIDER, operation, outcome, time.monotonic() - sent)
                 if wait is not None:
+                    # GitHub's word (its reset time, a secondary limit's Retry-After) holds for
+                    # every process of Alfred's drawing on this token, not just this one
+                    budget_close(PROVIDER, self._account, wait)
                     if throttled >= self.policy.throttle_retries:
                         raise _mapped(exc, operation, "still throttled after retries") from exc
                     if wait > self.policy.max_throttle_wait:

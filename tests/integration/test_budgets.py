@@ -77,6 +77,18 @@ def test_a_draw_that_would_wait_too_long_is_refused_and_reserves_nothing():
     assert budget.draw("test", key, "Op") == 0.0  # the refusal reserved no slot
 
 
+def test_a_provider_s_own_wait_closes_the_budget_for_every_process():
+    # GitHub said to wait a second (a secondary limit's Retry-After): another process's next
+    # request waits it out rather than be refused too
+    key = uuid.uuid4().hex
+    closing = RedisBudget(_redis_url(), {"github": Rate(10.0, 10)}, longest=30.0)
+    closing.close("github", key, 1.0)
+    other = RedisBudget(_redis_url(), {"github": Rate(10.0, 10)}, longest=30.0)
+    started = time.monotonic()
+    waited = other.draw("github", key, "GET repos")
+    assert 0.8 <= waited <= 1.1 and time.monotonic() - started >= 0.8
+
+
 @pytest.fixture(scope="module")
 def standin() -> Iterator[AwsStandIn]:
     with aws_world.standin_started(rates=RATES) as aws:

@@ -131,6 +131,14 @@ EXECUTION_GAUGES: tuple[SqlGauge, ...] = (
              WHERE d.status = 'open' GROUP BY 1""",  # noqa: S608
     ),
     SqlGauge(
+        "alfred_drift_unreadable",
+        "Watched executions whose last drift check could not read a provider (a credential, a "
+        "resource gone that the check reads through): never taken for in place.",
+        (),
+        f"""SELECT count(*) FROM {DriftWatch._meta.db_table}
+             WHERE retired_at IS NULL AND outcome = 'unreadable'""",  # noqa: S608
+    ),
+    SqlGauge(
         "alfred_drift_watch_overdue_seconds",
         "How far behind the drift watch is: the age of its most overdue check (0: none due). "
         "It grows when no scanner runs its ticks, or the checks outnumber what a period holds.",

@@ -79,7 +79,8 @@ def drift_watch(self: Any) -> int:
         return 0
     tick = drift_watch_tick(budget=DRIFT_BUDGET_SECONDS)
     if tick.more:
-        self.apply_async(queue="scanners")
+        # expires as beat's own do: a backlog never piles up chains of them in the queue
+        self.apply_async(queue="scanners", expires=settings.ALFRED_DRIFT_TICK_SECONDS)
     return tick.checked
 
 

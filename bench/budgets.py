@@ -71,8 +71,10 @@ def _aws_calls(env: dict[str, str], url: str, budgeted: bool, count: int, out: A
     from providers.budgets import Rate, budget_install
     from providers.config import ProviderConfig
 
-    if budgeted:
-        budget_install(RedisBudget(url, {"aws.route53": Rate(4.0, 4)}, longest=600.0))
+    # this process's own: the one Django's start installed from the settings is left out
+    budget_install(
+        RedisBudget(url, {"aws.route53": Rate(4.0, 4)}, longest=600.0) if budgeted else None
+    )
     config = ProviderConfig.from_env(env).aws
     client = AwsClients.from_config(config).client("route53", max_attempts=10)
     failed = 0

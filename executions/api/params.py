@@ -5,6 +5,7 @@ database error or a silent default)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from django.http import Http404
@@ -75,6 +76,22 @@ def int_param(request: Request, name: str, default: int, low: int, high: int | N
             errors=[{"field": name, "message": f"integer {bound}"}],
         )
     return value
+
+
+def choice_param(request: Request, name: str, choices: Sequence[str], told: str = "") -> str | None:
+    """A query parameter that must be one of ``choices`` (None when absent); anything else is
+    a 400 problem saying what it must be (``told``: how, when the list is not the way)."""
+    value = request.query_params.get(name)
+    if value is None or value in choices:
+        return value
+    raise Problem(
+        "malformed_request",
+        told or f"{name} must be one of " + ", ".join(choices) + ".",
+        errors=[{"field": name, "message": f"unknown {name}"}],
+    )
+
+
+WORKFLOW_TOLD = "workflow must be the name of a workflow; GET /api/v1/workflows lists them."
 
 
 class StrictCursorPagination(pagination.CursorPagination):

@@ -108,6 +108,17 @@ def _checked(execution_id: str, after: int = 0) -> DriftWatch:
     return wait_for(done, timeout=30, interval=1.0)
 
 
+def _retired(execution_id: str) -> DriftWatch:
+    """The execution's watch once the worker's watch retired it (ticks sent as in _checked)."""
+
+    def done() -> DriftWatch | None:
+        drift_watch.apply_async(queue="scanners")
+        found = DriftWatch.objects.get(pk=execution_id)
+        return found if found.retired_at is not None else None
+
+    return wait_for(done, timeout=30, interval=1.0)
+
+
 def _types(execution_id: str) -> list[str]:
     return list(
         OutboxEvent.objects.filter(execution_id=execution_id)
@@ -171,6 +182,9 @@ def test_a_record_changed_by_hand_is_drift_once_and_an_operator_accepts_it(
     listed = api.get("/api/v1/drifts?status=open").json()["results"]
     assert [d["id"] for d in listed] == [drift.id] and listed[0]["subject"] == name
     assert api.get(f"/api/v1/drifts/{drift.id}").json()["findings"] == drift.findings
+    assert_problem(api.get("/api/v1/drifts?status=gone"), 400, "malformed_request")
+    assert_problem(api.get("/api/v1/drifts?workflow=nope"), 400, "malformed_request")
+    assert api.get("/api/v1/drifts?status=open&workflow=add-subdomain").json()["results"]
 
     assert_problem(
         operator_api.post(f"/api/v1/executions/{execution.id}/accept_drift", {}, format="json"),
@@ -282,14 +296,7 @@ def test_started_again_the_new_execution_asks_for_approval_and_supersedes_the_dr
         interval=0.2,
     )
 
-    retired = wait_for(
-        lambda: (
-            (drift_watch.apply_async(queue="scanners") and False)
-            or ((w := DriftWatch.objects.get(pk=execution.id)).retired_at is not None and w)
-        ),
-        timeout=30,
-        interval=1.0,
-    )
+    retired = _retired(execution.id)
     assert retired.retired_reason == f"superseded by {again['id']}"
     drift.refresh_from_db()
     assert drift.status == "superseded" and drift.replaced_by_id == again["id"]
@@ -315,14 +322,7 @@ def test_an_alias_moved_by_hand_is_drift_and_one_moved_by_a_later_execution_is_n
     later = _succeeded(
         api, "update-lambda-version", {**body, "version": "2", "ticket_ids": ["REL-2"]}
     )
-    retired = wait_for(
-        lambda: (
-            (drift_watch.apply_async(queue="scanners") and False)
-            or ((w := DriftWatch.objects.get(pk=execution.id)).retired_at is not None and w)
-        ),
-        timeout=30,
-        interval=1.0,
-    )
+    retired = _retired(execution.id)
     assert retired.retired_reason == f"superseded by {later.id}"
     drift.refresh_from_db()
     assert drift.status == "superseded"

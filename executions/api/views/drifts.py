@@ -16,9 +16,8 @@ from rest_framework.views import APIView
 
 from alfred.openapi import JSON, problems
 from alfred.permissions import request_caller
-from alfred.problems import Problem
 from executions import selectors
-from executions.api.params import DriftCursorPagination
+from executions.api.params import WORKFLOW_TOLD, DriftCursorPagination, choice_param
 from executions.catalog import execution_subject
 from executions.models import Drift, DriftStatus
 
@@ -87,25 +86,12 @@ class DriftListApi(generics.ListAPIView):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self) -> QuerySet[Drift]:
-        params = self.request.query_params
         drifts = _drifts(self.request)
-        status = params.get("status")
+        status = choice_param(self.request, "status", DriftStatus.values)
         if status is not None:
-            if status not in DriftStatus.values:
-                raise Problem(
-                    "malformed_request",
-                    "status must be one of " + ", ".join(DriftStatus.values) + ".",
-                    errors=[{"field": "status", "message": "unknown status"}],
-                )
             drifts = drifts.filter(status=status)
-        workflow = params.get("workflow")
+        workflow = choice_param(self.request, "workflow", selectors.workflow_names(), WORKFLOW_TOLD)
         if workflow is not None:
-            if workflow not in selectors.workflow_names():
-                raise Problem(
-                    "malformed_request",
-                    "workflow must be the name of a workflow; GET /api/v1/workflows lists them.",
-                    errors=[{"field": "workflow", "message": "unknown workflow"}],
-                )
             drifts = drifts.filter(execution__workflow=workflow)
         return drifts
 

@@ -13,13 +13,14 @@ from rest_framework.views import APIView
 
 from alfred.openapi import JSON, problems
 from alfred.permissions import MayTrigger, request_caller
-from alfred.problems import Problem
 from executions import selectors
 from executions.acceptance import UnknownWorkflow, execution_accept
 from executions.api.params import (
     IDEMPOTENCY_KEY_RE,
+    WORKFLOW_TOLD,
     ExecutionCursorPagination,
     check_execution_id,
+    choice_param,
     idempotency_key,
     int_param,
     int_parameter,
@@ -141,21 +142,8 @@ class ExecutionListApi(generics.ListAPIView):
         return super().get(request, *args, **kwargs)
 
     def get_queryset(self) -> Any:
-        params = self.request.query_params
-        status = params.get("status")
-        if status is not None and status not in ExecutionStatus.values:
-            raise Problem(
-                "malformed_request",
-                "status must be one of " + ", ".join(ExecutionStatus.values) + ".",
-                errors=[{"field": "status", "message": "unknown status"}],
-            )
-        workflow = params.get("workflow")
-        if workflow is not None and workflow not in selectors.workflow_names():
-            raise Problem(
-                "malformed_request",
-                "workflow must be the name of a workflow; GET /api/v1/workflows lists them.",
-                errors=[{"field": "workflow", "message": "unknown workflow"}],
-            )
+        status = choice_param(self.request, "status", ExecutionStatus.values)
+        workflow = choice_param(self.request, "workflow", selectors.workflow_names(), WORKFLOW_TOLD)
         return selectors.execution_list(
             request_caller(self.request), workflow=workflow, status=status
         )

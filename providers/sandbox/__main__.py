@@ -17,6 +17,7 @@ from pathlib import Path
 from types import FrameType
 
 from providers.sandbox.aws import RATES
+from providers.sandbox.github import Limits
 from providers.sandbox.stack import Ports, Sandbox
 
 
@@ -33,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--route53-change-delay", type=float, default=2.0)
     parser.add_argument("--converge-delay", type=float, default=3.0)
     parser.add_argument(
-        "--no-rate-limits", action="store_true", help="do not throttle as AWS does (Route53: 5/s)"
+        "--no-rate-limits",
+        action="store_true",
+        help="do not throttle as AWS and GitHub do (Route53: 5/s; GitHub: 80 writes/min)",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s", stream=sys.stdout)
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         converge_delay=args.converge_delay,
         # AWS's own request rates: Alfred's budgets keep under them (docs/providers.md)
         rates=None if args.no_rate_limits else RATES,
+        github_limits=None if args.no_rate_limits else Limits(),
     )
     with sandbox:
         environ = sandbox.environ()

@@ -57,6 +57,7 @@ import re
 import threading
 import time
 import urllib.parse
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +102,62 @@ class _Error(Exception):
         )
 
 
+@dataclass(frozen=True)
+class Limits:
+    """GitHub's REST limits for one token: ``per_hour`` requests (its primary limit, told in
+    the ``X-RateLimit-*`` headers of every answer) and ``writes_per_minute`` content-creating
+    requests (one of its secondary limits, refused with a 403 and ``Retry-After``)."""
+
+    per_hour: int = 5000
+    writes_per_minute: int = 80
+
+
+class _Meter:
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.window = int(time.time()) // 3600 * 3600
+        self.used = 0
+        self.writes: list[float] = []
+        self._lock = threading.Lock()
+
+    def take(self, write: bool) -> tuple[str | None, dict[str, str]]:
+        """Whether the request goes (None) or which limit refuses it, and the headers."""
+        with self._lock:
+            now = time.time()
+            if now >= self.window + 3600:
+                self.window, self.used = int(now) // 3600 * 3600, 0
+            self.writes = [at for at in self.writes if at > now - 60]
+            refused = None
+            if self.used >= self.limits.per_hour:
+                refused = "primary"
+            elif write and len(self.writes) >= self.limits.writes_per_minute:
+                refused = "secondary"
+            else:
+                self.used += 1
+                if write:
+                    self.writes.append(now)
+            reset = self.window + 3600
+            headers = {
+                "x-ratelimit-limit": str(self.limits.per_hour),
+                "x-ratelimit-remaining": str(max(0, self.limits.per_hour - self.used)),
+                "x-ratelimit-used": str(self.used),
+                "x-ratelimit-reset": str(reset),
+                "x-ratelimit-resource": "core",
+            }
+            if refused == "secondary":
+                headers["retry-after"] = str(max(1, int(self.writes[0] + 60 - now) + 1))
+            return refused, headers
+
+
+def _rate_limited(which: str, headers: dict[str, str]) -> Response:
+    """As GitHub refuses: 403 with its message (the primary limit's says it was exceeded)."""
+    docs = "https://docs.github.com/rest/overview/rate-limits-for-the-rest-api"
+    message = (
+        "API rate limit exceeded for user ID 1." if which == "primary" else SECONDARY_RATE_LIMIT
+    )
+    return Response.json(403, {"message": message, "documentation_url": docs}, headers)
+
+
 def _not_found(docs: str = DOCS) -> _Error:
     return _Error(404, "Not Found", docs)
 
@@ -132,10 +189,14 @@ class GitHubStandIn(StandIn):
         token: str = "sandbox-token",  # noqa: S107 - the stand-in's fixed local token
         host: str = "127.0.0.1",
         port: int = 0,
+        limits: Limits | None = None,
     ) -> None:
         super().__init__(host=host, port=port)
         self.root = Path(root)
         self.token = token
+        self.limits = limits
+        self._meter = _Meter(limits) if limits is not None else None
+        self.throttled: Counter[str] = Counter()  # "primary", "secondary": what was refused
         self._repos: dict[str, _Repository] = {}
         self._repos_lock = threading.Lock()
         self._ref_updates: list[Json] = []
@@ -319,6 +380,7 @@ class GitHubStandIn(StandIn):
                 "created_commits": [
                     {"repository": repository, "sha": sha} for repository, sha in self._created
                 ],
+                "throttled": dict(self.throttled),
             }
 
     def seed_demo(self) -> dict[str, Any]:
@@ -364,6 +426,18 @@ class GitHubStandIn(StandIn):
     def handle(self, request: Request) -> Outcome:
         if not self._authorized(request):
             return _Error(401, "Bad credentials").response()
+        if self._meter is not None:
+            refused, headers = self._meter.take(request.method != "GET")
+            if refused is not None:
+                self.throttled[refused] += 1
+                return _rate_limited(refused, headers)
+            response = self._handled(request)
+            if isinstance(response, Response):
+                response.headers.update(headers)
+            return response
+        return self._handled(request)
+
+    def _handled(self, request: Request) -> Outcome:
         for method, pattern, operation in self._ROUTES:
             match = pattern.fullmatch(request.path)
             if match is None or request.method != method:
@@ -382,6 +456,11 @@ class GitHubStandIn(StandIn):
         if request.path.startswith(API + "/"):
             return _not_found().response()
         return Response.json(404, {"message": "Not Found"})
+
+    def meter(self, limits: Limits | None) -> None:
+        """Meter requests under ``limits`` from now on, a fresh count (None: no limit)."""
+        self.limits = limits
+        self._meter = _Meter(limits) if limits is not None else None
 
     def _authorized(self, request: Request) -> bool:
         scheme, _, credential = request.headers.get("authorization", "").partition(" ")

@@ -25,7 +25,7 @@ from typing import Any, Self
 from providers.sandbox.argocd import ArgoCDStandIn
 from providers.sandbox.argocd import seed_demo as seed_argocd
 from providers.sandbox.aws import ALB_ZONE_ID_US_EAST_1, AwsStandIn, seed_aws
-from providers.sandbox.github import GitHubStandIn
+from providers.sandbox.github import GitHubStandIn, Limits
 from providers.sandbox.state import StateFile
 
 logger = logging.getLogger(__name__)
@@ -59,10 +59,12 @@ class Sandbox:
         route53_change_delay: float = 2.0,
         converge_delay: float = 3.0,
         aws_kind: type[AwsStandIn] = AwsStandIn,
+        github_limits: Limits | None = None,
         **aws_options: Any,
     ) -> None:
-        """``aws_options``: more of :class:`AwsStandIn`'s (``acm_issue_delay``...);
-        ``aws_kind``: a subclass of it (a test's, with journals of its own)."""
+        """``aws_options``: more of :class:`AwsStandIn`'s (``acm_issue_delay``, ``rates``...);
+        ``aws_kind``: a subclass of it (a test's, with journals of its own);
+        ``github_limits``: GitHub's rate limits, metered as GitHub does (None: none)."""
         ports = ports or Ports()
         self.root = root
         self.aws = aws_kind(
@@ -73,7 +75,11 @@ class Sandbox:
             **aws_options,
         )
         self.github = GitHubStandIn(
-            root=root / "github", token=GITHUB_TOKEN, host=host, port=ports.github
+            root=root / "github",
+            token=GITHUB_TOKEN,
+            host=host,
+            port=ports.github,
+            limits=github_limits,
         )
         self.argocd = ArgoCDStandIn(
             heads=self.github.head,

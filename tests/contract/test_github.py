@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import requests
 
+from alfred.budgets import RedisBudget
+from providers.budgets import Rate, budget_install
 from providers.errors import Conflict, NotFound, Rejected, Throttled, Transient, Unknown
 from providers.gitops import (
     KIRBY_ROUTING,
@@ -41,7 +43,12 @@ from providers.gitops.concerns import (
 )
 from providers.handles import StopUnsupported
 from providers.sandbox import github_seed
-from providers.sandbox.github import NOT_FAST_FORWARD, SECONDARY_RATE_LIMIT, GitHubStandIn
+from providers.sandbox.github import (
+    NOT_FAST_FORWARD,
+    SECONDARY_RATE_LIMIT,
+    GitHubStandIn,
+    Limits,
+)
 from tests.contract.fixtures.gitops import (
     SANDBOX_POLICY,
     SEED_FILES,
@@ -1149,3 +1156,40 @@ def test_seed_demo_creates_the_platform_repositories_once_and_fast(tmp_path: Pat
         assert latest is not None and latest.subject == "feat(nginx-booking): add shop.acme.com"
         assert standin.head(helm, "no-such-branch") is None
         assert standin.head("platform/no-such-repo", "main") is None
+
+
+@pytest.mark.standin
+def test_github_s_secondary_limit_closes_the_budget_for_every_process(
+    github_client: Client,
+    gitops_branch: GitOpsBranch,
+    github_standin: GitHubStandIn,
+    github_sleeps: list[float],
+    settings: Any,
+) -> None:
+    # given: the stand-in metering as GitHub does, two content-creating requests a minute,
+    # and a budget shared through Redis
+    budget = RedisBudget(
+        str(settings.CACHES["default"]["LOCATION"]), {"github": Rate(10.0, 10)}, longest=1.0
+    )
+    budget_install(budget)
+    github_standin.meter(Limits(writes_per_minute=2))
+    try:
+        # when: a commit needs more than two writes
+        with pytest.raises(Throttled):
+            add_domain(
+                github_client(),
+                NGINX_HOSTS,
+                "example.com",
+                branch=gitops_branch.name,
+                operation=operation(),
+            )
+        # then: GitHub told every answer's limits, refused the third write with its secondary
+        # limit's message and Retry-After, and that closed the budget: another process's next
+        # request would wait about a minute (refused here, past the budget's longest wait)
+        assert github_standin.journal()["throttled"]["secondary"] >= 1
+        with pytest.raises(Throttled) as closed:
+            budget.draw("github", github_client()._account, "GET repos")
+        assert 30 < closed.value.details["retry_after_seconds"] <= 62
+    finally:
+        budget_install(None)
+        github_standin.meter(None)

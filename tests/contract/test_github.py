@@ -1171,6 +1171,8 @@ def test_github_s_secondary_limit_closes_the_budget_for_every_process(
     budget = RedisBudget(
         str(settings.CACHES["default"]["LOCATION"]), {"github": Rate(10.0, 10)}, longest=1.0
     )
+    account = github_client()._account
+    budget._redis.delete(budget.key("github", account))  # as a new token's: nothing spent
     budget_install(budget)
     github_standin.meter(Limits(writes_per_minute=2))
     try:
@@ -1186,9 +1188,9 @@ def test_github_s_secondary_limit_closes_the_budget_for_every_process(
         # then: GitHub told every answer's limits, refused the third write with its secondary
         # limit's message and Retry-After, and that closed the budget: another process's next
         # request would wait about a minute (refused here, past the budget's longest wait)
-        assert github_standin.journal()["throttled"]["secondary"] >= 1
+        assert github_standin.journal()["throttled"].get("secondary", 0) >= 1
         with pytest.raises(Throttled) as closed:
-            budget.draw("github", github_client()._account, "GET repos")
+            budget.draw("github", account, "GET repos")
         assert 30 < closed.value.details["retry_after_seconds"] <= 62
     finally:
         budget_install(None)

@@ -29,8 +29,8 @@ from typing import Any
 import redis
 from opentelemetry import trace
 
-from alfred.metrics import PROVIDER_BUDGET_WAIT
-from providers.budgets import Rate
+from alfred.metrics import BUDGET_REFUSALS, PROVIDER_BUDGET_WAIT
+from providers.budgets import BUDGET_SPENT, Rate, budget_patience
 from providers.errors import Throttled
 
 log = logging.getLogger(__name__)
@@ -57,12 +57,29 @@ _CLOSE = """
 local now = redis.call('TIME')
 now = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local interval, burst = tonumber(ARGV[2]), tonumber(ARGV[3])
-local tat = now + tonumber(ARGV[1]) + interval * (burst - 1)
+local until_ = now + tonumber(ARGV[1])
+local tat = until_ + interval * (burst - 1)
 if tonumber(redis.call('GET', KEYS[1]) or '0') < tat then
   redis.call('SET', KEYS[1], tat, 'PX', math.floor((tat - now) / 1000) + 1000)
 end
+if tonumber(redis.call('GET', KEYS[2]) or '0') < until_ then
+  redis.call('SET', KEYS[2], until_, 'PX', math.floor(tonumber(ARGV[1]) / 1000) + 1000)
+end
 return 0
 """
+# KEYS[1]: the budget's closed-until (µs). Answers how long it stays closed (µs, 0: open):
+# a request that waited for its slot looks again before it goes, since a close may have come
+# while it slept.
+_CLOSED = """
+local now = redis.call('TIME')
+now = tonumber(now[1]) * 1000000 + tonumber(now[2])
+local until_ = tonumber(redis.call('GET', KEYS[1]) or '0')
+if until_ > now then return until_ - now end
+return 0
+"""
+# After Redis failed to answer, requests go unbudgeted this long before it is asked again:
+# each request does not pay a connect timeout, and the log says so once.
+BREAKER_SECONDS = 10.0
 
 
 class RedisBudget:
@@ -72,8 +89,10 @@ class RedisBudget:
         self._redis = redis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0)
         self._draw: Any = self._redis.register_script(_DRAW)
         self._close: Any = self._redis.register_script(_CLOSE)
+        self._closed: Any = self._redis.register_script(_CLOSED)
         self._rates = dict(rates)
         self._longest = longest
+        self._unanswered_until = 0.0  # the breaker: monotonic time until Redis is tried again
 
     @staticmethod
     def key(provider: str, account: str) -> str:
@@ -81,52 +100,73 @@ class RedisBudget:
 
     def draw(self, provider: str, account: str, operation: str) -> float:
         rate = self._rates.get(provider)
-        if rate is None:
+        if rate is None or time.monotonic() < self._unanswered_until:
             return 0.0
         interval = int(1_000_000 / rate.per_second)
+        longest = 3600.0 if budget_patience() else self._longest
+        key = self.key(provider, account)
         try:
             waited = int(
-                self._draw(
-                    keys=[self.key(provider, account)],
-                    args=[interval, rate.burst, int(self._longest * 1_000_000)],
-                )
+                self._draw(keys=[key], args=[interval, rate.burst, int(longest * 1_000_000)])
             )
         except redis.RedisError as exc:
-            log.warning(
-                "the %s budget did not answer (%s): this request goes unbudgeted", provider, exc
-            )
+            self._unanswered(provider, exc)
             return 0.0
         if waited < 0:
-            PROVIDER_BUDGET_WAIT.labels(provider).observe(0.0)
-            raise Throttled(
-                f"{operation}: the rate budget for {account} is spent for {-waited / 1e6:.1f} s",
-                provider=provider,
-                code="BudgetSpent",
-                details={"retry_after_seconds": -waited / 1e6},
-            )
+            raise self._refused(provider, operation, -waited / 1e6)
         seconds = waited / 1e6
         if seconds > 0:
             span = trace.get_current_span()
-            span.add_event(
-                "provider.budget",
-                {
-                    "alfred.provider": provider,
-                    "alfred.operation": operation,
-                    "alfred.wait_s": seconds,
-                },
-            )
+            said = {"alfred.provider": provider, "alfred.operation": operation}
+            span.add_event("provider.budget", {**said, "alfred.wait_s": seconds})
             time.sleep(seconds)
+            seconds += self._still_closed(provider, operation, key, longest - seconds)
         PROVIDER_BUDGET_WAIT.labels(provider).observe(seconds)
         return seconds
+
+    def _still_closed(self, provider: str, operation: str, key: str, patience: float) -> float:
+        """A close that came while this request slept for its slot holds it too: it sleeps
+        until the budget opens (the seconds more), or is refused past ``patience``."""
+        try:
+            closed = int(self._closed(keys=[f"{key}:closed"])) / 1e6
+        except redis.RedisError as exc:
+            self._unanswered(provider, exc)
+            return 0.0
+        if closed <= 0:
+            return 0.0
+        if closed > patience:
+            raise self._refused(provider, operation, closed)
+        time.sleep(closed)
+        return closed
+
+    @staticmethod
+    def _refused(provider: str, operation: str, seconds: float) -> Throttled:
+        BUDGET_REFUSALS.labels(provider).inc()
+        return Throttled(
+            f"{operation}: the rate budget is spent for {seconds:.1f} s",
+            provider=provider,
+            code=BUDGET_SPENT,
+            details={"retry_after_seconds": seconds},
+        )
+
+    def _unanswered(self, provider: str, exc: Exception) -> None:
+        self._unanswered_until = time.monotonic() + BREAKER_SECONDS
+        log.warning(
+            "the %s budget did not answer (%s): requests go unbudgeted for %.0f s",
+            provider,
+            exc,
+            BREAKER_SECONDS,
+        )
 
     def close(self, provider: str, account: str, seconds: float) -> None:
         rate = self._rates.get(provider)
         if rate is None:
             return
         interval = int(1_000_000 / rate.per_second)
+        key = self.key(provider, account)
         try:
             self._close(
-                keys=[self.key(provider, account)],
+                keys=[key, f"{key}:closed"],
                 args=[int(seconds * 1_000_000), interval, rate.burst],
             )
         except redis.RedisError as exc:

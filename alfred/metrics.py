@@ -120,6 +120,12 @@ PROVIDER_BUDGET_WAIT = Histogram(
     ["provider"],
     buckets=(0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
 )
+BUDGET_REFUSALS = Counter(
+    "alfred_provider_budget_refusals",
+    "Requests a provider's rate budget refused rather than make them wait longer than "
+    "ALFRED_PROVIDER_BUDGET_MAX_WAIT_SECONDS: nothing was sent; the step retries later.",
+    ["provider"],
+)
 PROVIDER_SECONDS = Histogram(
     "alfred_provider_call_duration_seconds",
     "Requests to AWS, GitHub and ArgoCD (each attempt), by provider and operation.",

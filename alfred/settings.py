@@ -355,12 +355,19 @@ _BUDGETS = env.str(
     "ALFRED_PROVIDER_BUDGETS",
     default="aws.route53=4/s,aws.acm=8/s,aws.lambda=12/s,github=10/s,argocd=20/s",
 )
-ALFRED_PROVIDER_BUDGETS = {} if _BUDGETS.strip() in ("", "off") else budgets_parse(_BUDGETS)
+try:
+    ALFRED_PROVIDER_BUDGETS = (
+        {} if _BUDGETS.strip().lower() in ("", "off") else budgets_parse(_BUDGETS)
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"ALFRED_PROVIDER_BUDGETS: {exc}") from None
 # A request that would wait longer than this for its budget is refused as throttled instead
 # (the step's durable retry waits, holding no worker).
 ALFRED_PROVIDER_BUDGET_MAX_WAIT_SECONDS = env.float(
     "ALFRED_PROVIDER_BUDGET_MAX_WAIT_SECONDS", default=30.0
 )
+if not 0 < ALFRED_PROVIDER_BUDGET_MAX_WAIT_SECONDS <= 3600:
+    raise ImproperlyConfigured("ALFRED_PROVIDER_BUDGET_MAX_WAIT_SECONDS: more than 0, at most 3600")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 

@@ -20,8 +20,10 @@ Providers import nothing of Alfred's: the budget is a port, filled in at start.
 
 from __future__ import annotations
 
+import contextvars
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -56,15 +58,43 @@ class Rate:
 
 
 def budgets_parse(text: str) -> dict[str, Rate]:
-    """``aws.route53=4/s,github=10/s``: a rate per provider (the adapters' names)."""
+    """``aws.route53=4/s,github=10/s``: a rate per provider (the adapters' names,
+    :data:`PROVIDERS`). Raises ``ValueError`` saying what is wrong."""
     rates: dict[str, Rate] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
-        provider, _, rate = item.partition("=")
-        rates[provider.strip()] = Rate.parse(rate)
+        provider, _, rate = (part.strip() for part in item.partition("="))
+        if provider not in PROVIDERS:
+            raise ValueError(f"{provider!r} is no provider: one of {', '.join(sorted(PROVIDERS))}")
+        try:
+            rates[provider] = Rate.parse(rate.replace(" ", ""))
+        except (KeyError, ValueError):
+            raise ValueError(f"{item!r}: a rate is N/s, N/min or N/h") from None
     return rates
 
 
+# The code of a draw refused (``Throttled``): nothing reached the provider.
+BUDGET_SPENT = "BudgetSpent"
+# The adapters' names of the providers a budget may be set for.
+PROVIDERS = frozenset({"aws.route53", "aws.acm", "aws.lambda", "github", "argocd"})
+
 _installed: Budget | None = None
+_patient: contextvars.ContextVar[bool] = contextvars.ContextVar("budget_patient", default=False)
+
+
+@contextmanager
+def budget_patient() -> Iterator[None]:
+    """Draws inside wait their turn however long it is, never refused: the reads that settle
+    an ambiguous mutation (a lost answer), which a refusal would turn into "outcome unknown"."""
+    token = _patient.set(True)
+    try:
+        yield
+    finally:
+        _patient.reset(token)
+
+
+def budget_patience() -> bool:
+    """Whether the current draw may not be refused (:func:`budget_patient`)."""
+    return _patient.get()
 
 
 def budget_install(budget: Budget | None) -> None:

@@ -11,10 +11,16 @@ unless ``ALFRED_PROVIDERS=external``; see the README ("Providers").
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 DEFAULT_REGION = "us-east-1"
+
+
+def _digest(secret: str) -> str:
+    """A name for a credential that names no secret (a budget's key, a log line)."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:16] if secret else ""
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,7 @@ class AwsConfig:
     # Whose rate budget its requests draw from (providers.budgets): the account's id when
     # given (ALFRED_AWS_ACCOUNT_ID), so every credential of one account shares it; else the
     # access key's id; else one budget for the credentials chain's account.
-    account: str = "default"
+    account: str = field(default="default", repr=False)
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ class ProviderConfig:
                 secret_access_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
                 session_token=env.get("AWS_SESSION_TOKEN") or None,
                 account=get("ALFRED_AWS_ACCOUNT_ID", "")
-                or get("AWS_ACCESS_KEY_ID", "")
+                or _digest(get("AWS_ACCESS_KEY_ID", ""))
                 or "default",
             ),
             github=GitHubConfig(

@@ -39,7 +39,7 @@ import httpx
 
 from providers.argocd.assessment import Convergence, SyncOwner, assess, nothing_to_sync
 from providers.argocd.model import OPERATION_INFO, PROVIDER, ApplicationStatus
-from providers.budgets import budget_draw
+from providers.budgets import budget_draw, budget_patient
 from providers.errors import (
     Conflict,
     NotFound,
@@ -380,7 +380,8 @@ class ArgoCD:
         if isinstance(exc, ProviderError) and "http_status" in exc.details:
             details["http_status"] = exc.details["http_status"]
         try:
-            current = self.converged(name, revision)
+            with budget_patient():  # a refused read would make it "unknown" for nothing
+                current = self.converged(name, revision)
         except ProviderError as again:
             raise Unknown(
                 f"the answer to syncing {name} to {revision} was lost or ambiguous ({exc}) and "

@@ -47,7 +47,7 @@ from botocore.exceptions import (
     IncompleteReadError,
 )
 
-from providers.budgets import budget_hook
+from providers.budgets import BUDGET_SPENT, budget_hook
 from providers.errors import (
     Conflict,
     NotFound,
@@ -232,6 +232,8 @@ def _observe(client: Any, provider: str, account: str) -> None:
         model: Any = None,
         **kwargs: Any,
     ) -> None:
+        if getattr(exception, "code", None) == BUDGET_SPENT:
+            return  # refused by the budget before it was sent: no call to AWS
         seconds = time.monotonic() - context.pop("alfred_sent", time.monotonic())
         code = str(((parsed_response or {}).get("Error") or {}).get("Code") or "")
         if exception is not None or response_dict is None:

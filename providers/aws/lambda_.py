@@ -74,6 +74,7 @@ from providers.aws.clients import (
     retry_throttled,
     translate,
 )
+from providers.budgets import budget_patient
 from providers.errors import Conflict, ProviderError, Rejected, Transient, Unknown
 from providers.handles import Handle, StopUnsupported, handle
 
@@ -269,7 +270,8 @@ class Lambda:
         self, current: AliasState, version: str, cause: BaseException
     ) -> AliasState:
         try:
-            return self.alias(current["function"], current["alias"])
+            with budget_patient():  # a refused read would make it "unknown" for nothing
+                return self.alias(current["function"], current["alias"])
         except ProviderError as exc:
             raise _unknown(current, version, cause, read_error=exc) from exc
 

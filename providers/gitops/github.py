@@ -70,7 +70,7 @@ from github.GitRef import GitRef
 from github.Repository import Repository as GithubRepo
 from github.Requester import Requester
 
-from providers.budgets import budget_close, budget_draw
+from providers.budgets import budget_close, budget_draw, budget_patient
 from providers.errors import (
     Conflict,
     NotFound,
@@ -311,7 +311,8 @@ class GitHubRepository:
             except _OutcomeUnknown as exc:
                 lost.append(exc.operation)
                 logger.warning("%s: %s lost its response; looking for it", operation, exc)
-                found = look()
+                with budget_patient():  # a refused read would make it "unknown" for nothing
+                    found = look()
                 if found is not None:
                     return self._landed_handle(
                         branch, found, anchor, recovered=True, attempts=attempt

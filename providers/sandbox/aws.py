@@ -632,13 +632,15 @@ class _Bucket:
     """A token bucket of ``rate`` a second holding one second's worth, as AWS meters."""
 
     def __init__(self, rate: float) -> None:
-        self.rate, self.tokens, self.at = rate, rate, time.monotonic()
+        # at least one token's room, or a rate under 1/s would never let one through
+        self.rate, self.capacity = rate, max(1.0, rate)
+        self.tokens, self.at = self.capacity, time.monotonic()
         self._lock = threading.Lock()
 
     def take(self) -> bool:
         with self._lock:
             now = time.monotonic()
-            self.tokens = min(self.rate, self.tokens + (now - self.at) * self.rate)
+            self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
             self.at = now
             if self.tokens < 1:
                 return False

@@ -53,6 +53,7 @@ from providers.aws.route53.model import (
     to_wire,
     wire_name,
 )
+from providers.budgets import budget_patient
 from providers.errors import Conflict, NotFound, ProviderError, Rejected, Transient, Unknown
 from providers.handles import Handle, StopUnsupported, handle
 
@@ -276,7 +277,8 @@ class Route53:
     ) -> Handle:
         """Step 3 of the module docstring: never sends anything."""
         try:
-            observed = self._observe(zone_id, changes)
+            with budget_patient():  # a refused read would make it "unknown" for nothing
+                observed = self._observe(zone_id, changes)
         except ProviderError as exc:
             raise _unknown(zone_id, changes, sent, cause, before=before, read_error=exc) from cause
         _, post = expected_states(changes)

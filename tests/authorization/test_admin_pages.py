@@ -240,6 +240,10 @@ def test_every_changelist_and_change_page_renders(records, role, read_only, labe
             assert (b"Accept the drift" in page.content) is (role == "operator" and not read_only)
         if model is Drift:
             assert b"A page4.example.com" in page.content and b"edge." in page.content
+            listed = client.get(
+                reverse("admin:executions_drift_changelist") + "?workflow=add-subdomain&status=open"
+            )
+            assert listed.status_code == 200 and obj.pk.encode() in listed.content
         if model is WebhookEndpoint:
             assert b"whsec_hidden" not in page.content  # a secret is never shown again
         if read_only or model_admin.has_change_permission(_request(client, role), obj) is False:

@@ -242,27 +242,29 @@ def undo_request(ctx: StageContext, receipt: Mapping[str, Any]) -> dict[str, Any
 
 def read_certificate(arn: str) -> dict[str, Any] | None:
     """The certificate as the undo needs it, or None when it does not exist."""
-    adapter = acm(dry_run=False)
-    try:
-        certificate = adapter.describe(arn)
-    except NotFound:
-        return None
-    except ProviderError as exc:
-        raise engine_error(exc) from exc
-    return _shown(certificate)
+    certificate = _described(arn, dry_run=False)
+    return None if certificate is None else _shown(certificate)
 
 
 def certificate_state(arn: str) -> dict[str, Any] | None:
     """The drift watch's read of a certificate: what ``read_certificate`` says and when it
     expires (``not_after``, ISO 8601; None until issued), or None when it does not exist."""
-    adapter = acm(dry_run=True)
+    certificate = _described(arn, dry_run=True)
+    return (
+        None
+        if certificate is None
+        else {**_shown(certificate), "not_after": certificate["not_after"]}
+    )
+
+
+def _described(arn: str, *, dry_run: bool) -> Any:
+    """ACM's description of ``arn``, or None when it does not exist."""
     try:
-        certificate = adapter.describe(arn)
+        return acm(dry_run=dry_run).describe(arn)
     except NotFound:
         return None
     except ProviderError as exc:
         raise engine_error(exc) from exc
-    return {**_shown(certificate), "not_after": certificate["not_after"]}
 
 
 def delete_certificate(arn: str) -> dict[str, Any]:

@@ -127,8 +127,8 @@ def executions_prune(self: Any, after: list[str] | None = None) -> int:
 # Named as when it lived in the lanes app: a name is the wire contract (beat's rows, routes).
 @shared_task(name="lanes.tasks.reconcile", bind=True, ignore_result=True)
 def lanes_reconcile_tick(self: Any, after: str = "") -> int:
-    """Beat's reconciler tick: every busy lane, a page at a time (compare-and-swap writes,
-    SKIP LOCKED)."""
+    """Beat's reconciler tick: every lane with something to decide, a page at a time
+    (compare-and-swap writes, SKIP LOCKED)."""
     if settings.ALFRED_READ_ONLY:
         return 0
     visited, more_after = lanes_reconcile(after=after)

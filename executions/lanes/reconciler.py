@@ -1,9 +1,9 @@
 """The lane reconciler (docs/architecture.md, "Lanes"): observe a lane's owner — its execution and
 its bound run — and decide retain, release or recovery_required. It runs on every terminal
-transition (at once, for that lane) and from beat over every busy lane (the guarantee); both paths
-are compare-and-swap writes, so two reconcilers racing release a lane once. Each write's change
-goes to the executions side (``lanes.effects``) in the transaction that made it: the events,
-and the next owner's run started on commit.
+transition (at once, for that lane) and from beat over every lane whose owner is no longer
+live (the guarantee); both paths are compare-and-swap writes, so two reconcilers racing
+release a lane once. Each write's change goes to the executions side (``lanes.effects``) in
+the transaction that made it: the events, and the next owner's run started on commit.
 
 Decisions:
 - live or suspended run → retain;
@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from executions.models import (
     ACTIVE_STATUSES,
@@ -207,17 +207,34 @@ def lane_reconcile_on_finish(
         log.exception("reconciling %s after %s", lane_key, execution_id)
 
 
+# Held lanes whose owner would not be retained: missing, without its run, or not both active
+# and live (``lane_decide``'s one RETAIN). A lane whose owner is live has nothing to decide.
+_UNSETTLED_SQL = f"""
+    SELECT l.key FROM {Lane._meta.db_table} l
+    LEFT JOIN {Execution._meta.db_table} e ON e.id = l.owner_id
+    LEFT JOIN {Run._meta.db_table} r ON r.id = e.current_run_id
+    WHERE l.state = %s AND l.key > %s
+      AND (r.id IS NULL OR e.status <> ALL(%s) OR r.status <> ALL(%s))
+    ORDER BY l.key LIMIT %s
+"""  # noqa: S608 - the table names come from model metadata; the values are bound
+
+
 def lanes_reconcile(batch: int = BATCH, *, after: str = "") -> tuple[int, str | None]:
-    """The beat tick, one page: held lanes, and free lanes someone waits on, in key order
-    after ``after``. Returns how many were visited and, when the page was full, the key to
-    go on from (the task goes on at once in a new task), so every busy lane is reached each
-    tick however many there are. A lane blocked for an operator has nothing to decide and
-    is not visited. Costs what is busy: the lanes are found through partial indexes."""
-    held = (
-        Lane.objects.filter(state=LaneState.HELD, key__gt=after)
-        .order_by("key")
-        .values_list("key", flat=True)[:batch]
-    )
+    """The beat tick, one page: the held lanes whose owner is no longer live (its release
+    missed: a terminal transition whose own reconcile did not run; a missing owner; a
+    contradiction), and free lanes someone waits on, in key order after ``after``. Returns
+    how many were visited and, when the page was full, the key to go on from (the task goes
+    on at once in a new task), so every such lane is reached each tick however many there
+    are. A held lane whose owner and run are live would be retained: it is not visited, so
+    a tick costs one indexed read of the held lanes and a transaction per lane that has
+    something to decide (bench/reports/lanes.md). A lane blocked for an operator has
+    nothing to decide and is not visited either."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _UNSETTLED_SQL,
+            [LaneState.HELD, after, sorted(ACTIVE_STATUSES), sorted(_LIVE_RUN), batch],
+        )
+        held = [key for (key,) in cursor.fetchall()]
     stranded = (
         LaneWaiter.objects.filter(lane__state=LaneState.FREE, lane_id__gt=after)
         .order_by("lane_id")

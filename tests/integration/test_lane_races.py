@@ -364,10 +364,17 @@ def test_every_lane_write_moves_updated_at(api):
     assert Lane.objects.get(key=KEY).updated_at > before
 
 
-def test_a_beat_tick_pages_through_every_held_lane(api):
-    # given: five held lanes, each owned by a live execution
-    for i in range(5):
-        submit(api, "test-laned", {"label": f"page-{i}", "lane": f"page-{i}"})
+def test_a_beat_tick_pages_through_every_lane_with_something_to_decide(api):
+    # given: seven held lanes; five owners ended without their lane's reconcile (a worker
+    # killed after the terminal commit), two are still live
+    ended = []
+    for i in range(7):
+        owner = submit(api, "test-laned", {"label": f"page-{i}", "lane": f"page-{i}"}).json()["id"]
+        if i in (1, 3):
+            continue
+        ended.append(owner)
+    Execution.objects.filter(pk__in=ended).update(status=ExecutionStatus.SUCCEEDED)
+    Run.objects.filter(execution_id__in=ended).update(status="succeeded")
 
     # when: the tick visits two lanes a page, each page going on after the last
     from executions.lanes.reconciler import lanes_reconcile
@@ -378,8 +385,14 @@ def test_a_beat_tick_pages_through_every_held_lane(api):
         visited, after = lanes_reconcile(batch=2, after=after)
         pages.append(visited)
 
-    # then: every lane was reached, in pages of at most two
+    # then: every ended owner's lane was reached and released, in pages of at most two; the
+    # live owners' lanes were not visited and are still theirs
     assert pages == [2, 2, 1]
+    lanes = dict(Lane.objects.filter(key__startswith="page-").values_list("key", "state"))
+    assert [lanes.get(f"page-{i}") for i in range(7)] == [
+        "free" if i not in (1, 3) else "held" for i in range(7)
+    ]
+    assert lanes_reconcile() == (0, None)
 
 
 def test_a_dead_holder_is_taken_over_at_once_only_in_this_pid_namespace():
@@ -423,9 +436,12 @@ def test_recover_to_another_execution_over_the_api_refuses_an_owner_that_started
     assert Lane.objects.get(key=KEY).owner_id == owner
 
 
-def test_the_beat_task_reconciles_the_held_lanes(api):
+def test_the_beat_task_releases_a_lane_whose_owner_ended(api):
     from executions.tasks import lanes_reconcile_tick as reconcile
 
-    submit(api, "test-laned", {"label": "task-0", "lane": "task-0"})
+    owner = submit(api, "test-laned", {"label": "task-0", "lane": "task-0"}).json()["id"]
+    Execution.objects.filter(pk=owner).update(status=ExecutionStatus.SUCCEEDED)
+    Run.objects.filter(execution_id=owner).update(status="succeeded")
 
     assert reconcile.apply().get() >= 1
+    assert Lane.objects.get(key="task-0").state == LaneState.FREE

@@ -58,14 +58,31 @@ class Execution(models.Model):
     principal = models.CharField(max_length=80, help_text="Who first asked for it.")
     lane_key = models.CharField(max_length=200, null=True, blank=True)
     lane_token = models.CharField(max_length=200, null=True, blank=True)
+    # The foreign keys' indexes are plain B-trees in Meta: a key of its own would also get a
+    # varchar_pattern_ops twin, which no query uses and every non-HOT update writes.
     current_run = models.ForeignKey(
-        "Run", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        "Run",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
     )
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="children",
+        db_index=False,
     )
     predecessor = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="successors"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="successors",
+        db_index=False,
     )
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
@@ -85,6 +102,7 @@ class Execution(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        db_index=False,
         help_text="The open drift the drift watch found (executions.drift); none: in place, "
         "or not watched.",
     )
@@ -113,6 +131,10 @@ class Execution(models.Model):
             ),
         ]
         indexes = [
+            models.Index(fields=["current_run"], name="execution_current_run"),
+            models.Index(fields=["parent"], name="execution_parent"),
+            models.Index(fields=["predecessor"], name="execution_predecessor"),
+            models.Index(fields=["drift"], name="execution_drift"),
             models.Index(fields=["workflow", "logical_identity", "-created_at"]),
             models.Index(fields=["workflow", "status", "-id"]),
             models.Index(fields=["status", "-id"]),
@@ -200,7 +222,10 @@ class Run(models.Model):
     """One attempt at carrying an execution through its stages, under a fenced lease."""
 
     id = models.CharField(primary_key=True, max_length=40, default=Prefixed("run"), editable=False)
-    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="runs")
+    # indexed by uniq_run_number, which it leads
+    execution = models.ForeignKey(
+        Execution, on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
     number = models.PositiveIntegerField()
     kind = models.CharField(max_length=16, choices=RunKind.choices, default=RunKind.INITIAL)
     # The workflow's definition it started under: {"version", "stages"} (none for a rollback,
@@ -242,10 +267,13 @@ class Run(models.Model):
             models.UniqueConstraint(fields=["execution", "number"], name="uniq_run_number"),
         ]
         indexes = [
+            # The running runs (as many as run now), for the recovery scans: their lease is
+            # read from the row, not the index, so that renewing it (every step, every
+            # heartbeat, every stage's claim) changes no indexed column and is a HOT update.
             models.Index(
-                fields=["lease_expires_at"],
-                condition=Q(status__in=[RunStatus.RUNNING]),
-                name="run_live_lease",
+                fields=["id"],
+                condition=Q(status=RunStatus.RUNNING),
+                name="run_running",
             ),
             models.Index(
                 fields=["woken_at"],
@@ -267,7 +295,8 @@ class StageStatus(models.TextChoices):
 
 
 class Stage(models.Model):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="stages")
+    # indexed by uniq_stage_name, which it leads
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="stages", db_index=False)
     name = models.CharField(max_length=64)
     position = models.PositiveSmallIntegerField()
     status = models.CharField(
@@ -603,9 +632,13 @@ class DriftWatch(models.Model):
 class OutboxEvent(models.Model):
     """Every transition's event, written in the transition's transaction."""
 
-    execution = models.ForeignKey(Execution, on_delete=models.CASCADE, related_name="events")
+    # indexed by uniq_event_sequence, which it leads
+    execution = models.ForeignKey(
+        Execution, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     sequence = models.PositiveBigIntegerField(help_text="Gapless per execution, from 1.")
-    key = models.CharField(max_length=200, unique=True, help_text="Stable; a re-emit is a no-op.")
+    # unique by uniq_event_key (a constraint, not unique=True: no varchar_pattern_ops twin)
+    key = models.CharField(max_length=200, help_text="Stable; a re-emit is a no-op.")
     type = models.CharField(max_length=64)
     payload = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -614,6 +647,7 @@ class OutboxEvent(models.Model):
         ordering = ["execution", "sequence"]
         constraints = [
             models.UniqueConstraint(fields=["execution", "sequence"], name="uniq_event_sequence"),
+            models.UniqueConstraint(fields=["key"], name="uniq_event_key"),
         ]
 
     def __str__(self) -> str:
@@ -650,8 +684,9 @@ class WebhookDelivery(models.Model):
     emitted is ever missed). At least once: a claim holds it for one attempt; a relay that
     dies mid-attempt leaves a claim that runs out, and the scan sends it again."""
 
+    # indexed by uniq_webhook_delivery, which it leads
     endpoint = models.ForeignKey(
-        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries", db_index=False
     )
     event = models.ForeignKey(OutboxEvent, on_delete=models.CASCADE, related_name="deliveries")
     status = models.CharField(

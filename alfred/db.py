@@ -224,9 +224,17 @@ def insert_statement(objs: Sequence[Model]) -> Statement:
     return Statement(sql, params, inserted)
 
 
-def _insert(model: type[Model], objs: Sequence[Model]) -> tuple[str, str]:
+def insert_part(obj: Model, *, when: str) -> tuple[str, str]:
+    """The INSERT of the new ``obj`` as :func:`insert_statement` writes it, for a ``WITH``
+    part of a statement of the caller's: made only when the part named ``when`` (before it
+    in that statement) has a row, it answers the new key. Returns the SQL and its one
+    parameter (the row, as JSON); the caller sets the key on ``obj`` from the answer."""
+    return _insert(type(obj), [obj], when=when)
+
+
+def _insert(model: type[Model], objs: Sequence[Model], *, when: str = "") -> tuple[str, str]:
     """One model's INSERT ... RETURNING its key, and its rows as its JSON parameter."""
-    sql, fields = _insert_sql(model, all(obj.pk is None for obj in objs))
+    sql, fields = _insert_sql(model, all(obj.pk is None for obj in objs), when)
     rows = [{str(f.column): _json_ready(f, obj) for f in fields} for obj in objs]
     return sql, json.dumps(rows)
 
@@ -246,9 +254,12 @@ def _json_ready(field: Field, obj: Model) -> Any:
 
 
 @cache
-def _insert_sql(model: type[Model], auto_key: bool) -> tuple[str, tuple[Field, ...]]:
+def _insert_sql(
+    model: type[Model], auto_key: bool, when: str = ""
+) -> tuple[str, tuple[Field, ...]]:
     """The INSERT of ``model``'s rows given as JSON, and the fields it reads, in order: every
-    concrete field but an automatic key when the database is to give it (``auto_key``)."""
+    concrete field but an automatic key when the database is to give it (``auto_key``);
+    with ``when``, only if that part of the statement has a row."""
     meta = model._meta
     auto = meta.auto_field if auto_key else None
     fields = tuple(
@@ -259,9 +270,10 @@ def _insert_sql(model: type[Model], auto_key: bool) -> tuple[str, tuple[Field, .
     quote = connection.ops.quote_name
     table = quote(meta.db_table)
     names = ", ".join(quote(str(f.column)) for f in fields)
+    guard = f"WHERE EXISTS (SELECT 1 FROM {when}) " if when else ""  # noqa: S608
     return (
         f"INSERT INTO {table} ({names}) "  # noqa: S608 - our own names only
-        f"SELECT {names} FROM json_populate_recordset(NULL::{table}, %s::json) "
+        f"SELECT {names} FROM json_populate_recordset(NULL::{table}, %s::json) {guard}"
         f"RETURNING {quote(str(meta.pk.column))}",
         fields,
     )

@@ -328,7 +328,8 @@ class StepReceipt(models.Model):
     """The durable record of one completed step: replay returns ``output`` instead of running
     the step again. ``mutation`` says what changed, enough to undo it (rollback)."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="receipts")
+    # indexed by uniq_step_receipt, which it leads
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="receipts", db_index=False)
     stage = models.CharField(max_length=64)
     step_key = models.CharField(max_length=200)
     sequence = models.PositiveIntegerField(help_text="Order of the step within its stage.")

@@ -154,6 +154,16 @@ class Migration(migrations.Migration):
             model_name="execution",
             index=models.Index(fields=["drift"], name="execution_drift"),
         ),
+        migrations.AlterField(
+            model_name="stepreceipt",
+            name="run",
+            field=models.ForeignKey(
+                db_index=False,
+                on_delete=django.db.models.deletion.CASCADE,
+                related_name="receipts",
+                to="executions.run",
+            ),
+        ),
         migrations.AddConstraint(
             model_name="outboxevent",
             constraint=models.UniqueConstraint(fields=("key",), name="uniq_event_key"),

@@ -444,3 +444,62 @@ def test_a_worker_hands_the_run_to_itself_from_stage_to_stage(api):
     # rows in one statement
     assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 4
     assert len(queries.captured_queries) == 5 + 2 * 5 + 6
+
+
+def _claimed_context(api: object, label: str) -> tuple[Run, object]:
+    """A test-counter execution's first stage claimed by this process, and the context its
+    code would run with."""
+    from executions.runtime.clock import Clock
+    from executions.runtime.context import Context
+    from executions.runtime.runner import _Claim, _claim
+
+    execution = submit(api, "test-counter", {"label": label}).json()
+    claim = _claim(execution["current_run"]["id"], "plan", "test@here:0:1")
+    assert isinstance(claim, _Claim)
+    context = Context(
+        run=claim.run,
+        stage=claim.stage,
+        fence=claim.fence,
+        input=None,
+        dry_run=False,
+        wake=lambda *_: None,
+        clock=Clock(claim.clock.now()),
+    )
+    return claim.run, context
+
+
+def test_a_step_records_its_receipt_with_the_lease_renewed_in_one_statement(api):
+    from executions.runtime.context import Context
+
+    run, context = _claimed_context(api, "one-statement")
+    assert isinstance(context, Context)
+    before = Run.objects.get(pk=run.pk).lease_expires_at
+
+    with CaptureQueriesContext(connection) as queries:
+        assert context.step("k", lambda: {"done": 1}) == {"done": 1}
+
+    receipt = StepReceipt.objects.get(run_id=run.pk, step_key="k")
+    assert (receipt.output, receipt.fence, receipt.status) == ({"done": 1}, run.fence, "succeeded")
+    assert Run.objects.get(pk=run.pk).lease_expires_at > before
+    # the stage's receipts read, the boundary's renewal, then the receipt with the renewal:
+    # three statements, no transaction around them
+    statements = [q["sql"] or "" for q in queries.captured_queries]
+    assert len(statements) == 3
+    assert not {"BEGIN", "COMMIT"} & set(statements)
+
+
+def test_a_step_whose_run_was_taken_over_while_it_ran_writes_no_receipt(api):
+    from executions.runtime.context import Context
+    from executions.runtime.errors import LeaseLost
+
+    run, context = _claimed_context(api, "taken-over")
+    assert isinstance(context, Context)
+
+    def taken_over() -> int:  # another worker claims the run while the step runs
+        Run.objects.filter(pk=run.pk).update(fence=F("fence") + 1)
+        return 1
+
+    with pytest.raises(LeaseLost):
+        context.step("k", taken_over)
+
+    assert not StepReceipt.objects.filter(run_id=run.pk).exists()

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install venv browser promtool helm screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-budgets bench-events bench-overhead bench-prune clean migrations-check
+.PHONY: help install venv browser promtool helm screenshots run test chaos fuzz lock lint fmt bench bench-engine bench-lanes bench-timers bench-acceptance bench-add-subdomain bench-add-certificate bench-add-domain bench-update-lambda-version bench-budgets bench-end-to-end bench-events bench-overhead bench-prune clean migrations-check
 
 help:
 	@echo "make run               start Alfred locally (Ctrl-C stops everything)"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench-add-domain  add-domain and onboard-domain end to end, split by stage"
 	@echo "make bench-update-lambda-version  a fleet's alias moved end to end, split by stage"
 	@echo "make bench-budgets     the providers' rate budgets: a draw's cost, a shared rate, what it spares AWS"
+	@echo "make bench-end-to-end  accept -> terminal over HTTP at 50/s, and which limit 10x that meets"
 	@echo "make bench-events      SSE latency (200 clients) and webhook delivery throughput"
 	@echo "make bench-overhead    the metrics' cost on the engine's throughput, against the commit before"
 	@echo "make bench-prune       pruning 10⁶ events beside the stage path's latency"
@@ -148,6 +149,9 @@ bench-add-domain: $(STAMP)
 
 bench-budgets: $(STAMP)
 	$(BIN)/python -m bench budgets
+
+bench-end-to-end: $(STAMP)
+	$(BIN)/python -m bench end_to_end
 
 bench-events: $(STAMP)
 	$(BIN)/python -m bench events

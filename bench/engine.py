@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from alfred.principals import cli_caller
+from bench import engine_profile
 from bench.dbos_peer import EMPTY as EMPTY_DBOS
 from bench.dbos_peer import POLL as DBOS_POLL
 from bench.stack import bench_stack
@@ -331,6 +332,7 @@ def main() -> None:
     quiet: list[dict[str, float]] = []
     loaded: list[dict[str, float]] = []
     celery: list[float] = []
+    profile: list[str] = []
     try:
         floor = _floor()
         for round in range(ROUNDS):
@@ -340,11 +342,12 @@ def main() -> None:
             celery.append(_celery_throughput(env))
             with _loaded():
                 loaded.append(_throughputs(env, 2 * round + 1))
+        profile, stack = engine_profile.profiles(stack)
     finally:
         if stack is not None:
             stack.stop()
     REPORT.parent.mkdir(parents=True, exist_ok=True)
-    lines = _report(floor, steps, peers, quiet, loaded, celery)
+    lines = _report(floor, steps, peers, quiet, loaded, celery) + profile
     REPORT.write_text("\n".join(lines))
     print("\n".join(lines))
 

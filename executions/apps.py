@@ -23,7 +23,7 @@ class ExecutionsConfig(AppConfig):
         from executions.approvals import PolicyInvalid, policy
         from executions.freezes import freeze_hold
         from executions.lanes.effects import ExecutionLaneEffects
-        from executions.lanes.holding import execution_lane_refusal
+        from executions.lanes.holding import execution_lane_admits_sql, execution_lane_refusal
         from executions.lanes.reconciler import lane_reconcile_on_finish
         from executions.metrics import EXECUTION_GAUGES
         from executions.runtime.registry import (
@@ -41,7 +41,7 @@ class ExecutionsConfig(AppConfig):
         problems_register(*PROBLEMS)
         state_register(SqlGauges(EXECUTION_GAUGES))
         state_register(BrokerQueues(lambda: settings_queues() | stage_queues_all()))
-        claim_guard_register(execution_lane_refusal)
+        claim_guard_register(execution_lane_refusal, execution_lane_admits_sql)
         mutation_gate_register(freeze_hold)
         lane_effects_install(ExecutionLaneEffects())
         execution_finished.connect(lane_reconcile_on_finish, dispatch_uid="lanes.reconcile")

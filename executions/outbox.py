@@ -33,6 +33,7 @@ CHANNEL = "alfred_events"
 
 log = logging.getLogger(__name__)
 
+
 # Events of one execution in one statement, in the order given: lock the execution row, leave
 # out the keys already emitted, insert the rest at ``last_sequence + 1, + 2...``, owe each to
 # every active webhook endpoint that wants its type, advance ``last_sequence``, announce each
@@ -41,12 +42,13 @@ log = logging.getLogger(__name__)
 # anti-join, it is planned for the hundred rows a set-returning function is guessed to give,
 # and hashing the whole outbox beats a hundred probes (a prepared statement's generic plan
 # kept that choice while the table grew).
-_EMIT_SQL = f"""
-    WITH locked AS (
-        SELECT id, last_sequence, workflow FROM {Execution._meta.db_table}
-        WHERE id = %(execution)s
-        FOR UPDATE
-    ), fresh AS (
+def emit_parts(locked: str) -> str:
+    """The emission's ``WITH`` parts after the one named ``locked`` (the execution's row,
+    locked: its ``id``, ``last_sequence`` and ``workflow``; no row, nothing emitted), for a
+    statement that emits with other writes: parameters ``execution`` and ``events``. Its
+    answer is ``EMITTED`` over ``inserted``."""
+    return f"""
+    fresh AS (
         SELECT given.key, given.type, given.payload,
                row_number() OVER (ORDER BY given.position) AS position
         FROM ROWS FROM (
@@ -59,9 +61,9 @@ _EMIT_SQL = f"""
     ), inserted AS (
         INSERT INTO {OutboxEvent._meta.db_table}
             (execution_id, sequence, key, type, payload, created_at)
-        SELECT locked.id, locked.last_sequence + fresh.position, fresh.key, fresh.type,
+        SELECT {locked}.id, {locked}.last_sequence + fresh.position, fresh.key, fresh.type,
                fresh.payload, now()
-        FROM locked, fresh
+        FROM {locked}, fresh
         ON CONFLICT (key) DO NOTHING
         RETURNING id, execution_id, sequence, type, payload->'error'->>'code' AS error_code
     ), owed AS (
@@ -75,16 +77,30 @@ _EMIT_SQL = f"""
                  OR jsonb_exists(endpoint.event_types, inserted.type))
         RETURNING id
     ), advanced AS (
-        UPDATE {Execution._meta.db_table} AS e
+        UPDATE {Execution._meta.db_table} AS advancing
         SET last_sequence = (SELECT max(sequence) FROM inserted)
-        WHERE e.id = %(execution)s AND EXISTS (SELECT 1 FROM inserted)
-        RETURNING e.last_sequence
-    )
-    SELECT inserted.sequence,
-           pg_notify('{CHANNEL}', %(execution)s || ' ' || inserted.sequence),
-           (SELECT count(*) FROM owed),
-           inserted.type, inserted.execution_id, (SELECT workflow FROM locked),
-           inserted.error_code
+        WHERE advancing.id = %(execution)s AND EXISTS (SELECT 1 FROM inserted)
+        RETURNING advancing.last_sequence
+    )"""  # noqa: S608
+
+
+# What an emission answers, a row per event emitted (``emission_read`` reads it): its sequence,
+# the NOTIFY, the deliveries owed, and what the transition's log line names.
+EMITTED = f"""
+    inserted.sequence,
+    pg_notify('{CHANNEL}', %(execution)s || ' ' || inserted.sequence),
+    (SELECT count(*) FROM owed),
+    inserted.type, inserted.execution_id, (SELECT workflow FROM locked),
+    inserted.error_code
+"""  # noqa: S608 - a constant channel name
+
+_EMIT_SQL = f"""
+    WITH locked AS (
+        SELECT id, last_sequence, workflow FROM {Execution._meta.db_table}
+        WHERE id = %(execution)s
+        FOR UPDATE
+    ), {emit_parts("locked")}
+    SELECT {EMITTED}
     FROM inserted ORDER BY inserted.sequence
 """  # noqa: S608
 
@@ -135,12 +151,15 @@ def events_emit_statement(execution_id: str, events: Sequence[Event]) -> Stateme
     with the transition's other writes); its answer: the sequences given."""
     if not events:
         return None
-    payload = [{"key": e.key, "type": e.type, "payload": e.payload} for e in events]
     return Statement(
-        _EMIT_SQL,
-        {"execution": execution_id, "events": json.dumps(payload, cls=DjangoJSONEncoder)},
-        _emitted,
+        _EMIT_SQL, {"execution": execution_id, "events": events_param(events)}, emission_read
     )
+
+
+def events_param(events: Sequence[Event]) -> str:
+    """``events`` as the emission's ``events`` parameter."""
+    payload = [{"key": e.key, "type": e.type, "payload": e.payload} for e in events]
+    return json.dumps(payload, cls=DjangoJSONEncoder)
 
 
 # Called once an emission that owed webhook deliveries commits: the relay's hint that it has
@@ -158,7 +177,7 @@ def deliveries_owed_connect(callback: Callable[[], None]) -> None:
 STATUSES = frozenset(ExecutionStatus.values)
 
 
-def _emitted(rows: Sequence[Sequence[Any]]) -> list[int]:
+def emission_read(rows: Sequence[Sequence[Any]]) -> list[int]:
     """The sequences the emission gave; the deliveries it owed are sent after commit, and
     the execution's transitions told once they are committed."""
     if any(row[2] for row in rows):

@@ -115,11 +115,33 @@ _EARLIER: dict[tuple[str, int], Definition] = {}
 # (its row locked by the claim) and returns why it may not run now, or None.
 ClaimGuard = Callable[[Any], "str | None"]
 _CLAIM_GUARDS: list[ClaimGuard] = []
+# A guard's test in SQL, for a claim made in one statement (``executions.runtime.handoff``):
+# given the execution, a condition true when the guard admits it (its named parameters
+# prefixed with the guard's own name), with its parameters; None when it cannot be said in
+# SQL for that execution (that claim is made the slow way, the guard asked in Python).
+ClaimGuardSql = Callable[[Any], "tuple[str, dict[str, Any]] | None"]
+_CLAIM_GUARDS_SQL: dict[ClaimGuard, ClaimGuardSql] = {}
 
 
-def claim_guard_register(guard: ClaimGuard) -> None:
+def claim_guard_register(guard: ClaimGuard, sql: ClaimGuardSql | None = None) -> None:
     if guard not in _CLAIM_GUARDS:
         _CLAIM_GUARDS.append(guard)
+    if sql is not None:
+        _CLAIM_GUARDS_SQL[guard] = sql
+
+
+def claim_admits_sql(execution: Any) -> tuple[str, dict[str, Any]] | None:
+    """Every guard's test for ``execution`` as one SQL condition, with its parameters; None
+    when some guard cannot say its test in SQL."""
+    conditions, params = ["TRUE"], {}
+    for guard in _CLAIM_GUARDS:
+        form = _CLAIM_GUARDS_SQL.get(guard)
+        said = form(execution) if form is not None else None
+        if said is None:
+            return None
+        conditions.append(said[0])
+        params.update(said[1])
+    return " AND ".join(conditions), params
 
 
 def claim_refusal(execution: Any) -> str | None:

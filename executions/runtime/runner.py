@@ -14,9 +14,10 @@
 3. the outcome, fenced: succeeded (after the last stage, the terminal transition), suspended
    (``waiting``/``paused``; the worker is free), or failed.
 
-After a stage succeeds, the same worker hands the run to itself: the transaction that writes
-the stage's end claims the next stage for it (one transaction, not two; no message between
-them). The message that started the run stays unacknowledged until the last stage it ran
+After a stage succeeds, the same worker hands the run to itself: the statement that writes
+the stage's end claims the next stage for it (``executions.runtime.handoff``: one statement,
+its own transaction, where nothing changed since the claim; else one transaction that
+decides as a claim does; no message between them). The message that started the run stays unacknowledged until the last stage it ran
 ends, so a worker that dies anywhere in them has it delivered again, and the delivery finds
 the run at the stage the worker died in (taken over at once when its holder is known to be
 gone, ``executions.runtime.holders``, else once its lease runs out). A whole worker killed takes
@@ -80,10 +81,12 @@ from executions.runtime.errors import (
     Suspend,
     unclassified,
 )
+from executions.runtime.handoff import stage_hand_over
 from executions.runtime.holders import holder_gone
 from executions.runtime.projections import start_state_event
 from executions.runtime.registry import (
     Definition,
+    claim_admits_sql,
     claim_refusal,
     definition_get,
     definition_of_run,
@@ -122,6 +125,9 @@ class _Claim:
     workflow: str
     clock: Clock
     trace_context: dict[str, str]  # the execution's trace (executions.runtime.tracing)
+    # Every claim guard's test for the execution in SQL (``registry.claim_admits_sql``), or
+    # None: its next stage is then never claimed in one statement (``handoff``).
+    admits: tuple[str, dict[str, Any]] | None = None
 
 
 def stage_execute(run_id: str, stage: str, worker: str, *, onward: bool = True) -> Outcome:
@@ -521,6 +527,7 @@ def _claim_write(
         execution.workflow,
         Clock(now),
         execution.trace_context or {},
+        claim_admits_sql(execution),
     )
 
 
@@ -623,6 +630,10 @@ def _complete(
     a worker, the run is left between stages for whoever delivers the next: NEXT; with
     ``publish`` (the following stage and the workflow), the message that delivers it is sent
     once this commits (a lost one is the recovery scan's, after the hand-off's grace)."""
+    if following is not None and worker is not None:
+        handed = _hand_over(claim, output, following, worker)
+        if handed is not None:
+            return handed
     now = claim.clock.now()
     with transaction.atomic(durable=True):
         locked = _lock_current(claim, stages=following is not None and worker is not None)
@@ -655,6 +666,55 @@ def _complete(
     # simply pending (done already: a continuation's skipped stage; missing) and the claim
     # by its name decides (it goes on past a stage done, fails a stage that is not there).
     return _Onward(following) if worker is not None else Outcome.NEXT
+
+
+def _hand_over(claim: _Claim, output: Any, following: str, worker: str) -> _Claim | None:
+    """The stage's end and the claim of ``following`` in one statement (``handoff``): the
+    next stage's claim, or None when that statement could not be used or wrote nothing (a
+    stage asking for help, a guard with no SQL test, or anything changed since the claim:
+    the caller goes the slow way, which decides each case)."""
+    if claim.admits is None or (
+        isinstance(output, dict) and isinstance(output.get("assistance"), list)
+    ):
+        return None
+    run, execution_id = claim.run, claim.run.execution_id
+    handed = stage_hand_over(
+        execution_id=execution_id,
+        run_id=run.id,
+        fence=claim.fence,
+        stage_id=claim.stage_id,
+        output=output,
+        following=following,
+        worker=worker,
+        admits=claim.admits,
+        events=[
+            _stage_event(execution_id, run, EventType.STAGE_SUCCEEDED, claim.stage),
+            _stage_event(
+                execution_id,
+                run,
+                EventType.STAGE_STARTED,
+                following,
+                fence=claim.fence + 1,
+                worker=worker,
+            ),
+        ],
+    )
+    if handed is None:
+        return None
+    run.fence, run.wakeups, run.wakeups_seen = handed.fence, handed.wakeups, handed.wakeups
+    run.lease_owner, run.recoveries = worker, 0
+    return _Claim(
+        run,
+        following,
+        handed.stage_id,
+        handed.fence,
+        handed.wakeups,
+        claim.input,
+        claim.workflow,
+        Clock(handed.now),
+        claim.trace_context,
+        claim.admits,
+    )
 
 
 def _hand_off(run: Run, now: datetime, changes: list[Change]) -> None:
@@ -845,11 +905,21 @@ def _emit(execution_id: str, run: Run, type: EventType, stage: str, **payload: A
     events_emit(execution_id, [_stage_event(execution_id, run, type, stage, **payload)])
 
 
-def _stage_event(execution_id: str, run: Run, type: EventType, stage: str, **payload: Any) -> Event:
+def _stage_event(
+    execution_id: str,
+    run: Run,
+    type: EventType,
+    stage: str,
+    *,
+    fence: int | None = None,
+    **payload: Any,
+) -> Event:
+    """A stage's event, under the run's fence (or ``fence``: the one a claim is taking)."""
+    fence = run.fence if fence is None else fence
     return Event(
         type=type,
-        key=event_key(execution_id, f"{run.id}:{stage}:{type}:{run.fence}"),
-        payload={"run": run.id, "stage": stage, "fence": run.fence, **payload},
+        key=event_key(execution_id, f"{run.id}:{stage}:{type}:{fence}"),
+        payload={"run": run.id, "stage": stage, "fence": fence, **payload},
     )
 
 

@@ -438,12 +438,12 @@ def test_a_worker_hands_the_run_to_itself_from_stage_to_stage(api):
         ("work", "test@here:0:1"),
         ("verify", "test@here:0:1"),
     ]
-    # and in few round trips: the first claim, and each hand-off (one stage's end with the
-    # next one's claim, in one transaction), is BEGIN, the locked read, one write of its
-    # rows, one emission, COMMIT; the last completion also writes the terminal transition's
-    # rows in one statement
-    assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 4
-    assert len(queries.captured_queries) == 5 + 2 * 5 + 6
+    # and in few round trips: the first claim is BEGIN, the locked read, one write of its
+    # rows, one emission, COMMIT; each hand-off (one stage's end with the next one's claim)
+    # is one statement, its own transaction; the last completion also writes the terminal
+    # transition's rows in one statement
+    assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 2
+    assert len(queries.captured_queries) == 5 + 2 * 1 + 6
 
 
 def _claimed_context(api: object, label: str) -> tuple[Run, object]:
@@ -503,3 +503,63 @@ def test_a_step_whose_run_was_taken_over_while_it_ran_writes_no_receipt(api):
         context.step("k", taken_over)
 
     assert not StepReceipt.objects.filter(run_id=run.pk).exists()
+
+
+def _first_stage_claimed(api: object, workflow: str, body: dict) -> object:
+    from executions.runtime.runner import _Claim, _claim
+
+    execution = submit(api, workflow, body).json()
+    claim = _claim(execution["current_run"]["id"], "plan", "test@here:0:1")
+    assert isinstance(claim, _Claim)
+    return claim
+
+
+def test_a_stage_hands_over_to_the_next_in_one_statement(api):
+    from executions.runtime.runner import _Claim, _complete
+
+    claim = _first_stage_claimed(api, "test-laned", {"label": "hand-over", "lane": "ho-1"})
+    assert isinstance(claim, _Claim)
+
+    with CaptureQueriesContext(connection) as queries:
+        claimed = _complete(claim, {"planned": 1}, following="apply", worker="test@here:0:1")
+
+    assert isinstance(claimed, _Claim)
+    assert (claimed.stage, claimed.fence) == ("apply", claim.fence + 1)
+    assert len(queries.captured_queries) == 1  # no BEGIN, no lock read, no COMMIT
+    stages = dict(Stage.objects.filter(run_id=claim.run.id).values_list("name", "status"))
+    assert (stages["plan"], stages["apply"]) == ("succeeded", "running")
+    run = Run.objects.get(pk=claim.run.id)
+    assert (run.fence, run.lease_owner) == (claim.fence + 1, "test@here:0:1")
+    assert event_types(claim.run.execution_id)[-2:] == ["stage.succeeded", "stage.started"]
+
+
+def test_a_cancel_asked_while_a_stage_ran_is_honoured_at_its_hand_over(api):
+    from executions.runtime.runner import _Claim, _complete
+
+    claim = _first_stage_claimed(api, "test-laned", {"label": "cancel", "lane": "ho-2"})
+    assert isinstance(claim, _Claim)
+    Run.objects.filter(pk=claim.run.id).update(cancel_requested_at=timezone.now())
+
+    outcome = _complete(claim, {}, following="apply", worker="test@here:0:1")
+
+    assert outcome is Outcome.STOP
+    assert Execution.objects.get(pk=claim.run.execution_id).status == "canceled"
+    assert Stage.objects.get(run_id=claim.run.id, name="apply").status == "pending"
+
+
+def test_a_hand_over_whose_lane_went_to_another_claims_nothing(api):
+    from executions.runtime.runner import _Claim, _complete
+    from lanes.models import Lane
+
+    claim = _first_stage_claimed(api, "test-laned", {"label": "lane-gone", "lane": "ho-3"})
+    other = submit(api, "test-laned", {"label": "other", "lane": "ho-4"}).json()["id"]
+    assert isinstance(claim, _Claim)
+    Lane.objects.filter(key="ho-3").update(owner_id=other)  # a bug elsewhere, say
+
+    outcome = _complete(claim, {}, following="apply", worker="test@here:0:1")
+
+    # the claim guard refused the next stage: the first stage's end is written, nothing runs
+    assert outcome is Outcome.STOP
+    stages = dict(Stage.objects.filter(run_id=claim.run.id).values_list("name", "status"))
+    assert (stages["plan"], stages["apply"]) == ("succeeded", "pending")
+    assert Run.objects.get(pk=claim.run.id).fence == claim.fence

@@ -42,11 +42,19 @@ log = logging.getLogger(__name__)
 # anti-join, it is planned for the hundred rows a set-returning function is guessed to give,
 # and hashing the whole outbox beats a hundred probes (a prepared statement's generic plan
 # kept that choice while the table grew).
-def emit_parts(locked: str) -> str:
+def emit_parts(locked: str, *, advance: bool = True) -> str:
     """The emission's ``WITH`` parts after the one named ``locked`` (the execution's row,
     locked: its ``id``, ``last_sequence`` and ``workflow``; no row, nothing emitted), for a
     statement that emits with other writes: parameters ``execution`` and ``events``. Its
-    answer is ``EMITTED`` over ``inserted``."""
+    answer is ``EMITTED`` over ``inserted``. Without ``advance`` the statement sets the
+    execution's ``last_sequence`` itself, to ``(SELECT max(sequence) FROM inserted)``, in
+    its own update of that row (one statement cannot update a row twice)."""
+    advancing = f"""advanced AS (
+        UPDATE {Execution._meta.db_table} AS advancing
+        SET last_sequence = (SELECT max(sequence) FROM inserted)
+        WHERE advancing.id = %(execution)s AND EXISTS (SELECT 1 FROM inserted)
+        RETURNING advancing.last_sequence
+    )"""  # noqa: S608
     return f"""
     fresh AS (
         SELECT given.key, given.type, given.payload,
@@ -76,12 +84,7 @@ def emit_parts(locked: str) -> str:
             AND (endpoint.event_types = '[]'::jsonb
                  OR jsonb_exists(endpoint.event_types, inserted.type))
         RETURNING id
-    ), advanced AS (
-        UPDATE {Execution._meta.db_table} AS advancing
-        SET last_sequence = (SELECT max(sequence) FROM inserted)
-        WHERE advancing.id = %(execution)s AND EXISTS (SELECT 1 FROM inserted)
-        RETURNING advancing.last_sequence
-    )"""  # noqa: S608
+    ){", " + advancing if advance else ""}"""  # noqa: S608
 
 
 # What an emission answers, a row per event emitted (``emission_read`` reads it): its sequence,

@@ -29,12 +29,17 @@ from django.utils import timezone
 
 from alfred.db import prepared_cursor
 from executions.models import (
+    TERMINAL_STATUSES,
     Execution,
     ExecutionStatus,
+    Hook,
+    HookStatus,
     Run,
     RunStatus,
     Stage,
     StageStatus,
+    Timer,
+    TimerStatus,
 )
 from executions.outbox import EMITTED, Event, emission_read, emit_parts, events_param
 
@@ -138,3 +143,114 @@ def stage_hand_over(
         raise LookupError(f"run {run_id}: the hand-off claimed without its stages' rows")
     emission_read([row[5:] for row in rows if row[5] is not None])
     return HandedOver(new_fence, wakeups, now, next_stage)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What the finishing statement did: the execution's lane (for its reconcile)."""
+
+    lane_key: str | None
+
+
+_RUN_STATUS_OF = {
+    ExecutionStatus.SUCCEEDED: RunStatus.SUCCEEDED,
+    ExecutionStatus.ROLLED_BACK: RunStatus.SUCCEEDED,
+}
+
+_FINISH_AT_ONCE_SQL = f"""
+    WITH finishing AS (
+        SELECT id, last_sequence, workflow, lane_key FROM {Execution._meta.db_table}
+        WHERE id = %(execution)s AND current_run_id = %(run)s
+          AND NOT (status = ANY(%(terminal)s)) AND parent_id IS NULL
+          AND NOT EXISTS (
+              SELECT 1 FROM {Execution._meta.db_table} AS child
+              WHERE child.parent_id = %(execution)s AND NOT (child.status = ANY(%(terminal)s))
+          )
+        FOR UPDATE
+    ), fenced AS (
+        SELECT id FROM {Run._meta.db_table}
+        WHERE id = %(run)s AND fence = %(fence)s AND EXISTS (SELECT 1 FROM finishing)
+        FOR UPDATE
+    ), locked AS (
+        SELECT * FROM finishing WHERE EXISTS (SELECT 1 FROM fenced)
+    ), {emit_parts("locked", advance=False)},
+    execution AS (
+        UPDATE {Execution._meta.db_table}
+        SET status = %(status)s, result = %(result)s, error = NULL,
+            finished_at = %(now)s, updated_at = %(now)s,
+            last_sequence = coalesce((SELECT max(sequence) FROM inserted), last_sequence)
+        WHERE id = %(execution)s AND EXISTS (SELECT 1 FROM fenced)
+    ), run AS (
+        UPDATE {Run._meta.db_table}
+        SET status = %(run_status)s, finished_at = %(now)s, error = NULL,
+            lease_owner = '', lease_expires_at = NULL, fence = fence + 1
+        WHERE id = %(run)s AND EXISTS (SELECT 1 FROM fenced)
+    ), ended AS (
+        UPDATE {Stage._meta.db_table}
+        SET status = %(succeeded)s, output = %(result)s, error = NULL, finished_at = %(now)s
+        WHERE id = %(stage)s AND EXISTS (SELECT 1 FROM fenced)
+        RETURNING id
+    ), stages AS (
+        UPDATE {Stage._meta.db_table}
+        SET status = '{StageStatus.FAILED}', error = %(stage_error)s, finished_at = %(now)s
+        WHERE run_id = %(run)s AND id <> %(stage)s
+          AND status IN ('{StageStatus.RUNNING}', '{StageStatus.WAITING}')
+          AND EXISTS (SELECT 1 FROM fenced)
+    ), timers AS (
+        UPDATE {Timer._meta.db_table} SET status = '{TimerStatus.CANCELED}'
+        WHERE run_id = %(run)s AND status = '{TimerStatus.PENDING}'
+          AND EXISTS (SELECT 1 FROM fenced)
+    ), hooks AS (
+        UPDATE {Hook._meta.db_table}
+        SET status = '{HookStatus.CANCELED}', resolved_at = %(now)s
+        WHERE run_id = %(run)s AND status = '{HookStatus.PENDING}'
+          AND EXISTS (SELECT 1 FROM fenced)
+    )
+    SELECT (SELECT lane_key FROM finishing), (SELECT count(*) FROM ended), emitted.*
+    FROM fenced LEFT JOIN (SELECT {EMITTED} FROM inserted) AS emitted ON true
+    ORDER BY 3
+"""  # noqa: S608 - our own names; every value is bound
+
+
+def stage_finish(
+    *,
+    execution_id: str,
+    run_id: str,
+    fence: int,
+    stage_id: int,
+    output: Any,
+    status: str,
+    events: Sequence[Event],
+) -> Finished | None:
+    """End the run's last stage ``stage_id`` with ``output`` and move the execution to
+    ``status`` (succeeded, or rolled back) with it as the result, in one statement: the
+    terminal transition of ``executions.runtime.terminal`` for an execution with no parent
+    and no active child (what it would do more is theirs), ``events`` (the stage's end and
+    the terminal event) emitted with it. None when it wrote nothing: the fence moved, the
+    execution ended or moved on, or it has a parent or an active child (the slow way)."""
+    json = Execution._meta.get_field("result")
+    now = timezone.now()
+    params = {
+        "execution": execution_id,
+        "run": run_id,
+        "fence": fence,
+        "stage": stage_id,
+        "status": status,
+        "run_status": _RUN_STATUS_OF[ExecutionStatus(status)],
+        "result": json.get_db_prep_save(output, connection),
+        "stage_error": json.get_db_prep_save({"code": status}, connection),
+        "now": now,
+        "terminal": sorted(TERMINAL_STATUSES),
+        "succeeded": StageStatus.SUCCEEDED.value,
+        "events": events_param(events),
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(_FINISH_AT_ONCE_SQL, params)
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    lane_key, ended = rows[0][:2]
+    if ended != 1:
+        raise LookupError(f"run {run_id}: finished without its last stage's row")
+    emission_read([row[2:] for row in rows if row[2] is not None])
+    return Finished(lane_key)

@@ -17,10 +17,12 @@
 After a stage succeeds, the same worker hands the run to itself: the statement that writes
 the stage's end claims the next stage for it (``executions.runtime.handoff``: one statement,
 its own transaction, where nothing changed since the claim; else one transaction that
-decides as a claim does; no message between them). The message that started the run stays unacknowledged until the last stage it ran
-ends, so a worker that dies anywhere in them has it delivered again, and the delivery finds
-the run at the stage the worker died in (taken over at once when its holder is known to be
-gone, ``executions.runtime.holders``, else once its lease runs out). A whole worker killed takes
+decides as a claim does; no message between them); after the last stage, one statement
+likewise ends the execution (else the terminal transition's transaction). The message that
+started the run stays unacknowledged until the last stage it ran ends, so a worker that
+dies anywhere in them has it delivered again, and the delivery finds the run at the stage
+the worker died in (taken over at once when its holder is known to be gone,
+``executions.runtime.holders``, else once its lease runs out). A whole worker killed takes
 its message with it until the broker's visibility timeout: the recovery scan finds its runs
 instead. A caller that delivers each stage itself (``onward=False``) leaves the run between
 stages, leased to no one for a short grace: if no one claims the next stage, the recovery
@@ -81,7 +83,7 @@ from executions.runtime.errors import (
     Suspend,
     unclassified,
 )
-from executions.runtime.handoff import stage_hand_over
+from executions.runtime.handoff import stage_finish, stage_hand_over
 from executions.runtime.holders import holder_gone
 from executions.runtime.projections import start_state_event
 from executions.runtime.registry import (
@@ -95,7 +97,7 @@ from executions.runtime.registry import (
 from executions.runtime.rollback import STAGES as ROLLBACK_STAGES
 from executions.runtime.rollback import rollback_stage
 from executions.runtime.signals import stage_claiming, stage_completed
-from executions.runtime.terminal import execution_finish
+from executions.runtime.terminal import execution_finish, execution_finished, terminal_event
 from executions.runtime.tracing import stage_span
 from executions.runtime.writes import Change, fields_of, transition_write
 
@@ -634,6 +636,8 @@ def _complete(
         handed = _hand_over(claim, output, following, worker)
         if handed is not None:
             return handed
+    if following is None and _finished_at_once(claim, output):
+        return Outcome.STOP
     now = claim.clock.now()
     with transaction.atomic(durable=True):
         locked = _lock_current(claim, stages=following is not None and worker is not None)
@@ -673,9 +677,7 @@ def _hand_over(claim: _Claim, output: Any, following: str, worker: str) -> _Clai
     next stage's claim, or None when that statement could not be used or wrote nothing (a
     stage asking for help, a guard with no SQL test, or anything changed since the claim:
     the caller goes the slow way, which decides each case)."""
-    if claim.admits is None or (
-        isinstance(output, dict) and isinstance(output.get("assistance"), list)
-    ):
+    if claim.admits is None or _asks_for_help(output):
         return None
     run, execution_id = claim.run, claim.run.execution_id
     handed = stage_hand_over(
@@ -715,6 +717,41 @@ def _hand_over(claim: _Claim, output: Any, following: str, worker: str) -> _Clai
         claim.trace_context,
         claim.admits,
     )
+
+
+def _finished_at_once(claim: _Claim, output: Any) -> bool:
+    """The last stage's end and the terminal transition in one statement (``handoff``);
+    False when it could not be used or wrote nothing (the caller goes the slow way)."""
+    if _asks_for_help(output):
+        return False
+    run, execution_id = claim.run, claim.run.execution_id
+    status = (
+        ExecutionStatus.ROLLED_BACK if run.kind == RunKind.ROLLBACK else ExecutionStatus.SUCCEEDED
+    )
+    finished = stage_finish(
+        execution_id=execution_id,
+        run_id=run.id,
+        fence=claim.fence,
+        stage_id=claim.stage_id,
+        output=output,
+        status=status,
+        events=[
+            _stage_event(execution_id, run, EventType.STAGE_SUCCEEDED, claim.stage),
+            terminal_event(execution_id, run.id, status, result=output, error=None),
+        ],
+    )
+    if finished is None:
+        return False
+    lane_key = finished.lane_key
+    transaction.on_commit(
+        lambda: execution_finished.send(Execution, execution_id=execution_id, lane_key=lane_key)
+    )
+    return True
+
+
+def _asks_for_help(output: Any) -> bool:
+    """Whether a stage's output lists help for a person (``_assistance_add``'s to write)."""
+    return isinstance(output, dict) and isinstance(output.get("assistance"), list)
 
 
 def _hand_off(run: Run, now: datetime, changes: list[Change]) -> None:

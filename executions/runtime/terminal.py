@@ -99,6 +99,17 @@ _FINISH_SQL = f"""
 _TERMINAL = sorted(TERMINAL_STATUSES)
 
 
+def terminal_event(
+    execution_id: str, run_id: str, status: str, *, result: Any, error: dict[str, Any] | None
+) -> Event:
+    """The execution's terminal event, ``execution.<status>``."""
+    return Event(
+        type=EventType(f"execution.{status}"),
+        key=event_key(execution_id, f"{run_id}:{status}"),
+        payload={"run": run_id, "result": result, "error": error},
+    )
+
+
 def execution_finish(
     execution: Execution,
     status: str,
@@ -122,11 +133,7 @@ def execution_finish(
     execution.error = error
     execution.finished_at = execution.updated_at = now
     json = Execution._meta.get_field("result")
-    terminal = Event(
-        type=EventType(f"execution.{status}"),
-        key=event_key(execution.id, f"{run_id}:{status}"),
-        payload={"run": run_id, "result": result, "error": error},
-    )
+    terminal = terminal_event(execution.id, run_id, status, result=result, error=error)
     # The fence moves: a worker still running a stage of this run is fenced out at its next
     # write (it cannot bring a finished execution back).
     finish = Statement(

@@ -440,10 +440,10 @@ def test_a_worker_hands_the_run_to_itself_from_stage_to_stage(api):
     ]
     # and in few round trips: the first claim is BEGIN, the locked read, one write of its
     # rows, one emission, COMMIT; each hand-off (one stage's end with the next one's claim)
-    # is one statement, its own transaction; the last completion also writes the terminal
-    # transition's rows in one statement
-    assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 2
-    assert len(queries.captured_queries) == 5 + 2 * 1 + 6
+    # is one statement, its own transaction, and so is the last stage's end with the
+    # terminal transition; then the lane's reconcile (an execution without a lane: nothing)
+    assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 1
+    assert len(queries.captured_queries) == 5 + 2 * 1 + 1
 
 
 def _claimed_context(api: object, label: str) -> tuple[Run, object]:
@@ -563,3 +563,46 @@ def test_a_hand_over_whose_lane_went_to_another_claims_nothing(api):
     stages = dict(Stage.objects.filter(run_id=claim.run.id).values_list("name", "status"))
     assert (stages["plan"], stages["apply"]) == ("succeeded", "pending")
     assert Run.objects.get(pk=claim.run.id).fence == claim.fence
+
+
+def test_the_last_stage_ends_the_execution_in_one_statement(api):
+    from executions.runtime.runner import _Claim, _complete
+    from lanes.models import Lane
+
+    claim = _first_stage_claimed(api, "test-laned", {"label": "finish", "lane": "fin-1"})
+    assert isinstance(claim, _Claim)
+    for following in ("apply", "verify"):
+        claim = _complete(claim, {}, following=following, worker="test@here:0:1")
+        assert isinstance(claim, _Claim)
+
+    with CaptureQueriesContext(connection) as queries:
+        outcome = _complete(claim, {"verified": True}, following=None, worker="test@here:0:1")
+
+    assert outcome is Outcome.STOP
+    # the statement, then (once it committed) the lane's reconcile, which releases it
+    assert queries.captured_queries[0]["sql"] != "BEGIN"
+    execution = Execution.objects.get(pk=claim.run.execution_id)
+    assert (execution.status, execution.result) == ("succeeded", {"verified": True})
+    assert execution.last_sequence == OutboxEvent.objects.filter(execution=execution).count()
+    run = Run.objects.get(pk=claim.run.id)
+    assert (run.status, run.fence, run.lease_owner) == ("succeeded", claim.fence + 1, "")
+    assert set(Stage.objects.filter(run=run).values_list("status", flat=True)) == {"succeeded"}
+    assert event_types(execution.id)[-3:] == [
+        "stage.succeeded",
+        "execution.succeeded",
+        "lane.released",
+    ]
+    assert Lane.objects.get(key="fin-1").state == "free"
+
+
+def test_a_last_stage_fenced_out_while_it_ran_ends_nothing(api):
+    from executions.runtime.runner import _Claim, _complete
+
+    claim = _first_stage_claimed(api, "test-laned", {"label": "fenced", "lane": "fin-2"})
+    assert isinstance(claim, _Claim)
+    Run.objects.filter(pk=claim.run.id).update(fence=F("fence") + 1)  # taken over
+
+    assert _complete(claim, {}, following=None, worker="test@here:0:1") is None
+
+    assert Execution.objects.get(pk=claim.run.execution_id).status == "running"
+    assert Stage.objects.get(pk=claim.stage_id).status == "running"

@@ -12,11 +12,21 @@ and never started (no timer of it to serve); every claim guard admits it
 (fence + 1, the lease renewed on the database's clock), and emits the two events with their
 webhook deliveries owed, in one round trip and one commit. When any does not, it writes
 nothing and says so, and the runner makes the hand-off the slow way, where each case has its
-outcome (a cancel, a deadline, a refusal, a lost fence).
+outcome (a cancel, a deadline, a refusal, a lost fence). ``stage_finish`` does the same for
+the last stage and the terminal transition.
+
+What the statements read without a lock of their own (the stages' rows, the execution's
+children, the run's timers and hooks, the outbox's keys) they read in the statement's
+snapshot, which may be older than the locks it waited for. That is sound because only the
+run's fenced holder writes those rows while the run is its own (and the children only under
+its parent's lock), every event key names the run and the fence, and the fence itself is
+tested on the locked row. A writer of those rows outside the fence would need these
+statements to change.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,6 +53,8 @@ from executions.models import (
 )
 from executions.outbox import EMITTED, Event, emission_read, emit_parts, events_param
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class HandedOver:
@@ -55,28 +67,47 @@ class HandedOver:
     stage_id: int
 
 
+# How the hand-off statement names the execution's id in the row its claim guards test
+# (``registry.claim_admits_sql``): a column of the run's row, locked by then, so that each
+# guard's own locks come after the execution's and the run's.
+OWNER = "fenced.execution_id"
+
+
 @cache
 def _hand_over_sql(admits: str) -> str:
+    """The hand-off. Its locks follow the one order: ``handing`` locks the execution's row,
+    ``fenced`` (asked for by ``admitted``) the run's, and only then, per row of ``fenced``,
+    do the guards of ``admitted`` take theirs (the lane's, shared). ``taken``'s gate is one
+    test done before its scan, so the run is updated after all of them."""
     return f"""
     WITH handing AS (
         SELECT id, last_sequence, workflow FROM {Execution._meta.db_table}
         WHERE id = %(execution)s AND current_run_id = %(run)s AND status = %(running)s
         FOR UPDATE
+    ), fenced AS (
+        SELECT id, execution_id FROM {Run._meta.db_table}
+        WHERE id = %(run)s AND fence = %(fence)s AND status = %(run_running)s
+          AND cancel_requested_at IS NULL AND paused_at IS NULL
+          AND (deadline_at IS NULL OR deadline_at > clock_timestamp())
+          AND EXISTS (SELECT 1 FROM handing)
+        FOR UPDATE
+    ), admitted AS (
+        SELECT fenced.id FROM fenced
+        WHERE EXISTS (
+              SELECT 1 FROM {Stage._meta.db_table}
+              WHERE run_id = fenced.id AND name = %(following)s AND status = %(pending)s
+                AND started_at IS NULL
+          )
+          AND EXISTS (
+              SELECT 1 FROM {Stage._meta.db_table} WHERE id = %(stage)s AND run_id = fenced.id
+          )
+          AND {admits}
     ), taken AS (
         UPDATE {Run._meta.db_table}
         SET fence = fence + 1, recoveries = 0, wakeups_seen = wakeups,
             lease_owner = %(worker)s,
             lease_expires_at = clock_timestamp() + make_interval(secs => %(lease)s)
-        WHERE id = %(run)s AND fence = %(fence)s AND status = %(run_running)s
-          AND cancel_requested_at IS NULL AND paused_at IS NULL
-          AND (deadline_at IS NULL OR deadline_at > clock_timestamp())
-          AND EXISTS (SELECT 1 FROM handing)
-          AND EXISTS (
-              SELECT 1 FROM {Stage._meta.db_table}
-              WHERE run_id = %(run)s AND name = %(following)s AND status = %(pending)s
-                AND started_at IS NULL
-          )
-          AND {admits}
+        WHERE id = %(run)s AND EXISTS (SELECT 1 FROM admitted)
         RETURNING fence, wakeups, clock_timestamp() AS now
     ), ended AS (
         UPDATE {Stage._meta.db_table}
@@ -139,8 +170,8 @@ def stage_hand_over(
     if not rows:
         return None
     new_fence, wakeups, now, next_stage, ended = rows[0][:5]
-    if next_stage is None or ended != 1:
-        raise LookupError(f"run {run_id}: the hand-off claimed without its stages' rows")
+    if next_stage is None or ended != 1:  # both rows were found under the locks: a bug
+        log.error("run %s: the hand-off claimed without its stages' rows", run_id)
     emission_read([row[5:] for row in rows if row[5] is not None])
     return HandedOver(new_fence, wakeups, now, next_stage)
 
@@ -170,6 +201,9 @@ _FINISH_AT_ONCE_SQL = f"""
     ), fenced AS (
         SELECT id FROM {Run._meta.db_table}
         WHERE id = %(run)s AND fence = %(fence)s AND EXISTS (SELECT 1 FROM finishing)
+          AND EXISTS (
+              SELECT 1 FROM {Stage._meta.db_table} WHERE id = %(stage)s AND run_id = %(run)s
+          )
         FOR UPDATE
     ), locked AS (
         SELECT * FROM finishing WHERE EXISTS (SELECT 1 FROM fenced)
@@ -250,7 +284,7 @@ def stage_finish(
     if not rows:
         return None
     lane_key, ended = rows[0][:2]
-    if ended != 1:
-        raise LookupError(f"run {run_id}: finished without its last stage's row")
+    if ended != 1:  # the stage was found under the locks: a bug
+        log.error("run %s: finished without its last stage's row", run_id)
     emission_read([row[2:] for row in rows if row[2] is not None])
     return Finished(lane_key)

@@ -116,10 +116,11 @@ _EARLIER: dict[tuple[str, int], Definition] = {}
 ClaimGuard = Callable[[Any], "str | None"]
 _CLAIM_GUARDS: list[ClaimGuard] = []
 # A guard's test in SQL, for a claim made in one statement (``executions.runtime.handoff``):
-# given the execution, a condition true when the guard admits it (its named parameters
-# prefixed with the guard's own name), with its parameters; None when it cannot be said in
-# SQL for that execution (that claim is made the slow way, the guard asked in Python).
-ClaimGuardSql = Callable[[Any], "tuple[str, dict[str, Any]] | None"]
+# given the execution and the SQL that names its id in the statement's row (a row locked by
+# then: a lock the test takes comes after it), a condition true when the guard admits it
+# (its named parameters prefixed with the guard's own name), with its parameters; None when
+# it cannot be said in SQL for that execution (then the claim is made the slow way).
+ClaimGuardSql = Callable[[Any, str], "tuple[str, dict[str, Any]] | None"]
 _CLAIM_GUARDS_SQL: dict[ClaimGuard, ClaimGuardSql] = {}
 
 
@@ -130,13 +131,13 @@ def claim_guard_register(guard: ClaimGuard, sql: ClaimGuardSql | None = None) ->
         _CLAIM_GUARDS_SQL[guard] = sql
 
 
-def claim_admits_sql(execution: Any) -> tuple[str, dict[str, Any]] | None:
-    """Every guard's test for ``execution`` as one SQL condition, with its parameters; None
-    when some guard cannot say its test in SQL."""
+def claim_admits_sql(execution: Any, owner: str) -> tuple[str, dict[str, Any]] | None:
+    """Every guard's test for ``execution`` (its id named by the SQL ``owner``) as one SQL
+    condition, with its parameters; None when some guard cannot say its test in SQL."""
     conditions, params = ["TRUE"], {}
     for guard in _CLAIM_GUARDS:
         form = _CLAIM_GUARDS_SQL.get(guard)
-        said = form(execution) if form is not None else None
+        said = form(execution, owner) if form is not None else None
         if said is None:
             return None
         conditions.append(said[0])

@@ -83,6 +83,7 @@ from executions.runtime.errors import (
     Suspend,
     unclassified,
 )
+from executions.runtime.handoff import OWNER as HANDOFF_OWNER
 from executions.runtime.handoff import stage_finish, stage_hand_over
 from executions.runtime.holders import holder_gone
 from executions.runtime.projections import start_state_event
@@ -130,6 +131,8 @@ class _Claim:
     # Every claim guard's test for the execution in SQL (``registry.claim_admits_sql``), or
     # None: its next stage is then never claimed in one statement (``handoff``).
     admits: tuple[str, dict[str, Any]] | None = None
+    # A child's end wakes its parent: never finished in one statement (``handoff``).
+    child: bool = False
 
 
 def stage_execute(run_id: str, stage: str, worker: str, *, onward: bool = True) -> Outcome:
@@ -529,7 +532,8 @@ def _claim_write(
         execution.workflow,
         Clock(now),
         execution.trace_context or {},
-        claim_admits_sql(execution),
+        claim_admits_sql(execution, HANDOFF_OWNER),
+        execution.parent_id is not None,
     )
 
 
@@ -716,13 +720,14 @@ def _hand_over(claim: _Claim, output: Any, following: str, worker: str) -> _Clai
         Clock(handed.now),
         claim.trace_context,
         claim.admits,
+        claim.child,
     )
 
 
 def _finished_at_once(claim: _Claim, output: Any) -> bool:
     """The last stage's end and the terminal transition in one statement (``handoff``);
     False when it could not be used or wrote nothing (the caller goes the slow way)."""
-    if _asks_for_help(output):
+    if claim.child or _asks_for_help(output):
         return False
     run, execution_id = claim.run, claim.run.execution_id
     status = (

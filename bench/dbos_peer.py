@@ -163,12 +163,15 @@ def _all_done(ids: list[str]) -> bool:
 
 
 def _window(url: str, ids: list[str]) -> tuple[int, int]:
-    """From the first workflow's start to the last one's end, in DBOS's own epoch ms."""
+    """From the first workflow's start to the last one's end, in DBOS's own epoch ms (a
+    workflow started directly, not dequeued, has no ``started_at_epoch_ms``: its
+    ``created_at`` is its start)."""
     import psycopg
 
     with psycopg.connect(url) as connection:
         row = connection.execute(
-            "SELECT min(started_at_epoch_ms), max(coalesce(completed_at, updated_at)) "
+            "SELECT min(coalesce(started_at_epoch_ms, created_at)), "
+            "max(coalesce(completed_at, updated_at)) "
             "FROM dbos.workflow_status WHERE workflow_uuid = ANY(%s)",
             [ids],
         ).fetchone()

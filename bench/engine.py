@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -240,9 +241,11 @@ def _celery_throughput(env: dict[str, str]) -> float:
 
 def _dbos_peer(env: dict[str, str], *args: str) -> dict[str, Any]:
     """One of DBOS Transact's measurements (bench/dbos_peer.py), in a process of its own,
-    against a system database of its own on the benchmark's PostgreSQL server."""
+    against a new system database of its own on the benchmark's PostgreSQL server: a DBOS
+    application polls every queue its system database declares, so one database kept from
+    measurement to measurement would have each poll the queues of all the runs before."""
     url = urlsplit(env["DATABASE_URL"])
-    system = urlunsplit(url._replace(path="/dbos_bench_peer"))
+    system = urlunsplit(url._replace(path=f"/dbos_bench_{uuid.uuid4().hex[:12]}"))
     done = subprocess.run(
         [sys.executable, "-m", "bench.dbos_peer", args[0], system, *args[1:]],
         cwd=ROOT,

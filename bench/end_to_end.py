@@ -64,7 +64,7 @@ class _Machine:
     """CPU seconds so far of each part of the stack, and PostgreSQL's commits."""
 
     def __init__(self, web: int, worker: int, postmaster: int, redis: int | None) -> None:
-        self.pids = {"web": web, "worker": worker, "postgres": postmaster, "redis": redis}
+        self.web, self.worker, self.postmaster, self.redis = web, worker, postmaster, redis
 
     def read(self) -> dict[str, float]:
         from django.db import connection
@@ -75,10 +75,10 @@ class _Machine:
             )
             (commits,) = cursor.fetchone()
         parts = {
-            "web": _cpu(self.pids["web"]),
-            "worker": _cpu(self.pids["worker"]),
-            "postgres": sum(_cpu_seconds(p) for p in _children(self.pids["postgres"])),
-            "redis": _cpu_seconds(self.pids["redis"]) if self.pids["redis"] else 0.0,
+            "web": _cpu(self.web),
+            "worker": _cpu(self.worker),
+            "postgres": sum((_cpu_seconds(p) for p in _children(self.postmaster)), 0.0),
+            "redis": _cpu_seconds(self.redis) if self.redis else 0.0,
             "clients": time.process_time(),
         }
         return {**parts, "commits": float(commits), "at": time.monotonic()}
@@ -124,10 +124,16 @@ def _finished(requests: list[dict[str, Any]], timeout: float) -> list[float]:
         if time.monotonic() > deadline:
             raise RuntimeError("the executions did not all end in time")
         time.sleep(0.5)
-    ended = dict(Execution.objects.filter(pk__in=ids).values_list("id", "finished_at"))
+    ended = {
+        execution_id: finished.timestamp()
+        for execution_id, finished in Execution.objects.filter(pk__in=ids).values_list(
+            "id", "finished_at"
+        )
+        if finished is not None
+    }
     statuses = set(Execution.objects.filter(pk__in=ids).values_list("status", flat=True))
     assert statuses == {"succeeded"}, statuses
-    return [(ended[r["id"]].timestamp() - r["due"]) * 1000 for r in requests]
+    return [(ended[r["id"]] - r["due"]) * 1000 for r in requests]
 
 
 def _ended_since(since: float) -> int:

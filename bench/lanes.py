@@ -81,7 +81,8 @@ def _tick() -> tuple[float, int]:
     """One whole tick, every page (as the beat task goes on page after page): ms, visited."""
     from executions.lanes.reconciler import lanes_reconcile
 
-    start, visited, after = time.perf_counter(), 0, ""
+    start, visited = time.perf_counter(), 0
+    after: str | None = ""
     while after is not None:
         count, after = lanes_reconcile(after=after)
         visited += count

@@ -800,13 +800,9 @@ def _stage_end(
         {"status": status, "output": output, "error": error, "finished_at": timezone.now()},
     )
     events = [
-        _stage_event(
-            execution.id,
-            run,
-            EventType(f"stage.{status}"),
-            stage,
-            **({"error": error} if error else {}),
-        )
+        _stage_event(execution.id, run, EventType(f"stage.{status}"), stage, error=error)
+        if error
+        else _stage_event(execution.id, run, EventType(f"stage.{status}"), stage)
     ]
     if status == StageStatus.SUCCEEDED and isinstance(output, dict):
         events += _assistance_add(execution, run, stage, output.get("assistance"))

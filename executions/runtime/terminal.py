@@ -100,7 +100,12 @@ _TERMINAL = sorted(TERMINAL_STATUSES)
 
 
 def terminal_event(
-    execution_id: str, run_id: str, status: str, *, result: Any, error: dict[str, Any] | None
+    execution_id: str,
+    run_id: str | None,
+    status: str,
+    *,
+    result: Any,
+    error: dict[str, Any] | None,
 ) -> Event:
     """The execution's terminal event, ``execution.<status>``."""
     return Event(

@@ -16,12 +16,14 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, connections
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from executions.models import Execution, OutboxEvent, Run, Stage, StepReceipt, Timer
 from executions.runtime.holders import worker_identity
@@ -446,7 +448,7 @@ def test_a_worker_hands_the_run_to_itself_from_stage_to_stage(api):
     assert len(queries.captured_queries) == 5 + 2 * 1 + 1
 
 
-def _claimed_context(api: object, label: str) -> tuple[Run, object]:
+def _claimed_context(api: APIClient, label: str) -> tuple[Run, object]:
     """A test-counter execution's first stage claimed by this process, and the context its
     code would run with."""
     from executions.runtime.clock import Clock
@@ -480,7 +482,8 @@ def test_a_step_records_its_receipt_with_the_lease_renewed_in_one_statement(api)
 
     receipt = StepReceipt.objects.get(run_id=run.pk, step_key="k")
     assert (receipt.output, receipt.fence, receipt.status) == ({"done": 1}, run.fence, "succeeded")
-    assert Run.objects.get(pk=run.pk).lease_expires_at > before
+    after = Run.objects.get(pk=run.pk).lease_expires_at
+    assert before is not None and after is not None and after > before
     # the stage's receipts read, the boundary's renewal, then the receipt with the renewal:
     # three statements, no transaction around them
     statements = [q["sql"] or "" for q in queries.captured_queries]
@@ -505,7 +508,7 @@ def test_a_step_whose_run_was_taken_over_while_it_ran_writes_no_receipt(api):
     assert not StepReceipt.objects.filter(run_id=run.pk).exists()
 
 
-def _first_stage_claimed(api: object, workflow: str, body: dict) -> object:
+def _first_stage_claimed(api: APIClient, workflow: str, body: dict[str, Any]) -> Any:
     from executions.runtime.runner import _Claim, _claim
 
     execution = submit(api, workflow, body).json()

@@ -29,9 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from bench.acceptance import _children, _Client, _cpu_seconds, _free_port, _postmaster
+from bench.events import _wait_ready
 from bench.stack import bench_stack, bench_token
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,19 +142,6 @@ def _ended_since(since: float) -> int:
     return Execution.objects.filter(finished_at__gte=moment, workflow="bench-noop").count()
 
 
-def _ready(base: str) -> None:
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise RuntimeError("web did not become ready")
-        time.sleep(0.2)
-
-
 def _phase(machine: _Machine, port: int, token: str, rate: float, seconds: int) -> dict[str, Any]:
     before = machine.read()
     started = time.time()
@@ -228,7 +214,7 @@ def main() -> None:
             "-n",
             "e2e@%h",
         )
-        _ready(f"http://127.0.0.1:{port}")
+        _wait_ready(f"http://127.0.0.1:{port}")
         redis = stack._redis.pid if stack is not None and stack._redis is not None else None
         machine = _Machine(web.pid, worker.pid, _postmaster(env), redis)
         _phase(machine, port, token, RATE, 3)  # warm-up: connections, prepared statements

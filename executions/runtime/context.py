@@ -577,16 +577,8 @@ class Context:
             if also is not None:
                 also()
             if existing is None:
-                receipt = StepReceipt.objects.create(
-                    run_id=self.run_id,
-                    stage=self.stage,
-                    step_key=key,
-                    kind=kind,
-                    sequence=position,
-                    status=status,
-                    fence=self.fence,
-                    **fields,
-                )
+                receipt = self._receipt(key, kind, status, position, fields)
+                receipt.save(force_insert=True)
             else:
                 StepReceipt.objects.filter(pk=existing.pk).update(
                     status=status, fence=self.fence, **fields
@@ -607,13 +599,11 @@ class Context:
             self._recorded.append(receipt)
         return receipt  # type: ignore[return-value]
 
-    def _record_new(
+    def _receipt(
         self, key: str, kind: str, status: str, position: int, fields: dict[str, Any]
     ) -> StepReceipt:
-        """``_record``'s common case, a new receipt with nothing beside it: written with the
-        lease's renewal in one statement, its own transaction (one round trip, where a
-        transaction of the two would take four)."""
-        receipt = StepReceipt(
+        """A new receipt of this stage under this fence, not saved yet."""
+        return StepReceipt(
             run_id=self.run_id,
             stage=self.stage,
             step_key=key,
@@ -623,6 +613,14 @@ class Context:
             fence=self.fence,
             **fields,
         )
+
+    def _record_new(
+        self, key: str, kind: str, status: str, position: int, fields: dict[str, Any]
+    ) -> StepReceipt:
+        """``_record``'s common case, a new receipt with nothing beside it: written with the
+        lease's renewal in one statement, its own transaction (one round trip, where a
+        transaction of the two would take four)."""
+        receipt = self._receipt(key, kind, status, position, fields)
         insert, row = insert_part(receipt, when="renewed")
         sql = _record_sql(insert)
 

@@ -31,7 +31,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import http.client
 import os
+import random
 import shutil
 import signal
 import socket
@@ -217,6 +219,8 @@ def probe(opener: urllib.request.OpenerDirector, url: str) -> str:
         return f"HTTP {exc.code}"
     except (urllib.error.URLError, OSError) as exc:
         return str(getattr(exc, "reason", exc))
+    except http.client.HTTPException as exc:  # not HTTP at all: some other listener
+        return f"not HTTP ({type(exc).__name__})"
 
 
 def supervise(children: list[Child], base_url: str, state: Path, providers: dict[str, str]) -> None:
@@ -298,25 +302,47 @@ def lock_state_dir(state: Path) -> IO[str]:
     return handle
 
 
+EPHEMERAL_PORTS = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of source ports for outgoing connections (Linux's default if unknown)."""
+    try:
+        low, high = (int(part) for part in EPHEMERAL_PORTS.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def free_ports(count: int = 1, host: str = "127.0.0.1") -> int:
+    """The first of ``count`` consecutive free ports, for a server a test or a second stack
+    starts and then probes until it answers.
+
+    The ports are picked outside the kernel's ephemeral range, never by ``bind(0)``: a probe
+    of a port in that range, made before its server listens, can be given that very port as
+    its own source and connect to itself (TCP simultaneous open on loopback). It then reads
+    its own request back as the answer (CI once saw ``BadStatusLine: GET /_sandbox/health``)
+    and holds the port its server is about to bind."""
+    low, high = _ephemeral_range()
+    first, last = (10000, low - count) if low - count > 10000 else (high + 1, 65535 - count)
+    chooser = random.SystemRandom()  # two test processes must not walk the same sequence
+    for _ in range(200):
+        start = chooser.randrange(first, last)
+        try:
+            for port in range(start, start + count):
+                with socket.socket() as probe:
+                    probe.bind((host, port))
+        except OSError:
+            continue
+        return start
+    raise RuntimeError(f"no {count} consecutive free ports")
+
+
 def free_port_base(host: str = "127.0.0.1") -> int:
     """A port base whose next four ports are free, for a second stack beside `make run` (the
     tests, `make fuzz`): ALFRED_SANDBOX_PORT_BASE=base puts the stand-ins on base+1..base+3,
-    ALFRED_PORT=base+4 the web server. Two bind(0) calls in a row may well return
-    neighbouring ports, so each of the four is tried."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind((host, 0))
-            base = int(probe.getsockname()[1])
-        if base + 4 > 65535:
-            continue
-        try:
-            for offset in (1, 2, 3, 4):
-                with socket.socket() as probe:
-                    probe.bind((host, base + offset))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no four consecutive free ports")
+    ALFRED_PORT=base+4 the web server."""
+    return free_ports(4, host) - 1
 
 
 def check_port_free(host: str, port: int, setting: str = "ALFRED_PORT") -> None:

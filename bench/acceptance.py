@@ -33,7 +33,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from pathlib import Path
 
 import httpx
 
+from alfred.devstack import free_ports
 from bench.stack import bench_stack, bench_token
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,12 +57,6 @@ WEB_WORKERS = int(os.environ.get("WEB_CONCURRENCY", "2"))
 CLIENTS = 8
 RATE = 250.0  # acceptances a second (the target, issue 16)
 PACED = int(os.environ.get("BENCH_PACED_SECONDS", "6")) * int(RATE)  # requests held to RATE
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -345,7 +339,7 @@ def _stalls_said(stalls: list[float]) -> str:
 
 def main() -> None:
     env, stack = bench_stack("bench")
-    port = _free_port()
+    port = free_ports()
     base = f"http://127.0.0.1:{port}"
     env["ALFRED_PUBLIC_URL"] = base
     web = None

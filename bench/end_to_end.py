@@ -29,7 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.acceptance import _children, _Client, _cpu_seconds, _free_port, _postmaster
+from alfred.devstack import free_ports
+from bench.acceptance import _children, _Client, _cpu_seconds, _postmaster
 from bench.events import _wait_ready
 from bench.stack import bench_stack, bench_token
 
@@ -177,7 +178,7 @@ def main() -> None:
     import django
 
     django.setup()
-    port = _free_port()
+    port = free_ports()
     env["ALFRED_PUBLIC_URL"] = f"http://127.0.0.1:{port}"
     web = worker = None
     try:

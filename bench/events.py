@@ -31,7 +31,8 @@ from typing import Any
 
 import httpx
 
-from bench.acceptance import _free_port, _percentile
+from alfred.devstack import free_ports
+from bench.acceptance import _percentile
 from bench.stack import bench_stack, bench_token
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -271,7 +272,7 @@ def main() -> None:
         ALFRED_WEBHOOK_ALLOW_PRIVATE="1",
         ALFRED_SSE_CLIENT_BUFFER="100000",
     )
-    port = _free_port()
+    port = free_ports()
     base = f"http://127.0.0.1:{port}"
     env["ALFRED_PUBLIC_URL"] = base
     web = None

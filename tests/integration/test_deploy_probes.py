@@ -20,9 +20,9 @@ import httpx
 import pytest
 from django.conf import settings
 
+from alfred.devstack import free_ports
 from alfred.models import WorkerHeartbeat
 from tests.conftest import ROOT, subprocess_database_url, wait_for
-from tests.support.live import free_port
 from tests.unit.test_helm_chart import VALUES_FROM_VALUES, container, one, render
 
 
@@ -86,7 +86,7 @@ def kubelet_get(port: int, probe: dict[str, Any]) -> int:
 def web_pod(*values: str) -> tuple[dict[str, Any], int, subprocess.Popen[bytes]]:
     """The chart's web container run for real on free ports (its own and its metrics'),
     rendered with ``values`` (``--set`` pairs)."""
-    port, metrics = free_port(), free_port()
+    port, metrics = free_ports(), free_ports()
     sets = [f"web.port={port}", f"web.metricsPort={metrics}", *values]
     docs = render("-f", str(VALUES_FROM_VALUES), *(a for v in sets for a in ("--set", v)))
     box = container(one(docs, "Deployment", "alfred-web"))
@@ -191,7 +191,7 @@ def test_worker_pod_answers_its_probes_on_its_port_and_fails_them_once_stopped(
     docs = render("-f", str(VALUES_FROM_VALUES), "--set", "worker.concurrency=1")
     deployment = one(docs, "Deployment", "alfred-worker")
     box = container(deployment)
-    port = free_port()
+    port = free_ports()
     env = pod_environment(docs, box) | {
         "ALFRED_WORKER_HTTP_PORT": str(port),
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),

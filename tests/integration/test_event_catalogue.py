@@ -16,6 +16,7 @@ import pytest
 from django.db.models.functions import Now
 from prometheus_client.parser import text_string_to_metric_families
 
+from alfred.devstack import free_ports
 from alfred.principals import Caller
 from delivery.endpoints import webhook_endpoint_save
 from executions.events import PUBLIC_EVENT_TYPES
@@ -34,7 +35,6 @@ from tests.integration.test_engine import assert_gapless, finished
 from tests.integration.test_metrics import worker_get
 from tests.integration.test_webhooks import FAST, Receiver
 from tests.support.helpers import submit
-from tests.support.live import free_port
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -43,7 +43,7 @@ LEASE_SECONDS = 8  # long enough that the warm worker sees the message while the
 
 @pytest.fixture
 def metrics_port() -> int:
-    return free_port()
+    return free_ports()
 
 
 @pytest.fixture

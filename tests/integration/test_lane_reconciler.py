@@ -651,13 +651,13 @@ def test_two_api_processes_starting_together_release_a_ready_lane_once(api):
     import signal
     import tempfile
 
-    from tests.support.live import free_port
+    from alfred.devstack import free_ports
 
     log = tempfile.NamedTemporaryFile(prefix="alfred-web-", suffix=".log")  # noqa: SIM115
     web = subprocess.Popen(
         [
             *(sys.executable, "-m", "uvicorn", "alfred.asgi:application", "--workers", "2"),
-            *("--port", str(free_port()), "--lifespan", "on"),
+            *("--port", str(free_ports()), "--lifespan", "on"),
         ],
         cwd=ROOT,
         env=env,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -17,6 +16,7 @@ import httpx
 import pytest
 from django.conf import settings
 
+from alfred.devstack import free_ports
 from alfred.tokens import token_create
 from executions.models import Execution
 from tests.conftest import ROOT, subprocess_database_url, wait_for
@@ -27,9 +27,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.fixture
 def live() -> Iterator[httpx.Client]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_ports()
     env = {
         **os.environ,
         "DATABASE_URL": subprocess_database_url(),

@@ -19,6 +19,7 @@ import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
+from alfred.devstack import free_ports
 from alfred.principals import Caller
 from delivery.endpoints import webhook_endpoint_save
 from executions.models import DeliveryStatus, Execution, WebhookDelivery, WebhookEndpoint
@@ -29,7 +30,6 @@ from tests.integration.test_add_domain import terminal
 from tests.integration.test_webhooks import Receiver
 from tests.support import platform_world as world
 from tests.support.helpers import submit
-from tests.support.live import free_port
 
 PROMTOOL = shutil.which("promtool")
 
@@ -76,7 +76,7 @@ def sandbox() -> Iterator[Sandbox]:
 
 @pytest.fixture(scope="module")
 def worker_port() -> int:
-    return free_port()
+    return free_ports()
 
 
 @pytest.fixture(scope="module")

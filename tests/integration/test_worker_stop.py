@@ -16,12 +16,11 @@ from celery.utils.nodenames import worker_direct
 from django.conf import settings
 
 from alfred.celery import app as celery_app
-from alfred.devstack import GRACE_SECONDS, children_for
+from alfred.devstack import GRACE_SECONDS, children_for, free_ports
 from alfred.models import WorkerHeartbeat
 from executions.models import Execution
 from tests.conftest import ROOT, WorkerProcess, subprocess_database_url, wait_for
 from tests.support.helpers import submit
-from tests.support.live import free_port
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -31,7 +30,7 @@ def test_make_runs_worker_stops_within_the_grace_while_a_stage_outlasts_it(
 ):
     # given: the worker `make run` starts (its command and environment), against the tests'
     # database and broker, with the tests' workflows
-    monkeypatch.setenv("ALFRED_WORKER_HTTP_PORT", str(free_port()))
+    monkeypatch.setenv("ALFRED_WORKER_HTTP_PORT", str(free_ports()))
     (worker,) = [c for c in children_for("127.0.0.1", "8000", tmp_path) if c.name == "worker"]
     log = tmp_path / "worker.log"
     env = {

@@ -4,7 +4,6 @@ connection pool) against the test database, as `make run` and a deployment serve
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,19 +11,13 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
-from alfred.devstack import exit_described
+from alfred.devstack import exit_described, free_ports
 from tests.conftest import ROOT, subprocess_database_url, wait_for
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class WebServer:
     def __init__(self, name: str = "web", **environ: str) -> None:
-        self.port = free_port()
+        self.port = free_ports()
         self.base = f"http://127.0.0.1:{self.port}"
         self.environ = environ
         self.proc: subprocess.Popen[bytes] | None = None

@@ -3,11 +3,14 @@ tests/integration/test_devstack.py)."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import threading
+import urllib.request
 from pathlib import Path
 
-from alfred.devstack import exit_described, with_sandbox
+from alfred.devstack import _ephemeral_range, exit_described, free_ports, probe, with_sandbox
 from alfred.embedded import state_dir
 
 
@@ -47,3 +50,38 @@ def test_the_state_directory_is_the_checkouts_from_any_working_directory(monkeyp
 
     monkeypatch.setenv("ALFRED_STATE_DIR", "elsewhere")
     assert state_dir() == tmp_path / "elsewhere"  # a relative one, from where it runs
+
+
+def test_ports_for_a_second_stack_are_free_and_outside_the_kernels_ephemeral_range():
+    # A probe of a port in the ephemeral range, made before its server listens, can be given
+    # that port as its own source and connect to itself; CI once read its own request back.
+    low, high = _ephemeral_range()
+
+    for _ in range(20):
+        start = free_ports(4)
+
+        assert not low <= start <= high and not low <= start + 3 <= high
+        for port in range(start, start + 4):
+            with socket.socket() as held:
+                held.bind(("127.0.0.1", port))  # raises if it was not free
+
+
+def test_a_probe_answered_by_something_that_does_not_speak_http_says_so_instead_of_raising():
+    # given: a listener that echoes the request back, as a self-connected probe reads it
+    listener = socket.create_server(("127.0.0.1", free_ports()))
+    port = listener.getsockname()[1]
+
+    def echo() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(conn.recv(4096))
+
+    threading.Thread(target=echo, daemon=True).start()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    # when
+    with listener:
+        answer = probe(opener, f"http://127.0.0.1:{port}/_sandbox/health")
+
+    # then: not ready, and the launcher goes on waiting
+    assert answer == "not HTTP (BadStatusLine)"

@@ -42,28 +42,33 @@ log = logging.getLogger(__name__)
 # anti-join, it is planned for the hundred rows a set-returning function is guessed to give,
 # and hashing the whole outbox beats a hundred probes (a prepared statement's generic plan
 # kept that choice while the table grew).
-def emit_parts(locked: str, *, advance: bool = True) -> str:
+def emit_parts(locked: str, *, advance: bool = True, named: bool = False) -> str:
     """The emission's ``WITH`` parts after the one named ``locked`` (the execution's row,
     locked: its ``id``, ``last_sequence`` and ``workflow``; no row, nothing emitted), for a
     statement that emits with other writes: parameters ``execution`` and ``events``. Its
     answer is ``EMITTED`` over ``inserted``. Without ``advance`` the statement sets the
     execution's ``last_sequence`` itself, to ``(SELECT max(sequence) FROM inserted)``, in
-    its own update of that row (one statement cannot update a row twice)."""
+    its own update of that row (one statement cannot update a row twice). ``named``: the
+    events' keys are their names under the execution (``event_key(None, name)``), for a
+    statement that finds the execution itself; each key is written as ``event_key`` writes
+    it, with the locked row's id (the ``execution`` parameter is then not read)."""
+    key = f"{locked}.id || ':' || given.key" if named else "given.key"
+    execution = f"(SELECT id FROM {locked})" if named else "%(execution)s"  # noqa: S608
     advancing = f"""advanced AS (
         UPDATE {Execution._meta.db_table} AS advancing
         SET last_sequence = (SELECT max(sequence) FROM inserted)
-        WHERE advancing.id = %(execution)s AND EXISTS (SELECT 1 FROM inserted)
+        WHERE advancing.id = {execution} AND EXISTS (SELECT 1 FROM inserted)
         RETURNING advancing.last_sequence
     )"""  # noqa: S608
     return f"""
     fresh AS (
-        SELECT given.key, given.type, given.payload,
+        SELECT {key} AS key, given.type, given.payload,
                row_number() OVER (ORDER BY given.position) AS position
-        FROM ROWS FROM (
+        FROM {locked + " CROSS JOIN " if named else ""}ROWS FROM (
             jsonb_to_recordset(%(events)s::jsonb) AS (key text, type text, payload jsonb)
         ) WITH ORDINALITY AS given (key, type, payload, position)
         WHERE NOT EXISTS (
-            SELECT 1 FROM {OutboxEvent._meta.db_table} AS held WHERE held.key = given.key
+            SELECT 1 FROM {OutboxEvent._meta.db_table} AS held WHERE held.key = {key}
             OFFSET 0
         )
     ), inserted AS (
@@ -91,7 +96,7 @@ def emit_parts(locked: str, *, advance: bool = True) -> str:
 # the NOTIFY, the deliveries owed, and what the transition's log line names.
 EMITTED = f"""
     inserted.sequence,
-    pg_notify('{CHANNEL}', %(execution)s || ' ' || inserted.sequence),
+    pg_notify('{CHANNEL}', inserted.execution_id || ' ' || inserted.sequence),
     (SELECT count(*) FROM owed),
     inserted.type, inserted.execution_id, (SELECT workflow FROM locked),
     inserted.error_code
@@ -216,5 +221,9 @@ def _transitioned(
     log.info("%s %s (%s)", execution_id, status, workflow, extra={"execution": execution_id})
 
 
-def event_key(execution_id: str, name: str) -> str:
-    return f"{execution_id}:{name}"
+def event_key(execution_id: str | None, name: str) -> str:
+    """The key of the execution's event ``name`` (its outbox row's, unique: an emission made
+    again under the same key is a no-op). Without ``execution_id``, the name alone: for an
+    emission that finds the execution itself and writes each key as here
+    (``emit_parts(named=True)``)."""
+    return name if execution_id is None else f"{execution_id}:{name}"

@@ -49,23 +49,20 @@ _LANE_SHARE_SQL = f"""
 """  # noqa: S608 - the table name comes from model metadata; the value is bound
 
 
-def execution_lane_admits_sql(
-    execution: Execution, owner: str
-) -> tuple[str, dict[str, Any]] | None:
+def execution_lane_admits_sql(execution: str, owner: str) -> tuple[str, dict[str, Any]]:
     """``execution_lane_refusal``'s test in SQL (true: admitted), for a claim made in one
-    statement whose row names the execution's id as ``owner``; None for a child under its
-    root's lane (the root is looked up the slow way). The lane row is share-locked, as
-    there, after the rows the statement locked before (the lock order)."""
-    if execution.parent_id is not None and not execution.lane_key:
-        return None
-    if not execution.lane_key:
-        return "TRUE", {}
-    condition = f"""EXISTS (
-        SELECT 1 FROM {Lane._meta.db_table}
-        WHERE key = %(lane_key)s AND owner_id = {owner} AND state = %(lane_held)s
-        FOR SHARE
-    )"""  # noqa: S608 - our own names; the values are bound
-    return condition, {"lane_key": execution.lane_key, "lane_held": LaneState.HELD.value}
+    statement whose row of the execution is named ``execution`` and whose run's row names
+    its id as ``owner``; false for a child under its root's lane (the root is looked up the
+    slow way). The lane row is share-locked, as there, after the rows the statement locked
+    before: the test names both rows, so it is made once both are locked (the lock order)."""
+    lane = f"coalesce({execution}.lane_key, '')"
+    condition = f"""({execution}.parent_id IS NULL OR {lane} <> '')
+        AND ({lane} = '' OR EXISTS (
+            SELECT 1 FROM {Lane._meta.db_table}
+            WHERE key = {execution}.lane_key AND owner_id = {owner} AND state = %(lane_held)s
+            FOR SHARE
+        ))"""  # noqa: S608 - our own names; the values are bound
+    return condition, {"lane_held": LaneState.HELD.value}
 
 
 def execution_lane_refusal(execution: Execution) -> str | None:

@@ -26,6 +26,7 @@ statements to change.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from alfred.db import prepared_cursor
+from alfred.db import columns, instances, prepared_cursor
 from executions.models import (
     TERMINAL_STATUSES,
     Execution,
@@ -48,10 +49,12 @@ from executions.models import (
     RunStatus,
     Stage,
     StageStatus,
+    StartState,
     Timer,
     TimerStatus,
 )
 from executions.outbox import EMITTED, Event, emission_read, emit_parts, events_param
+from executions.runtime.registry import claim_admits_sql, definition_deadlines
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +70,13 @@ class HandedOver:
     stage_id: int
 
 
-# How the hand-off statement names the execution's id in the row its claim guards test
-# (``registry.claim_admits_sql``): a column of the run's row, locked by then, so that each
-# guard's own locks come after the execution's and the run's.
-OWNER = "fenced.execution_id"
+def _admits() -> tuple[str, dict[str, Any]] | None:
+    """Every claim guard's test (``registry.claim_admits_sql``) as the statements here say
+    it: of the execution's locked row, ``handing``, and the run's, ``fenced`` (locked after
+    it), whose ``execution_id`` names the execution. Each test names both, so the locks a
+    guard takes come after the execution's and the run's (the one lock order). None when a
+    guard cannot say its test in SQL: then nothing is claimed in one statement."""
+    return claim_admits_sql("handing", "fenced.execution_id")
 
 
 @cache
@@ -81,7 +87,8 @@ def _hand_over_sql(admits: str) -> str:
     test done before its scan, so the run is updated after all of them."""
     return f"""
     WITH handing AS (
-        SELECT id, last_sequence, workflow FROM {Execution._meta.db_table}
+        SELECT id, last_sequence, workflow, lane_key, parent_id
+        FROM {Execution._meta.db_table}
         WHERE id = %(execution)s AND current_run_id = %(run)s AND status = %(running)s
         FOR UPDATE
     ), fenced AS (
@@ -92,7 +99,7 @@ def _hand_over_sql(admits: str) -> str:
           AND EXISTS (SELECT 1 FROM handing)
         FOR UPDATE
     ), admitted AS (
-        SELECT fenced.id FROM fenced
+        SELECT fenced.id FROM fenced JOIN handing ON handing.id = fenced.execution_id
         WHERE EXISTS (
               SELECT 1 FROM {Stage._meta.db_table}
               WHERE run_id = fenced.id AND name = %(following)s AND status = %(pending)s
@@ -138,12 +145,15 @@ def stage_hand_over(
     output: Any,
     following: str,
     worker: str,
-    admits: tuple[str, dict[str, Any]],
     events: Sequence[Event],
 ) -> HandedOver | None:
     """End stage ``stage_id`` with ``output`` and claim ``following`` for ``worker``, with
     ``events`` (the stage's end and the next one's start), in one statement; None when it
-    wrote nothing (something changed since this worker's claim: the slow way decides)."""
+    wrote nothing (something changed since this worker's claim, or a guard has no test in
+    SQL: the slow way decides)."""
+    admits = _admits()
+    if admits is None:
+        return None
     condition, guard_params = admits
     output_field = Stage._meta.get_field("output")
     params = {
@@ -174,6 +184,133 @@ def stage_hand_over(
         log.error("run %s: the hand-off claimed without its stages' rows", run_id)
     emission_read([row[5:] for row in rows if row[5] is not None])
     return HandedOver(new_fence, wakeups, now, next_stage)
+
+
+@dataclass(frozen=True)
+class Started:
+    """The first claim the statement made: the run and the execution as they are now (read
+    back from the statement), the claimed stage's row and the database's time."""
+
+    run: Run
+    execution: Execution
+    stage_id: int
+    now: datetime
+
+
+@cache
+def _start_sql(admits: str) -> str:
+    """The first claim of a new run. Its locks follow the one order, as the hand-off's: the
+    execution's row (found through the run's, read without a lock: a run's execution never
+    changes), then the run's, then each guard's. ``moment`` is read once, when ``taken``
+    first asks for it: after all the locks, so a lease counts from when the claim holds them."""
+    return f"""
+    WITH handing AS (
+        SELECT * FROM {Execution._meta.db_table}
+        WHERE id = (SELECT execution_id FROM {Run._meta.db_table} WHERE id = %(run)s)
+          AND current_run_id = %(run)s AND status = %(queued)s
+          AND start_state = %(start_pending)s
+        FOR UPDATE
+    ), fenced AS (
+        SELECT id, execution_id FROM {Run._meta.db_table}
+        WHERE id = %(run)s AND fence = 0 AND status = %(run_pending)s
+          AND lease_owner IN ('', %(worker)s)
+          AND cancel_requested_at IS NULL AND paused_at IS NULL
+          AND started_at IS NULL AND deadline_at IS NULL
+          AND EXISTS (SELECT 1 FROM handing)
+        FOR UPDATE
+    ), admitted AS (
+        SELECT named.id AS stage_id
+        FROM fenced JOIN handing ON handing.id = fenced.execution_id
+        JOIN {Stage._meta.db_table} AS named
+          ON named.run_id = fenced.id AND named.name = %(stage)s
+         AND named.status = %(pending)s AND named.started_at IS NULL
+        WHERE NOT EXISTS (
+              SELECT 1 FROM {Stage._meta.db_table} AS earlier
+              WHERE earlier.run_id = fenced.id AND earlier.position < named.position
+                AND earlier.status <> %(succeeded)s
+          )
+          AND {admits}
+    ), moment AS (
+        SELECT clock_timestamp() AS now
+    ), taken AS (
+        UPDATE {Run._meta.db_table} AS claimed
+        SET fence = 1, recoveries = 0, wakeups_seen = wakeups, lease_owner = %(worker)s,
+            lease_expires_at = (SELECT now FROM moment) + make_interval(secs => %(lease)s),
+            status = %(run_running)s, started_at = (SELECT now FROM moment),
+            deadline_at = (SELECT now FROM moment) + make_interval(
+                secs => (%(deadlines)s::jsonb ->> (SELECT workflow FROM handing))::float8
+            )
+        WHERE id = %(run)s AND EXISTS (SELECT 1 FROM admitted)
+        RETURNING {columns(Run, "claimed")}, (SELECT now FROM moment) AS now
+    ), started AS (
+        UPDATE {Stage._meta.db_table}
+        SET status = %(stage_running)s, started_at = (SELECT now FROM taken)
+        WHERE id = (SELECT stage_id FROM admitted) AND EXISTS (SELECT 1 FROM taken)
+        RETURNING id
+    ), locked AS (
+        SELECT * FROM handing WHERE EXISTS (SELECT 1 FROM taken)
+    ), {emit_parts("locked", advance=False, named=True)},
+    execution AS (
+        UPDATE {Execution._meta.db_table} AS running
+        SET status = %(running)s, start_state = %(started)s, start_error = NULL,
+            updated_at = %(updated)s,
+            last_sequence = coalesce((SELECT max(sequence) FROM inserted), last_sequence)
+        WHERE running.id = (SELECT id FROM locked)
+        RETURNING {columns(Execution, "running")}
+    )
+    SELECT {columns(Run, "taken")}, {columns(Execution, "execution")}, taken.now,
+           (SELECT id FROM started), emitted.*
+    FROM taken, execution LEFT JOIN (SELECT {EMITTED} FROM inserted) AS emitted ON true
+    ORDER BY emitted.sequence
+    """  # noqa: S608 - our own names and the guards' conditions; every value is bound
+
+
+def stage_claim_first(
+    *, run_id: str, stage: str, worker: str, events: Sequence[Event]
+) -> Started | None:
+    """The first claim of a new run, of its stage ``stage``, for ``worker``, in one statement:
+    the run fenced (fence 1) and leased, its deadline set from its workflow's, the stage
+    running, the execution running and started, with ``events`` (named under the execution:
+    ``event_key(None, ...)``; the statement finds the execution through the run). None when it
+    wrote nothing: the run is not new and simply claimable (a message delivered again, a
+    wake, a takeover, a cancel or a guard's refusal): the slow way decides."""
+    admits = _admits()
+    if admits is None:
+        return None
+    condition, guard_params = admits
+    params = {
+        **guard_params,
+        "run": run_id,
+        "stage": stage,
+        "worker": worker,
+        "lease": settings.ALFRED_LEASE_SECONDS,
+        "deadlines": _deadlines_param(),
+        "updated": timezone.now(),
+        "queued": ExecutionStatus.QUEUED.value,
+        "running": ExecutionStatus.RUNNING.value,
+        "start_pending": StartState.START_PENDING.value,
+        "started": StartState.STARTED.value,
+        "run_pending": RunStatus.PENDING.value,
+        "run_running": RunStatus.RUNNING.value,
+        "pending": StageStatus.PENDING.value,
+        "succeeded": StageStatus.SUCCEEDED.value,
+        "stage_running": StageStatus.RUNNING.value,
+        "events": events_param(events),
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(_start_sql(condition), params)
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    (run, execution), rest = instances(rows[0], Run, Execution)
+    now, stage_id = rest[:2]
+    emitted = len(rows[0]) - len(rest) + 2  # where EMITTED's columns start
+    emission_read([row[emitted:] for row in rows if row[emitted] is not None])
+    return Started(run, execution, stage_id, now)
+
+
+def _deadlines_param() -> str:
+    return json.dumps(definition_deadlines())
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ def start_state_set(
     execution.start_error = error
     execution.save(update_fields=["start_state", "start_error", "updated_at"])
     events_emit(
-        execution.id, [start_state_event(execution, state, run_id=run_id, error=error, **payload)]
+        execution.id,
+        [start_state_event(execution.id, state, run_id=run_id, error=error, **payload)],
     )
 
 
 def start_state_event(
-    execution: Execution,
+    execution_id: str | None,
     state: str,
     *,
     run_id: str,
@@ -37,9 +38,9 @@ def start_state_event(
     **payload: Any,
 ) -> Event:
     """The event that announces start ``state`` (for a caller that writes the projection and
-    emits its events together)."""
+    emits its events together; ``execution_id`` None: named, ``outbox.event_key``)."""
     return Event(
         type=EventType(f"execution.{state}"),
-        key=event_key(execution.id, f"{run_id}:{state}"),
+        key=event_key(execution_id, f"{run_id}:{state}"),
         payload={"run": run_id, **({"error": error} if error else {}), **payload},
     )

@@ -116,11 +116,13 @@ _EARLIER: dict[tuple[str, int], Definition] = {}
 ClaimGuard = Callable[[Any], "str | None"]
 _CLAIM_GUARDS: list[ClaimGuard] = []
 # A guard's test in SQL, for a claim made in one statement (``executions.runtime.handoff``):
-# given the execution and the SQL that names its id in the statement's row (a row locked by
-# then: a lock the test takes comes after it), a condition true when the guard admits it
-# (its named parameters prefixed with the guard's own name), with its parameters; None when
-# it cannot be said in SQL for that execution (then the claim is made the slow way).
-ClaimGuardSql = Callable[[Any, str], "tuple[str, dict[str, Any]] | None"]
+# given the name of the statement's row of the execution (its columns, locked) and the SQL
+# that names its id in the run's row (locked after it: a lock the test takes, in a condition
+# that names both, comes after both), a condition true when the guard admits the execution
+# (its named parameters prefixed with the guard's own name), with its parameters; false for
+# an execution whose test cannot be said in SQL (then the claim is made the slow way). None
+# when the guard has no such test at all.
+ClaimGuardSql = Callable[[str, str], "tuple[str, dict[str, Any]] | None"]
 _CLAIM_GUARDS_SQL: dict[ClaimGuard, ClaimGuardSql] = {}
 
 
@@ -131,9 +133,10 @@ def claim_guard_register(guard: ClaimGuard, sql: ClaimGuardSql | None = None) ->
         _CLAIM_GUARDS_SQL[guard] = sql
 
 
-def claim_admits_sql(execution: Any, owner: str) -> tuple[str, dict[str, Any]] | None:
-    """Every guard's test for ``execution`` (its id named by the SQL ``owner``) as one SQL
-    condition, with its parameters; None when some guard cannot say its test in SQL."""
+def claim_admits_sql(execution: str, owner: str) -> tuple[str, dict[str, Any]] | None:
+    """Every guard's test for the execution whose row the SQL names ``execution`` (its id in
+    the run's row named by ``owner``) as one SQL condition, with its parameters; None when
+    some guard cannot say its test in SQL."""
     conditions, params = ["TRUE"], {}
     for guard in _CLAIM_GUARDS:
         form = _CLAIM_GUARDS_SQL.get(guard)
@@ -190,6 +193,11 @@ def register(definition: Definition, *earlier: Definition) -> None:
         del _EARLIER[known]
     for old in earlier:
         _EARLIER[(old.name, old.version)] = old
+
+
+def definition_deadlines() -> dict[str, float]:
+    """Each registered workflow's deadline in seconds, for those that have one."""
+    return {name: d.deadline_seconds for name, d in _DEFINITIONS.items() if d.deadline_seconds}
 
 
 def definition_get(name: str) -> Definition:

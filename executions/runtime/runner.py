@@ -83,13 +83,11 @@ from executions.runtime.errors import (
     Suspend,
     unclassified,
 )
-from executions.runtime.handoff import OWNER as HANDOFF_OWNER
-from executions.runtime.handoff import stage_finish, stage_hand_over
+from executions.runtime.handoff import stage_claim_first, stage_finish, stage_hand_over
 from executions.runtime.holders import holder_gone
 from executions.runtime.projections import start_state_event
 from executions.runtime.registry import (
     Definition,
-    claim_admits_sql,
     claim_refusal,
     definition_get,
     definition_of_run,
@@ -128,9 +126,6 @@ class _Claim:
     workflow: str
     clock: Clock
     trace_context: dict[str, str]  # the execution's trace (executions.runtime.tracing)
-    # Every claim guard's test for the execution in SQL (``registry.claim_admits_sql``), or
-    # None: its next stage is then never claimed in one statement (``handoff``).
-    admits: tuple[str, dict[str, Any]] | None = None
     # A child's end wakes its parent: never finished in one statement (``handoff``).
     child: bool = False
 
@@ -349,6 +344,14 @@ def _lock_current(claim: _Claim, *, stages: bool = False) -> tuple[Execution, Ru
 
 
 def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | _Onward | Outcome:
+    """The claim of ``stage_name`` of the run for ``worker``: a new run's first in one
+    statement, any other (or that one, when the statement wrote nothing) under its locks."""
+    return _claim_first(run_id, stage_name, worker) or _claim_locked(run_id, stage_name, worker)
+
+
+def _claim_locked(run_id: str, stage_name: str, worker: str) -> _Claim | _Onward | Outcome:
+    """The claim made the slow way: the execution and the run locked and read, every case
+    decided in Python, its writes and events in one transaction."""
     with transaction.atomic(durable=True):
         locked = _lock(run_id, stages=True)
         if locked is None:
@@ -394,6 +397,37 @@ def _claim(run_id: str, stage_name: str, worker: str) -> _Claim | _Onward | Outc
             _report_duplicate(execution, run, stage_name, worker)
             return Outcome.STOP
         return _take(execution, run, stage, worker)
+
+
+def _claim_first(run_id: str, stage_name: str, worker: str) -> _Claim | None:
+    """The first claim of a new run, in one statement (``handoff.stage_claim_first``), with
+    what ``_claim_write`` would emit for it (the fence it takes is 1); None when it wrote
+    nothing: the claim the slow way decides (every case but the plain first one)."""
+    started = stage_claim_first(
+        run_id=run_id,
+        stage=stage_name,
+        worker=worker,
+        events=[
+            start_state_event(None, StartState.STARTED, run_id=run_id, worker=worker, fence=1),
+            _status_event_of(None, ExecutionStatus.RUNNING, run_id, 1, stage_name),
+            _stage_event_of(None, run_id, 1, EventType.STAGE_STARTED, stage_name, worker=worker),
+        ],
+    )
+    if started is None:
+        return None
+    run, execution = started.run, started.execution
+    return _Claim(
+        run,
+        stage_name,
+        started.stage_id,
+        run.fence,
+        run.wakeups,
+        execution.input,
+        execution.workflow,
+        Clock(started.now),
+        execution.trace_context or {},
+        execution.parent_id is not None,
+    )
 
 
 def _take(
@@ -508,7 +542,7 @@ def _claim_write(
         changed += ["start_state", "start_error"]
         events.append(
             start_state_event(
-                execution, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
+                execution.id, StartState.STARTED, run_id=run.id, worker=worker, fence=run.fence
             )
         )
     if execution.status != ExecutionStatus.RUNNING:
@@ -532,7 +566,6 @@ def _claim_write(
         execution.workflow,
         Clock(now),
         execution.trace_context or {},
-        claim_admits_sql(execution, HANDOFF_OWNER),
         execution.parent_id is not None,
     )
 
@@ -681,7 +714,7 @@ def _hand_over(claim: _Claim, output: Any, following: str, worker: str) -> _Clai
     next stage's claim, or None when that statement could not be used or wrote nothing (a
     stage asking for help, a guard with no SQL test, or anything changed since the claim:
     the caller goes the slow way, which decides each case)."""
-    if claim.admits is None or _asks_for_help(output):
+    if _asks_for_help(output):
         return None
     run, execution_id = claim.run, claim.run.execution_id
     handed = stage_hand_over(
@@ -692,7 +725,6 @@ def _hand_over(claim: _Claim, output: Any, following: str, worker: str) -> _Clai
         output=output,
         following=following,
         worker=worker,
-        admits=claim.admits,
         events=[
             _stage_event(execution_id, run, EventType.STAGE_SUCCEEDED, claim.stage),
             _stage_event(
@@ -719,7 +751,6 @@ def _hand_over(claim: _Claim, output: Any, following: str, worker: str) -> _Clai
         claim.workflow,
         Clock(handed.now),
         claim.trace_context,
-        claim.admits,
         claim.child,
     )
 
@@ -932,10 +963,17 @@ def _status_set(execution: Execution, status: str, run: Run, stage: str, **paylo
 
 def _status_event(execution: Execution, run: Run, stage: str, **payload: Any) -> Event:
     """``execution.<status>`` for the status ``execution`` has now."""
+    return _status_event_of(execution.id, execution.status, run.id, run.fence, stage, **payload)
+
+
+def _status_event_of(
+    execution_id: str | None, status: str, run_id: str, fence: int, stage: str, **payload: Any
+) -> Event:
+    """``execution.<status>`` (``execution_id`` None: named, ``outbox.event_key``)."""
     return Event(
-        type=EventType(f"execution.{execution.status}"),
-        key=event_key(execution.id, f"{run.id}:{execution.status}:{run.fence}"),
-        payload={"run": run.id, "stage": stage, **payload},
+        type=EventType(f"execution.{status}"),
+        key=event_key(execution_id, f"{run_id}:{status}:{fence}"),
+        payload={"run": run_id, "stage": stage, **payload},
     )
 
 
@@ -954,10 +992,17 @@ def _stage_event(
 ) -> Event:
     """A stage's event, under the run's fence (or ``fence``: the one a claim is taking)."""
     fence = run.fence if fence is None else fence
+    return _stage_event_of(execution_id, run.id, fence, type, stage, **payload)
+
+
+def _stage_event_of(
+    execution_id: str | None, run_id: str, fence: int, type: EventType, stage: str, **payload: Any
+) -> Event:
+    """A stage's event under ``fence`` (``execution_id`` None: named, ``outbox.event_key``)."""
     return Event(
         type=type,
-        key=event_key(execution_id, f"{run.id}:{stage}:{type}:{fence}"),
-        payload={"run": run.id, "stage": stage, "fence": fence, **payload},
+        key=event_key(execution_id, f"{run_id}:{stage}:{type}:{fence}"),
+        payload={"run": run_id, "stage": stage, "fence": fence, **payload},
     )
 
 

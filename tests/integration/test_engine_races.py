@@ -25,7 +25,16 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from executions.models import Execution, OutboxEvent, Run, Stage, StepReceipt, Timer
+from executions.models import (
+    Execution,
+    OutboxEvent,
+    Run,
+    Stage,
+    StepReceipt,
+    Timer,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from executions.runtime.holders import worker_identity
 from executions.runtime.runner import Outcome, stage_execute
 from executions.runtime.scans import timers_fire
@@ -440,12 +449,123 @@ def test_a_worker_hands_the_run_to_itself_from_stage_to_stage(api):
         ("work", "test@here:0:1"),
         ("verify", "test@here:0:1"),
     ]
-    # and in few round trips: the first claim is BEGIN, the locked read, one write of its
-    # rows, one emission, COMMIT; each hand-off (one stage's end with the next one's claim)
-    # is one statement, its own transaction, and so is the last stage's end with the
-    # terminal transition; then the lane's reconcile (an execution without a lane: nothing)
+    # and in one statement a transition: the first claim, each hand-off (one stage's end
+    # with the next one's claim), the last stage's end with the terminal transition, each
+    # its own transaction; then the lane's reconcile (an execution without a lane: nothing)
+    assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 0
+    assert len(queries.captured_queries) == 1 + 2 + 1
+
+
+def _written(execution_id: str) -> dict[str, Any]:
+    """What a claim wrote for the execution, its ids and times replaced by what they are
+    relative to (so two executions claimed two ways compare)."""
+    execution = Execution.objects.get(pk=execution_id)
+    run = Run.objects.get(pk=execution.current_run_id)
+    ids = {execution.id: "EXE", run.id: "RUN", execution.lane_key or execution.id: "LANE"}
+
+    def named(text: str) -> str:
+        for real, name in ids.items():
+            text = text.replace(real, name)
+        return text
+
+    since = run.started_at
+    assert since is not None and run.lease_expires_at is not None
+    events = OutboxEvent.objects.filter(execution=execution).order_by("sequence")
+    return {
+        "execution": (execution.status, execution.start_state, execution.start_error),
+        "last_sequence": (execution.last_sequence, events.count()),
+        "run": (run.status, run.fence, run.lease_owner, run.recoveries, run.wakeups_seen),
+        "lease": run.lease_expires_at - since,
+        "deadline": run.deadline_at and run.deadline_at - since,
+        "stages": list(run.stages.order_by("position").values_list("name", "status")),
+        "stage_started": [s == since for s in run.stages.values_list("started_at", flat=True)],
+        "events": [(e.sequence, e.type, named(e.key), named(str(e.payload))) for e in events],
+        "deliveries": sorted(
+            WebhookDelivery.objects.filter(event__execution=execution).values_list(
+                "event__type", "status"
+            )
+        ),
+    }
+
+
+@pytest.mark.parametrize(
+    ("workflow", "body"),
+    [
+        ("test-laned", {"lane": "first-{}"}),  # a claim guard: its lane
+        ("test-deadline", {}),  # a workflow with a deadline, set by the first claim
+    ],
+)
+def test_a_new_runs_first_claim_is_one_statement_that_writes_what_the_claim_under_locks_writes(
+    api, workflow, body
+):
+    from executions.runtime.runner import _Claim, _claim, _claim_locked
+
+    # given: two new executions alike, and a webhook endpoint that wants every event
+    WebhookEndpoint.objects.create(url="https://hooks.example.com/x", secret="whsec_" + "A" * 44)
+    twins = [
+        submit(api, workflow, {**{k: v.format(n) for k, v in body.items()}, "label": f"t{n}"})
+        for n in (1, 2)
+    ]
+    (one, one_run), (slow, slow_run) = (
+        (t.json()["id"], t.json()["current_run"]["id"]) for t in twins
+    )
+
+    # when: the one's first stage is claimed, and the other's the slow way
+    with CaptureQueriesContext(connection) as queries:
+        claimed = _claim(one_run, "plan", "test@here:0:1")
+    by_locks = _claim_locked(slow_run, "plan", "test@here:0:1")
+
+    # then: one statement, no transaction around it, and the same claim
+    assert len(queries.captured_queries) == 1
+    assert isinstance(claimed, _Claim) and isinstance(by_locks, _Claim)
+    assert claimed.run.pk == one_run and claimed.stage_id != by_locks.stage_id
+    started = Run.objects.get(pk=one_run).started_at
+    assert started is not None
+    assert started <= claimed.clock.now() < started + timedelta(seconds=5)  # the claim's moment
+
+    def held(claim: _Claim) -> tuple[Any, ...]:
+        return (
+            claim.stage,
+            claim.fence,
+            claim.wakeups,
+            {k: v for k, v in claim.input.items() if k not in ("label", "lane")},
+            claim.workflow,
+            sorted(claim.trace_context),
+            claim.child,
+            claim.run.fence,
+            claim.run.status,
+        )
+
+    assert held(claimed) == held(by_locks)
+    # and the same rows and events, in the same order, with the same webhook deliveries owed
+    assert _written(one) == _written(slow)
+    assert [e[1] for e in _written(one)["events"]][-3:] == [
+        "execution.started",
+        "execution.running",
+        "stage.started",
+    ]
+
+
+def test_a_first_claim_the_statement_cannot_make_is_made_under_locks(api):
+    from executions.runtime.runner import _claim
+
+    # given: a new run whose lane another execution holds (a bug elsewhere, say)
+    from lanes.models import Lane
+
+    mine = submit(api, "test-laned", {"label": "refused", "lane": "first-refused"}).json()
+    other = submit(api, "test-laned", {"label": "other", "lane": "first-other"}).json()
+    Lane.objects.filter(key="first-refused").update(owner_id=other["id"])
+
+    # when
+    with CaptureQueriesContext(connection) as queries:
+        outcome = _claim(mine["current_run"]["id"], "plan", "test@here:0:1")
+
+    # then: the statement wrote nothing; the claim under locks refused it, as it would have
+    assert outcome is Outcome.STOP
     assert [q["sql"] for q in queries.captured_queries].count("BEGIN") == 1
-    assert len(queries.captured_queries) == 5 + 2 * 1 + 1
+    run = Run.objects.get(pk=mine["current_run"]["id"])
+    assert (run.status, run.fence) == ("pending", 0)
+    assert Execution.objects.get(pk=mine["id"]).status == "queued"
 
 
 def _claimed_context(api: APIClient, label: str) -> tuple[Run, object]:

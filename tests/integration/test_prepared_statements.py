@@ -34,11 +34,12 @@ def test_a_stage_path_prepares_its_statements_on_the_server(api):
     # when: a run goes through its stages in this process
     execution_id = _run_to_the_end(api, "prepared")
 
-    # then: it succeeded, and its locked read, rows, emission and terminal statement are
-    # prepared statements of this session
+    # then: it succeeded, and its first claim, hand-offs and last stage's end (each one
+    # statement, with its rows and emission) are prepared statements of this session
     assert Execution.objects.get(pk=execution_id).status == "succeeded"
     prepared = _prepared()
-    assert any("FOR UPDATE OF e, r" in sql for sql in prepared)  # the locked read
+    assert any("SET fence = 1," in sql for sql in prepared)  # the first claim
+    assert any("WITH handing AS" in sql and "fence + 1" in sql for sql in prepared)  # hand-off
     assert any("INSERT INTO executions_outboxevent" in sql for sql in prepared)  # the emission
     assert any("fence = fence + 1" in sql for sql in prepared)  # the terminal transition
 

@@ -10,7 +10,9 @@ instead, parsed once per connection; after five executions PostgreSQL keeps a ge
 when it is no worse than a custom one (``plan_cache_mode = auto``), which for these
 primary-key lookups it is.
 
-The cursor is Django's own wrapper around psycopg's server-binding cursor, so errors are
+The cursor is Django's own wrapper around psycopg's server-binding cursor (its raw form:
+the statement's placeholders are turned into PostgreSQL's once per text, here, where psycopg
+would turn them again at each execution of a statement past its cache's limits), so errors are
 Django's (``IntegrityError``, ``OperationalError``...), ``CaptureQueriesContext`` and the
 query-count tests see every statement, and a statement joins the connection's transaction as
 any other. Only this cursor prepares: the connection's ``prepare_threshold`` is raised from
@@ -36,10 +38,11 @@ afresh.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, time
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, TypeVar
 
 import psycopg
@@ -66,11 +69,51 @@ def prepared_cursor() -> CursorWrapper:
         return connection._prepare_cursor(_PreparedCursor(raw))  # type: ignore[attr-defined]
 
 
-class _PreparedCursor(psycopg.Cursor[Any]):
-    """psycopg's own cursor: parameters bound on the server, each statement prepared."""
+class _PreparedCursor(psycopg.RawCursor[Any]):
+    """psycopg's own cursor: parameters bound on the server, each statement prepared. Its
+    placeholders (Django's ``%s`` and ``%(name)s``) become PostgreSQL's ``$n`` here, once per
+    statement text (``_raw``), not in psycopg at every execution: psycopg keeps that work
+    only for a statement under 4096 bytes and 50 parameters, and a one-statement transition
+    is longer (its text was parsed again for every stage)."""
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        return super().execute(query, params, prepare=True)
+        if params is None or not isinstance(query, str):
+            return super().execute(query, params, prepare=True)
+        raw, names = _raw(query)
+        if isinstance(params, Mapping):
+            params = [params[name] for name in names or ()]
+        return super().execute(raw, params, prepare=True)
+
+
+_PLACEHOLDER = re.compile(r"%(?:\((?P<name>[^)]+)\))?(?P<kind>.)", re.DOTALL)
+
+
+@lru_cache(maxsize=1024)
+def _raw(query: str) -> tuple[bytes, tuple[str, ...] | None]:
+    """``query`` with PostgreSQL's placeholders (``$1``...) for psycopg's, as psycopg itself
+    turns them (``%%`` a ``%``, a name used twice one parameter), and the parameters' names
+    in their order (None: the parameters are a sequence, in order)."""
+    names: list[str] = []
+    positional = 0
+
+    def placeholder(match: re.Match[str]) -> str:
+        nonlocal positional
+        name, kind = match.group("name"), match.group("kind")
+        if kind == "%" and name is None:
+            return "%"
+        if kind != "s":
+            raise ValueError(f"unsupported placeholder {match.group(0)!r} in {query[:60]!r}")
+        if name is None:
+            positional += 1
+            return f"${positional}"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    raw = _PLACEHOLDER.sub(placeholder, query)
+    if names and positional:
+        raise ValueError(f"named and positional placeholders mixed in {query[:60]!r}")
+    return raw.encode(), (tuple(names) if names else None)
 
 
 Rows = list[tuple[Any, ...]]

@@ -43,18 +43,15 @@ from executions.models import (
     TERMINAL_STATUSES,
     Execution,
     ExecutionStatus,
-    Hook,
-    HookStatus,
     Run,
     RunStatus,
     Stage,
     StageStatus,
     StartState,
-    Timer,
-    TimerStatus,
 )
 from executions.outbox import EMITTED, Event, emission_read, emit_parts, events_param
 from executions.runtime.registry import claim_admits_sql, definition_deadlines
+from executions.runtime.terminal import run_purge_parts
 
 log = logging.getLogger(__name__)
 
@@ -361,22 +358,7 @@ _FINISH_AT_ONCE_SQL = f"""
         SET status = %(succeeded)s, output = %(result)s, error = NULL, finished_at = %(now)s
         WHERE id = %(stage)s AND EXISTS (SELECT 1 FROM fenced)
         RETURNING id
-    ), stages AS (
-        UPDATE {Stage._meta.db_table}
-        SET status = '{StageStatus.FAILED}', error = %(stage_error)s, finished_at = %(now)s
-        WHERE run_id = %(run)s AND id <> %(stage)s
-          AND status IN ('{StageStatus.RUNNING}', '{StageStatus.WAITING}')
-          AND EXISTS (SELECT 1 FROM fenced)
-    ), timers AS (
-        UPDATE {Timer._meta.db_table} SET status = '{TimerStatus.CANCELED}'
-        WHERE run_id = %(run)s AND status = '{TimerStatus.PENDING}'
-          AND EXISTS (SELECT 1 FROM fenced)
-    ), hooks AS (
-        UPDATE {Hook._meta.db_table}
-        SET status = '{HookStatus.CANCELED}', resolved_at = %(now)s
-        WHERE run_id = %(run)s AND status = '{HookStatus.PENDING}'
-          AND EXISTS (SELECT 1 FROM fenced)
-    )
+    ), {run_purge_parts(when="EXISTS (SELECT 1 FROM fenced)", besides="%(stage)s")}
     SELECT (SELECT lane_key FROM finishing), (SELECT count(*) FROM ended), emitted.*
     FROM fenced LEFT JOIN (SELECT {EMITTED} FROM inserted) AS emitted ON true
     ORDER BY 3

@@ -67,6 +67,28 @@ def execution_stop(
     return True
 
 
+def run_purge_parts(*, when: str = "TRUE", besides: str = "NULL") -> str:
+    """The terminal transition's ``WITH`` parts that end what its run left unfinished: each
+    stage in flight failed (with parameter ``stage_error``), each pending timer and hook
+    canceled, at parameter ``now``, for run ``run``. ``when``: an SQL condition they wait
+    for (a statement that tests under its locks first); ``besides``: a stage left alone
+    (one the statement ends itself)."""
+    return f"""
+    stages AS (
+        UPDATE {Stage._meta.db_table}
+        SET status = '{StageStatus.FAILED}', error = %(stage_error)s, finished_at = %(now)s
+        WHERE run_id = %(run)s AND id IS DISTINCT FROM {besides}
+          AND status IN ('{StageStatus.RUNNING}', '{StageStatus.WAITING}') AND {when}
+    ), timers AS (
+        UPDATE {Timer._meta.db_table} SET status = '{TimerStatus.CANCELED}'
+        WHERE run_id = %(run)s AND status = '{TimerStatus.PENDING}' AND {when}
+    ), hooks AS (
+        UPDATE {Hook._meta.db_table}
+        SET status = '{HookStatus.CANCELED}', resolved_at = %(now)s
+        WHERE run_id = %(run)s AND status = '{HookStatus.PENDING}' AND {when}
+    )"""  # noqa: S608 - our own names and conditions; every value is bound
+
+
 _FINISH_SQL = f"""
     WITH execution AS (
         UPDATE {Execution._meta.db_table}
@@ -78,19 +100,7 @@ _FINISH_SQL = f"""
         SET status = %(run_status)s, finished_at = %(now)s, error = %(error)s,
             lease_owner = '', lease_expires_at = NULL, fence = fence + 1
         WHERE id = %(run)s
-    ), stages AS (
-        UPDATE {Stage._meta.db_table}
-        SET status = '{StageStatus.FAILED}', error = %(stage_error)s, finished_at = %(now)s
-        WHERE run_id = %(run)s
-          AND status IN ('{StageStatus.RUNNING}', '{StageStatus.WAITING}')
-    ), timers AS (
-        UPDATE {Timer._meta.db_table} SET status = '{TimerStatus.CANCELED}'
-        WHERE run_id = %(run)s AND status = '{TimerStatus.PENDING}'
-    ), hooks AS (
-        UPDATE {Hook._meta.db_table}
-        SET status = '{HookStatus.CANCELED}', resolved_at = %(now)s
-        WHERE run_id = %(run)s AND status = '{HookStatus.PENDING}'
-    )
+    ), {run_purge_parts()}
     SELECT EXISTS (
         SELECT 1 FROM {Execution._meta.db_table}
         WHERE parent_id = %(execution)s AND NOT (status = ANY(%(terminal)s))

@@ -185,13 +185,17 @@ def stage_hand_over(
 
 @dataclass(frozen=True)
 class Started:
-    """The first claim the statement made: the run and the execution as they are now (read
-    back from the statement), the claimed stage's row and the database's time."""
+    """The first claim the statement made: the run as it is now (read back from the
+    statement), the claimed stage's row, the database's time, and what the claim carries of
+    the execution."""
 
     run: Run
-    execution: Execution
     stage_id: int
     now: datetime
+    workflow: str
+    input: dict[str, Any]
+    trace_context: dict[str, str]
+    child: bool
 
 
 @cache
@@ -202,7 +206,8 @@ def _start_sql(admits: str) -> str:
     first asks for it: after all the locks, so a lease counts from when the claim holds them."""
     return f"""
     WITH handing AS (
-        SELECT * FROM {Execution._meta.db_table}
+        SELECT id, last_sequence, workflow, lane_key, parent_id, input, trace_context
+        FROM {Execution._meta.db_table}
         WHERE id = (SELECT execution_id FROM {Run._meta.db_table} WHERE id = %(run)s)
           AND current_run_id = %(run)s AND status = %(queued)s
           AND start_state = %(start_pending)s
@@ -253,11 +258,10 @@ def _start_sql(admits: str) -> str:
             updated_at = %(updated)s,
             last_sequence = coalesce((SELECT max(sequence) FROM inserted), last_sequence)
         WHERE running.id = (SELECT id FROM locked)
-        RETURNING {columns(Execution, "running")}
     )
-    SELECT {columns(Run, "taken")}, {columns(Execution, "execution")}, taken.now,
-           (SELECT id FROM started), emitted.*
-    FROM taken, execution LEFT JOIN (SELECT {EMITTED} FROM inserted) AS emitted ON true
+    SELECT {columns(Run, "taken")}, taken.now, (SELECT id FROM started),
+           locked.workflow, locked.input, locked.trace_context, locked.parent_id, emitted.*
+    FROM taken, locked LEFT JOIN (SELECT {EMITTED} FROM inserted) AS emitted ON true
     ORDER BY emitted.sequence
     """  # noqa: S608 - our own names and the guards' conditions; every value is bound
 
@@ -299,11 +303,19 @@ def stage_claim_first(
         rows = cursor.fetchall()
     if not rows:
         return None
-    (run, execution), rest = instances(rows[0], Run, Execution)
-    now, stage_id = rest[:2]
-    emitted = len(rows[0]) - len(rest) + 2  # where EMITTED's columns start
+    (run,), rest = instances(rows[0], Run)
+    now, stage_id, workflow, input, trace_context, parent_id = rest[:6]
+    emitted = len(rows[0]) - len(rest) + 6  # where EMITTED's columns start
     emission_read([row[emitted:] for row in rows if row[emitted] is not None])
-    return Started(run, execution, stage_id, now)
+    return Started(
+        run, stage_id, now, workflow, _json(input), _json(trace_context) or {}, bool(parent_id)
+    )
+
+
+def _json(value: Any) -> Any:
+    """A JSON column's value as the ORM reads it (Django's connection loads ``jsonb`` as
+    text; ``JSONField.from_db_value`` decodes it, with no decoder of its own here)."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def _deadlines_param() -> str:

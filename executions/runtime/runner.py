@@ -415,18 +415,18 @@ def _claim_first(run_id: str, stage_name: str, worker: str) -> _Claim | None:
     )
     if started is None:
         return None
-    run, execution = started.run, started.execution
+    run = started.run
     return _Claim(
         run,
         stage_name,
         started.stage_id,
         run.fence,
         run.wakeups,
-        execution.input,
-        execution.workflow,
+        started.input,
+        started.workflow,
         Clock(started.now),
-        execution.trace_context or {},
-        execution.parent_id is not None,
+        started.trace_context,
+        started.child,
     )
 
 

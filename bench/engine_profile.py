@@ -1,7 +1,7 @@
 """Where a stage's time goes, for bench/reports/engine.md: the worker's Python under cProfile
 and the backend's statements under ``pg_stat_statements``, over ``EXECUTIONS`` no-op
 executions of four stages run in this process (claim, hand-offs, terminal transition), and
-``EXPLAIN (ANALYZE, BUFFERS)`` of the locked read every stage transition starts with.
+``EXPLAIN (ANALYZE, BUFFERS)`` of a new run's first claim, the costliest of its statements.
 
 ``pg_stat_statements`` must be preloaded: on the embedded stack the server is restarted with
 it (``ALTER SYSTEM``); on a server of your own (DATABASE_URL) it is used when it is there.
@@ -143,16 +143,25 @@ def statements_profile() -> list[str]:
     ]
 
 
-def explain_lock() -> list[str]:
-    """``EXPLAIN (ANALYZE, BUFFERS)`` of the locked read a stage transition starts with, in a
-    transaction rolled back (its lock taken and let go)."""
+def explain_first_claim() -> list[str]:
+    """``EXPLAIN (ANALYZE, BUFFERS)`` of a new run's first claim (one statement: the run
+    fenced and leased, the stage and the execution running, three events), made in a
+    transaction rolled back: nothing it wrote is kept."""
     from django.db import connection, transaction
 
-    from executions.runtime.runner import _lock_sql
+    from executions.runtime.handoff import start_statement
+    from executions.runtime.runner import first_claim_events
 
     (run,) = _accepted("explain", 1)
+    worker = "bench@profile:0:1"
+    statement = start_statement(
+        run_id=run, stage="s0", worker=worker, events=first_claim_events(run, "s0", worker)
+    )
+    if statement is None:
+        return ["A claim guard has no test in SQL: the first claim is not one statement.", ""]
+    sql, params = statement
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + _lock_sql(True), [run])
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
         plan = [line for (line,) in cursor.fetchall()]
         transaction.set_rollback(True)
     return ["```", *plan, "```", ""]
@@ -179,5 +188,5 @@ def profiles(stack: Any) -> tuple[list[str], Any]:
     """The report's profile section, and the stack (restarted) for the caller to stop."""
     lines = ["## Profiles: what stands in the way", "", *python_profile()]
     stack = restarted_with_statements(stack)
-    lines += [*statements_profile(), "The locked read:", "", *explain_lock()]
+    lines += [*statements_profile(), "A new run's first claim:", "", *explain_first_claim()]
     return lines, stack

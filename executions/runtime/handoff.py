@@ -275,6 +275,28 @@ def stage_claim_first(
     ``event_key(None, ...)``; the statement finds the execution through the run). None when it
     wrote nothing: the run is not new and simply claimable (a message delivered again, a
     wake, a takeover, a cancel or a guard's refusal): the slow way decides."""
+    statement = start_statement(run_id=run_id, stage=stage, worker=worker, events=events)
+    if statement is None:
+        return None
+    with prepared_cursor() as cursor:
+        cursor.execute(*statement)
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    (run,), rest = instances(rows[0], Run)
+    now, stage_id, workflow, input, trace_context, parent_id = rest[:6]
+    emitted = len(rows[0]) - len(rest) + 6  # where EMITTED's columns start
+    emission_read([row[emitted:] for row in rows if row[emitted] is not None])
+    return Started(
+        run, stage_id, now, workflow, _json(input), _json(trace_context) or {}, bool(parent_id)
+    )
+
+
+def start_statement(
+    *, run_id: str, stage: str, worker: str, events: Sequence[Event]
+) -> tuple[str, dict[str, Any]] | None:
+    """``stage_claim_first``'s statement and its parameters (None: a claim guard has no
+    test in SQL); the engine's benchmark explains it."""
     admits = _admits()
     if admits is None:
         return None
@@ -298,18 +320,7 @@ def stage_claim_first(
         "stage_running": StageStatus.RUNNING.value,
         "events": events_param(events),
     }
-    with prepared_cursor() as cursor:
-        cursor.execute(_start_sql(condition), params)
-        rows = cursor.fetchall()
-    if not rows:
-        return None
-    (run,), rest = instances(rows[0], Run)
-    now, stage_id, workflow, input, trace_context, parent_id = rest[:6]
-    emitted = len(rows[0]) - len(rest) + 6  # where EMITTED's columns start
-    emission_read([row[emitted:] for row in rows if row[emitted] is not None])
-    return Started(
-        run, stage_id, now, workflow, _json(input), _json(trace_context) or {}, bool(parent_id)
-    )
+    return _start_sql(condition), params
 
 
 def _json(value: Any) -> Any:

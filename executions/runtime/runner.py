@@ -407,11 +407,7 @@ def _claim_first(run_id: str, stage_name: str, worker: str) -> _Claim | None:
         run_id=run_id,
         stage=stage_name,
         worker=worker,
-        events=[
-            start_state_event(None, StartState.STARTED, run_id=run_id, worker=worker, fence=1),
-            _status_event_of(None, ExecutionStatus.RUNNING, run_id, 1, stage_name),
-            _stage_event_of(None, run_id, 1, EventType.STAGE_STARTED, stage_name, worker=worker),
-        ],
+        events=first_claim_events(run_id, stage_name, worker),
     )
     if started is None:
         return None
@@ -428,6 +424,16 @@ def _claim_first(run_id: str, stage_name: str, worker: str) -> _Claim | None:
         started.trace_context,
         started.child,
     )
+
+
+def first_claim_events(run_id: str, stage_name: str, worker: str) -> list[Event]:
+    """The events of a new run's first claim, as ``_claim_write`` emits them (the fence it
+    takes is 1), named under the execution (``outbox.event_key``)."""
+    return [
+        start_state_event(None, StartState.STARTED, run_id=run_id, worker=worker, fence=1),
+        _status_event_of(None, ExecutionStatus.RUNNING, run_id, 1, stage_name),
+        _stage_event_of(None, run_id, 1, EventType.STAGE_STARTED, stage_name, worker=worker),
+    ]
 
 
 def _take(

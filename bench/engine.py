@@ -496,8 +496,13 @@ def _report(
         f"CPU is counted in 10 ms ticks, so the split is of the mean of {EMPTY} stages, "
         f"{last['stage_mean_ms']:.2f} ms: {last['stage_python_ms']:.2f} ms of CPU in this "
         f"process, {last['stage_backend_ms']:.2f} ms of CPU in its PostgreSQL backend and "
-        f"{rest:.2f} ms waiting (the commits' flushes, the round trips). "
-        f"{_shape(last)}",
+        + (
+            f"{rest:.2f} ms waiting (the commits' flushes, the round trips). "
+            if rest >= 0.05
+            else "the rest, the commits' flushes and the round trips, too short for ticks "
+            f"this coarse to show ({rest:+.2f} ms). "
+        )
+        + _shape(last),
         "",
         BEFORE,
         "",

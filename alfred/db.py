@@ -77,22 +77,35 @@ class _PreparedCursor(psycopg.RawCursor[Any]):
     is longer (its text was parsed again for every stage)."""
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
-        if params is None or not isinstance(query, str):
-            return super().execute(query, params, prepare=True)
-        raw, names = _raw(query)
+        if params is None:
+            return super().execute(query, None, prepare=True)
+        if not isinstance(query, str):
+            raise TypeError(f"a prepared statement's text is a str, not {type(query).__name__}")
+        raw, names, count = _raw(query)
+        if isinstance(params, Mapping) != bool(names) and count:
+            raise psycopg.ProgrammingError(
+                "named placeholders take a mapping, positional ones a sequence"
+            )
         if isinstance(params, Mapping):
-            params = [params[name] for name in names or ()]
+            missing = [name for name in names if name not in params]
+            if missing:
+                raise psycopg.ProgrammingError(f"no value for {', '.join(missing)}")
+            params = [params[name] for name in names]
+        elif len(params) != count:
+            raise psycopg.ProgrammingError(
+                f"the statement takes {count} parameters, {len(params)} were given"
+            )
         return super().execute(raw, params, prepare=True)
 
 
-_PLACEHOLDER = re.compile(r"%(?:\((?P<name>[^)]+)\))?(?P<kind>.)", re.DOTALL)
+_PLACEHOLDER = re.compile(r"%(?:\((?P<name>[^)]+)\))?(?P<kind>.)")
 
 
 @lru_cache(maxsize=1024)
-def _raw(query: str) -> tuple[bytes, tuple[str, ...] | None]:
+def _raw(query: str) -> tuple[bytes, tuple[str, ...], int]:
     """``query`` with PostgreSQL's placeholders (``$1``...) for psycopg's, as psycopg itself
-    turns them (``%%`` a ``%``, a name used twice one parameter), and the parameters' names
-    in their order (None: the parameters are a sequence, in order)."""
+    turns them (``%%`` a ``%``, a name used twice one parameter), the parameters' names in
+    their order (none: the parameters are a sequence, in order) and how many it takes."""
     names: list[str] = []
     positional = 0
 
@@ -113,7 +126,7 @@ def _raw(query: str) -> tuple[bytes, tuple[str, ...] | None]:
     raw = _PLACEHOLDER.sub(placeholder, query)
     if names and positional:
         raise ValueError(f"named and positional placeholders mixed in {query[:60]!r}")
-    return raw.encode(), (tuple(names) if names else None)
+    return raw.encode(), tuple(names), len(names) or positional
 
 
 Rows = list[tuple[Any, ...]]

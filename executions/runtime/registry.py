@@ -8,6 +8,7 @@ builds on it can form a circle."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -188,6 +189,10 @@ def mutation_hold(execution_id: str, workflow: str, run_id: str) -> Hold | None:
 
 def register(definition: Definition, *earlier: Definition) -> None:
     """The current definition of a workflow, and the earlier ones it still serves."""
+    deadline = definition.deadline_seconds
+    if deadline is not None and not (math.isfinite(deadline) and deadline >= 0):
+        # the first claim sends every deadline in one JSON parameter (``handoff``)
+        raise ValueError(f"workflow {definition.name}: deadline_seconds must be finite, >= 0")
     _DEFINITIONS[definition.name] = definition
     for known in [key for key in _EARLIER if key[0] == definition.name]:
         del _EARLIER[known]

@@ -2,7 +2,10 @@
 
 ``stage_execute`` is what a ``run_stage`` task calls. For each stage, in order:
 
-1. claim — one transaction, the run and execution rows locked: refuse a superseded or
+1. claim — a new run's first claim (a first run, a retry's, a rollback's) one statement
+   (``executions.runtime.handoff``) where nothing stands in its way; any other, or that one
+   when the statement wrote nothing, one transaction, the run and execution rows locked:
+   refuse a superseded or
    finished run, a run held under another worker's live lease (a duplicate delivery:
    reported, nothing executed), a run its lane does not admit (the claim guards: a root must
    own its lane, a child's root must); honour a cancel request and the deadline; else
@@ -40,7 +43,7 @@ import logging
 import time
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
@@ -128,6 +131,11 @@ class _Claim:
     trace_context: dict[str, str]  # the execution's trace (executions.runtime.tracing)
     # A child's end wakes its parent: never finished in one statement (``handoff``).
     child: bool = False
+    # Whether its next stage is claimed in one statement (``handoff``): not once that
+    # statement wrote nothing and the claim under locks was made all the same (a guard that
+    # can decide only in Python, say a child under its root's lane): the run goes on the
+    # slow way, without a statement that would write nothing at every stage.
+    at_once: bool = True
 
 
 def stage_execute(run_id: str, stage: str, worker: str, *, onward: bool = True) -> Outcome:
@@ -700,7 +708,12 @@ def _complete(
             rows: list[dict[str, Any]] = run.stage_rows  # type: ignore[attr-defined]
             stage = next((s for s in rows if s["name"] == following), None)
             if stage is not None and stage["status"] == StageStatus.PENDING:
-                return _take(execution, run, stage, worker, ended=(end, events))
+                taken = _take(execution, run, stage, worker, ended=(end, events))
+                if isinstance(taken, _Claim):
+                    # the hand-off statement was tried (no help asked) and wrote nothing,
+                    # yet the claim was made: the next ones go this way too
+                    return replace(taken, at_once=claim.at_once and _asks_for_help(output))
+                return taken
         changes = [end]
         _hand_off(run, now, changes)
         transition_write(changes, execution.id, events)
@@ -720,7 +733,7 @@ def _hand_over(claim: _Claim, output: Any, following: str, worker: str) -> _Clai
     next stage's claim, or None when that statement could not be used or wrote nothing (a
     stage asking for help, a guard with no SQL test, or anything changed since the claim:
     the caller goes the slow way, which decides each case)."""
-    if _asks_for_help(output):
+    if not claim.at_once or _asks_for_help(output):
         return None
     run, execution_id = claim.run, claim.run.execution_id
     handed = stage_hand_over(

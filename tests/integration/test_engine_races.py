@@ -478,7 +478,9 @@ def _written(execution_id: str) -> dict[str, Any]:
         "lease": run.lease_expires_at - since,
         "deadline": run.deadline_at and run.deadline_at - since,
         "stages": list(run.stages.order_by("position").values_list("name", "status")),
-        "stage_started": [s == since for s in run.stages.values_list("started_at", flat=True)],
+        "stage_started": [
+            s == since for s in run.stages.order_by("position").values_list("started_at", flat=True)
+        ],
         "events": [(e.sequence, e.type, named(e.key), named(str(e.payload))) for e in events],
         "deliveries": sorted(
             WebhookDelivery.objects.filter(event__execution=execution).values_list(
@@ -729,3 +731,34 @@ def test_a_last_stage_fenced_out_while_it_ran_ends_nothing(api):
 
     assert Execution.objects.get(pk=claim.run.execution_id).status == "running"
     assert Stage.objects.get(pk=claim.stage_id).status == "running"
+
+
+def test_a_child_under_its_roots_lane_stops_trying_the_one_statement_hand_off(api, monkeypatch):
+    from executions.runtime import runner
+    from executions.runtime.children import child_create
+
+    # given: a child with no lane of its own, under a root that holds its lane: its claim
+    # guard decides in Python (the root is looked up), so no one-statement claim admits it
+    root = submit(api, "test-laned", {"label": "root", "lane": "child-root"}).json()
+    child_id, adopted = child_create(root["id"], "test-counter", {"label": "child", "steps": 0})
+    assert not adopted
+    tried: list[str] = []
+
+    def hand_over(**kwargs: Any) -> Any:  # the real statement, counted
+        tried.append(kwargs["following"])
+        return stage_hand_over(**kwargs)
+
+    stage_hand_over = runner.stage_hand_over
+    monkeypatch.setattr(runner, "stage_hand_over", hand_over)
+    run_id = str(Execution.objects.get(pk=child_id).current_run_id)
+
+    # when: a worker runs it from stage to stage
+    outcome = stage_execute(run_id, "plan", "test@here:0:1")
+
+    # then: every stage ran and the child succeeded; the hand-off statement was tried once,
+    # wrote nothing, and the next hand-off went the slow way at once
+    assert outcome is Outcome.STOP
+    assert Execution.objects.get(pk=child_id).status == "succeeded"
+    assert tried == ["work"]
+    started = OutboxEvent.objects.filter(execution_id=child_id, type="stage.started")
+    assert sorted(e.payload["stage"] for e in started) == ["plan", "verify", "work"]

@@ -5,11 +5,19 @@ answer in place or fail together as Django's errors."""
 from __future__ import annotations
 
 import pytest
-from django.db import DataError, connection, transaction
+from django.db import DataError, ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from alfred.db import Statement, columns, insert_statement, instances, row_fetched, statements_run
+from alfred.db import (
+    Statement,
+    columns,
+    insert_statement,
+    instances,
+    prepared_cursor,
+    row_fetched,
+    statements_run,
+)
 from executions.models import DeliveryKey, Execution, Run, Stage
 from executions.runtime.runner import Outcome, stage_execute
 from tests.support.helpers import submit
@@ -54,6 +62,23 @@ def test_with_prepared_statements_off_the_stage_path_prepares_nothing(api, setti
     # then: it succeeded all the same, and nothing was prepared in the session
     assert Execution.objects.get(pk=execution_id).status == "succeeded"
     assert _prepared() == []
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        ("SELECT %s, %s", [1]),  # too few
+        ("SELECT %(a)s", [1]),  # a sequence for named placeholders
+        ("SELECT %s", {"a": 1}),  # a mapping for positional ones
+        ("SELECT %(a)s, %(b)s", {"a": 1}),  # a name with no value
+    ],
+)
+def test_a_prepared_statement_given_the_wrong_parameters_is_refused_before_it_is_sent(sql, params):
+    # as psycopg refuses them: a programming error, not the database "away" the runner
+    # would wait out, and nothing reaches the server
+    with prepared_cursor() as cursor, pytest.raises(ProgrammingError):
+        cursor.execute(sql, params)
+    assert row_fetched("SELECT %s::int + %s::int", [2, 2]) == (4,)  # the connection still serves
 
 
 def test_statements_sent_together_answer_each_in_its_place():

@@ -67,6 +67,21 @@ class HandedOver:
     stage_id: int
 
 
+# The states the statements here test and write, by the names they bind them under (a
+# statement reads the ones it names).
+_STATES = {
+    "queued": ExecutionStatus.QUEUED.value,
+    "running": ExecutionStatus.RUNNING.value,
+    "start_pending": StartState.START_PENDING.value,
+    "started": StartState.STARTED.value,
+    "run_pending": RunStatus.PENDING.value,
+    "run_running": RunStatus.RUNNING.value,
+    "pending": StageStatus.PENDING.value,
+    "succeeded": StageStatus.SUCCEEDED.value,
+    "stage_running": StageStatus.RUNNING.value,
+}
+
+
 def _admits() -> tuple[str, dict[str, Any]] | None:
     """Every claim guard's test (``registry.claim_admits_sql``) as the statements here say
     it: of the execution's locked row, ``handing``, and the run's, ``fenced`` (locked after
@@ -164,11 +179,7 @@ def stage_hand_over(
         "lease": settings.ALFRED_LEASE_SECONDS,
         "output": output_field.get_db_prep_save(output, connection),
         "finished": timezone.now(),
-        "running": ExecutionStatus.RUNNING.value,
-        "run_running": RunStatus.RUNNING.value,
-        "pending": StageStatus.PENDING.value,
-        "succeeded": StageStatus.SUCCEEDED.value,
-        "stage_running": StageStatus.RUNNING.value,
+        **_STATES,
         "events": events_param(events),
     }
     with prepared_cursor() as cursor:
@@ -309,15 +320,7 @@ def start_statement(
         "lease": settings.ALFRED_LEASE_SECONDS,
         "deadlines": _deadlines_param(),
         "updated": timezone.now(),
-        "queued": ExecutionStatus.QUEUED.value,
-        "running": ExecutionStatus.RUNNING.value,
-        "start_pending": StartState.START_PENDING.value,
-        "started": StartState.STARTED.value,
-        "run_pending": RunStatus.PENDING.value,
-        "run_running": RunStatus.RUNNING.value,
-        "pending": StageStatus.PENDING.value,
-        "succeeded": StageStatus.SUCCEEDED.value,
-        "stage_running": StageStatus.RUNNING.value,
+        **_STATES,
         "events": events_param(events),
     }
     return _start_sql(condition), params
@@ -417,7 +420,7 @@ def stage_finish(
         "stage_error": json.get_db_prep_save({"code": status}, connection),
         "now": now,
         "terminal": sorted(TERMINAL_STATUSES),
-        "succeeded": StageStatus.SUCCEEDED.value,
+        **_STATES,
         "events": events_param(events),
     }
     with prepared_cursor() as cursor:

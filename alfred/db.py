@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import Error, connection
 from django.db.backends.utils import CursorWrapper
 from django.db.models import Field, JSONField, Model
 
@@ -166,9 +166,8 @@ def statements_run(statements: Sequence[Statement | None]) -> list[Any]:
     else:
         cursors = [prepared_cursor() for _ in given]
         try:
-            with connection.wrap_database_errors, connection.connection.pipeline():
-                for cursor, statement in zip(cursors, given, strict=True):
-                    cursor.execute(statement.sql, statement.params)
+            with connection.wrap_database_errors:
+                _pipelined(cursors, given)
             # the pipeline's end waited for every answer: each cursor holds its own now
             rows = [cursor.fetchall() for cursor in cursors]
         finally:
@@ -176,6 +175,28 @@ def statements_run(statements: Sequence[Statement | None]) -> list[Any]:
                 cursor.close()
     answers = iter(statement.answer(found) for statement, found in zip(given, rows, strict=True))
     return [None if statement is None else next(answers) for statement in statements]
+
+
+def _pipelined(cursors: Sequence[CursorWrapper], given: Sequence[Statement]) -> None:
+    """Sends ``given`` in one pipeline and waits for every answer. A statement's error can
+    come back while later ones are still being sent; the pipeline's end then fails as well
+    ("pipeline aborted"), which psycopg would log as a warning of its own beside the error
+    the caller gets (a lost race on a unique index, which acceptance retries, left a WARNING
+    in the web log). The first error is raised, alone: the end's is its echo."""
+    failed: Exception | None = None
+    try:
+        with connection.connection.pipeline():
+            for cursor, statement in zip(cursors, given, strict=True):
+                try:
+                    cursor.execute(statement.sql, statement.params)
+                except (Error, psycopg.Error) as exc:  # Django's (its cursor's) or the driver's
+                    failed = exc
+                    break
+    except psycopg.Error:
+        if failed is None:
+            raise
+    if failed is not None:
+        raise failed
 
 
 def columns(model: type[Model], alias: str) -> str:

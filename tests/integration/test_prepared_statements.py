@@ -4,6 +4,8 @@ answer in place or fail together as Django's errors."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from django.db import DataError, ProgrammingError, connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -112,6 +114,28 @@ def test_statements_sent_together_fail_together_as_djangos_error():
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('alfred.test', true)")
         assert cursor.fetchone()[0] in (None, "")
+
+
+def test_an_error_met_while_the_rest_are_sent_is_raised_alone_with_no_warning_of_psycopgs(
+    caplog,
+):
+    # given: a failing statement with many behind it, so that its error comes back while
+    # the rest are still being sent (psycopg then failed the pipeline's end too, and logged
+    # "error ignored terminating ...: pipeline aborted" as a WARNING beside the error: the
+    # web log of an acceptance that lost a race on a unique index)
+    caplog.set_level(logging.WARNING)
+    behind = [Statement("SELECT pg_sleep(0)") for _ in range(500)]
+
+    for _ in range(3):
+        # when
+        with pytest.raises(DataError), transaction.atomic():
+            statements_run([Statement("SELECT 1 / 0"), *behind])
+
+    # then: the caller got the error; nothing else was said of it
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("psycopg")] == []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
 
 
 def test_new_rows_written_together_get_their_keys_and_times_as_the_orms_would(api):

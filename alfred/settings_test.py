@@ -1,7 +1,8 @@
 """Test settings: the embedded stack under its own state directory, so the suite never touches
-the data of `make run`. DATABASE_URL / CELERY_BROKER_URL still win (.ci/run's second pass)."""
+the data of `make run`. DATABASE_URL / CELERY_BROKER_URL still win (.ci/run's services pass)."""
 
 import os
+from urllib.parse import urlsplit, urlunsplit
 
 os.environ.setdefault("ALFRED_STATE_DIR", ".alfred/test")
 # `make test` runs the suite on two pytest-xdist processes (gw0, gw1): each owns a stack of its
@@ -11,6 +12,21 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     _suffix = "-" + os.environ["PYTEST_XDIST_WORKER"]
     if not os.environ["ALFRED_STATE_DIR"].endswith(_suffix):
         os.environ["ALFRED_STATE_DIR"] += _suffix
+# .ci/run's services pass runs on pytest-xdist processes too, all against the machine's one
+# Redis (pytest-django gives each its own database, alfred_ci_test_gw0 and so on): each takes a
+# broker database of its own, two apart (tests.support.engine_workflows counts effects in the
+# one after the broker's). Moved once, here in the pytest process: the processes it starts
+# inherit the moved URL, or are given one of their own (tests.support.hosts), and keep it.
+_broker = urlsplit(os.environ.get("CELERY_BROKER_URL", ""))
+if (
+    os.environ.get("PYTEST_XDIST_WORKER")
+    and _broker.scheme in ("redis", "rediss")
+    and not os.environ.get("ALFRED_TEST_BROKER_MOVED")
+):
+    _index = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
+    _db = (int(_broker.path.strip("/") or 0) - 2 * _index) % 16
+    os.environ["CELERY_BROKER_URL"] = urlunsplit(_broker._replace(path=f"/{_db}"))
+    os.environ["ALFRED_TEST_BROKER_MOVED"] = "1"
 os.environ.setdefault("ALFRED_ENV", "test")
 # The tests' own workflows, and short leases and scan intervals so crash tests run in seconds.
 # Set in the environment, so the worker processes the tests start get them too.
@@ -31,7 +47,7 @@ os.environ.setdefault("ALFRED_THROTTLE_CONTROL", "100000/min")
 # own tests (tests/integration/test_budgets.py) turn both on, as make run has them.
 os.environ.setdefault("ALFRED_PROVIDER_BUDGETS", "off")
 
-from alfred.settings import *  # noqa: F403
+from alfred.settings import *  # noqa: E402, F403  (the environment above first)
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405

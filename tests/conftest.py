@@ -3,8 +3,9 @@
 Without DATABASE_URL / CELERY_BROKER_URL the session owns an embedded stack (under
 ``.alfred/test``, never the data of `make run`; under pytest-xdist, as `make test` runs it,
 each worker process owns one of its own, ``.alfred/test-gw0`` and so on); with them
-(.ci/run's second pass) it uses the machine's services, in one process. Every test that
-touches the database is marked ``services``.
+(.ci/run's services pass) it uses the machine's services, each worker process a database and
+a broker database of its own (``alfred.settings_test``). Every test that touches the
+database is marked ``services``.
 """
 
 from __future__ import annotations
@@ -55,10 +56,6 @@ def pytest_configure(config: pytest.Config) -> None:
     _patient_flush()
     xdist = bool(getattr(config.option, "numprocesses", None))
     if not settings.ALFRED_EMBEDDED:
-        if xdist:
-            # pytest-django gives each process a database of its own, but they would share
-            # the broker: one's workers would run the other's stages against the wrong one.
-            pytest.exit("the machine's services take one test process: TEST_PROCESSES=0", 4)
         return
     if xdist and not hasattr(config, "workerinput"):
         # This process only hands tests out; each worker starts a stack of its own (see

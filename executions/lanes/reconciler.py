@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models.functions import Collate
 
 from executions.models import (
     ACTIVE_STATUSES,
@@ -213,9 +214,9 @@ _UNSETTLED_SQL = f"""
     SELECT l.key FROM {Lane._meta.db_table} l
     LEFT JOIN {Execution._meta.db_table} e ON e.id = l.owner_id
     LEFT JOIN {Run._meta.db_table} r ON r.id = e.current_run_id
-    WHERE l.state = %s AND l.key > %s
+    WHERE l.state = %s AND l.key COLLATE "C" > %s
       AND (r.id IS NULL OR e.status <> ALL(%s) OR r.status <> ALL(%s))
-    ORDER BY l.key LIMIT %s
+    ORDER BY l.key COLLATE "C" LIMIT %s
 """  # noqa: S608 - the table names come from model metadata; the values are bound
 
 
@@ -228,7 +229,11 @@ def lanes_reconcile(batch: int = BATCH, *, after: str = "") -> tuple[int, str | 
     are. A held lane whose owner and run are live would be retained: it is not visited, so
     a tick costs one indexed read of the held lanes and a transaction per lane that has
     something to decide (bench/reports/lanes.md). A lane blocked for an operator has
-    nothing to decide and is not visited either."""
+    nothing to decide and is not visited either.
+
+    Pages go in code-point order (``COLLATE "C"``), the order Python's ``sorted`` merges the
+    two reads in, whatever the database's own collation: under another (en_US, ICU) the page
+    went on after the wrong key and skipped lanes."""
     with connection.cursor() as cursor:
         cursor.execute(
             _UNSETTLED_SQL,
@@ -236,9 +241,11 @@ def lanes_reconcile(batch: int = BATCH, *, after: str = "") -> tuple[int, str | 
         )
         held = [key for (key,) in cursor.fetchall()]
     stranded = (
-        LaneWaiter.objects.filter(lane__state=LaneState.FREE, lane_id__gt=after)
-        .order_by("lane_id")
-        .values_list("lane_id", flat=True)
+        LaneWaiter.objects.filter(lane__state=LaneState.FREE)
+        .annotate(in_order=Collate("lane_id", "C"))
+        .filter(in_order__gt=after)
+        .order_by("in_order")
+        .values_list("in_order", flat=True)
         .distinct()[:batch]
     )
     keys = sorted({*held, *stranded})[:batch]

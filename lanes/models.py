@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Collate
 
 
 class LaneState(models.TextChoices):
@@ -61,6 +62,16 @@ class Lane(models.Model):
         indexes = [
             models.Index(
                 fields=["updated_at"], condition=~Q(state=LaneState.FREE), name="lane_busy"
+            ),
+            # The reconciler's tick reads the held lanes a page at a time in code-point order
+            # (whatever the database's collation): this index gives that order, so the page's
+            # owners are looked up one by one from it, not sorted after joining every held
+            # lane to its owner (a merge join that walked the executions' primary key
+            # through the whole history before the first live owner).
+            models.Index(
+                Collate("key", "C"),
+                condition=Q(state=LaneState.HELD),
+                name="lane_held_in_code_point_order",
             ),
         ]
 

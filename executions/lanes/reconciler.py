@@ -210,14 +210,21 @@ def lane_reconcile_on_finish(
 
 # Held lanes whose owner would not be retained: missing, without its run, or not both active
 # and live (``lane_decide``'s one RETAIN). A lane whose owner is live has nothing to decide.
+# The held lanes come in code-point order from their own index (lanes.models): its predicate,
+# the state, is written in the text, where the planner can match it.
 _UNSETTLED_SQL = f"""
     SELECT l.key FROM {Lane._meta.db_table} l
     LEFT JOIN {Execution._meta.db_table} e ON e.id = l.owner_id
     LEFT JOIN {Run._meta.db_table} r ON r.id = e.current_run_id
-    WHERE l.state = %s AND l.key COLLATE "C" > %s
+    WHERE l.state = '{LaneState.HELD.value}' AND l.key COLLATE "C" > %s
       AND (r.id IS NULL OR e.status <> ALL(%s) OR r.status <> ALL(%s))
     ORDER BY l.key COLLATE "C" LIMIT %s
 """  # noqa: S608 - the table names come from model metadata; the values are bound
+
+
+def unsettled_params(after: str, batch: int) -> list[Any]:
+    """The parameters of ``_UNSETTLED_SQL`` (bench/lanes.py explains the same read)."""
+    return [after, sorted(ACTIVE_STATUSES), sorted(_LIVE_RUN), batch]
 
 
 def lanes_reconcile(batch: int = BATCH, *, after: str = "") -> tuple[int, str | None]:
@@ -235,10 +242,7 @@ def lanes_reconcile(batch: int = BATCH, *, after: str = "") -> tuple[int, str | 
     two reads in, whatever the database's own collation: under another (en_US, ICU) the page
     went on after the wrong key and skipped lanes."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            _UNSETTLED_SQL,
-            [LaneState.HELD, after, sorted(ACTIVE_STATUSES), sorted(_LIVE_RUN), batch],
-        )
+        cursor.execute(_UNSETTLED_SQL, unsettled_params(after, batch))
         held = [key for (key,) in cursor.fetchall()]
     stranded = (
         LaneWaiter.objects.filter(lane__state=LaneState.FREE)

@@ -56,6 +56,10 @@ def pytest_configure(config: pytest.Config) -> None:
     _patient_flush()
     xdist = bool(getattr(config.option, "numprocesses", None))
     if not settings.ALFRED_EMBEDDED:
+        if xdist and not settings.CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+            # each process moves a redis:// broker to a database of its own (settings_test);
+            # another broker they would share: one's workers would run the other's stages
+            pytest.exit("test processes share this broker: TEST_PROCESSES=0 or redis://", 4)
         return
     if xdist and not hasattr(config, "workerinput"):
         # This process only hands tests out; each worker starts a stack of its own (see

@@ -408,7 +408,11 @@ def test_200_clients_share_one_listening_connection_and_each_sees_its_events(web
     time.sleep(0.5)  # the hub has seen every subscription
     # then the web process holds one LISTEN connection
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN alfred_events'")
+        # (this database's: another test process may listen in its own on the same server)
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE query = 'LISTEN alfred_events' AND datname = current_database()"
+        )
         assert cursor.fetchone()[0] == 1
     # and when each execution gets three events and ends, every client saw its four
     for execution in executions:

@@ -420,8 +420,8 @@ def lane_keys_collated_as_icu():
                     f'TYPE {field.db_type(connection)} COLLATE "{collation}"'
                 )
 
-        collate(icu)
         try:
+            collate(icu)
             yield
         finally:
             collate("default")

@@ -65,7 +65,7 @@ class Command(BaseCommand):
                     f"  API docs   {base}/api/docs/",
                     f"  API token  {raw}   (integration; shown once, rotated each start)",
                     "",
-                    "  Submit a workflow:",
+                    "  Submit a workflow (under make run, once it says it is ready):",
                     f"  {curl}",
                     "",
                 ]

@@ -75,6 +75,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from werkzeug.test import EnvironBuilder, run_wsgi_app
 
@@ -745,9 +746,14 @@ def seed_aws(endpoint_url: str, *, region: str = "us-east-1") -> dict[str, Any]:
         aws_secret_access_key="sandbox",  # noqa: S106 - a stand-in's placeholder
         region_name=region,
     )
-    route53 = session.client("route53", endpoint_url=endpoint_url)
-    iam = session.client("iam", endpoint_url=endpoint_url)
-    lambda_ = session.client("lambda", endpoint_url=endpoint_url)
+    # The stand-in meters AWS's rates (Route53's five a second) from its start, seeding
+    # included: a burst past them is refused as AWS would, and the seed waits it out, as
+    # patiently as it takes (botocore's default gave up after two retries of a throttled
+    # call on a busy machine, and the sandbox exited). A throttled call did nothing: sent again.
+    patient = Config(retries={"mode": "standard", "max_attempts": 20})
+    route53 = session.client("route53", endpoint_url=endpoint_url, config=patient)
+    iam = session.client("iam", endpoint_url=endpoint_url, config=patient)
+    lambda_ = session.client("lambda", endpoint_url=endpoint_url, config=patient)
 
     zones: dict[str, str] = {}
     for zone in ("example.com", "acme.com"):

@@ -22,7 +22,7 @@ from providers.factory import Providers
 from providers.gitops.concerns import NGINX_HOSTS, add_domain
 from providers.handles import Handle
 from providers.sandbox.argocd import APP_MYSTIQUE, APP_NGINX_INGRESS
-from providers.sandbox.aws import seed_aws
+from providers.sandbox.aws import AwsStandIn, seed_aws
 from providers.sandbox.stack import Sandbox
 
 pytestmark = pytest.mark.standin
@@ -155,6 +155,23 @@ def test_seeding_aws_again_changes_nothing(providers, sandbox):
     assert route53.zone("example.com")["id"] == zone["id"]
     assert route53.records(zone["id"], "api.example.com") == records
     assert lambda_.fleet("checkout-api") == fleet
+
+
+def test_a_seed_throttled_past_two_retries_waits_and_seeds_everything():
+    # given: a stand-in metering Route53 at 0.6 calls a second (the seed makes six
+    # in a row: each zone looked up, created and filled), as a busy machine's seed met AWS's
+    # five a second
+    aws = AwsStandIn(rates={"route53": 0.6}).start()
+    try:
+        # when: it is seeded
+        summary = seed_aws(aws.url)
+
+        # then: the seed waited its turns out (botocore's default gave up after two retries
+        # and the sandbox exited): both zones are there, filled
+        assert sorted(summary["zones"]) == ["acme.com", "example.com"]
+        assert aws.journal()["throttled"].get("route53", 0) > 2
+    finally:
+        aws.stop()
 
 
 def test_the_journals_say_over_http_what_the_stand_ins_were_asked_to_do(providers, sandbox):

@@ -347,6 +347,19 @@ CELERY_BEAT_SCHEDULE["drift-watch"] = {
     "enabled": ALFRED_DRIFT_PERIOD_SECONDS > 0,
     "options": {"queue": "scanners", "expires": ALFRED_DRIFT_TICK_SECONDS},
 }
+# Beat keeps its schedule in django-celery-beat's IntervalSchedule, in whole seconds: 1.5
+# would run every second and 0.25 every 0 seconds, sent as fast as beat can loop.
+for _entry, _variable in {
+    "timers-scan": "ALFRED_TIMER_SCAN_SECONDS",
+    "lanes-reconcile": "ALFRED_LANE_RECONCILE_SECONDS",
+    "webhooks-scan": "ALFRED_WEBHOOK_SCAN_SECONDS",
+    "runs-recover": "ALFRED_RECOVERY_SCAN_SECONDS",
+    "executions-prune": "ALFRED_PRUNE_SCHEDULE_SECONDS",
+    "drift-watch": "ALFRED_DRIFT_TICK_SECONDS",
+}.items():
+    _every = float(CELERY_BEAT_SCHEDULE[_entry]["schedule"])
+    if _every < 1 or not _every.is_integer():
+        raise ImproperlyConfigured(f"{_variable}: whole seconds, at least 1 (not {_every:g})")
 # Rate budgets (alfred/budgets.py; docs/providers.md, "Rate budgets"): every request to a
 # provider draws from its budget per account, shared by every process through Redis. A little
 # under the documented limits (Route53: 5/s per account; ACM: DescribeCertificate 10/s; Lambda:

@@ -147,6 +147,17 @@ def test_the_proxy_ssl_header_is_trusted_only_when_asked(environment):
     ) == repr(("HTTP_X_FORWARDED_PROTO", "https"))
 
 
+@pytest.mark.parametrize("seconds", ["0.25", "1.5", "0"])
+def test_a_beat_interval_django_celery_beat_cannot_keep_is_refused(seconds):
+    # its schedule is kept in whole seconds: 0.25 would be stored as 0, a scan sent in a loop
+    result = _manage("check", ALFRED_TIMER_SCAN_SECONDS=seconds)
+
+    assert result.returncode != 0
+    assert f"ALFRED_TIMER_SCAN_SECONDS: whole seconds, at least 1 (not {seconds})" in (
+        result.stderr
+    )
+
+
 def test_the_cache_is_the_brokers_redis():
     assert _setting("CACHES['default']['LOCATION']", **PRODUCTION) == repr(
         PRODUCTION["CELERY_BROKER_URL"]

@@ -45,7 +45,7 @@ FAST = {
     "ALFRED_WEBHOOK_ALLOW_PRIVATE": "1",
     "ALFRED_WEBHOOK_RETRY_SCHEDULE": "0,0.3,0.3,0.5,0.5,1,1,1",
     "ALFRED_WEBHOOK_TIMEOUT_SECONDS": "2",
-    "ALFRED_WEBHOOK_SCAN_SECONDS": "0.2",
+    "ALFRED_WEBHOOK_SCAN_SECONDS": "1",  # beat keeps whole seconds (alfred.settings)
 }
 
 

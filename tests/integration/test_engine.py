@@ -13,7 +13,14 @@ from tests.conftest import WorkerProcess, wait_for
 from tests.support.engine_workflows import counters, effects
 from tests.support.helpers import submit
 
-pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.server(
+        "the engine's one-statement claims, hand-off and finish on another major version, and "
+        "stage messages over a TCP Redis"
+    ),
+]
 
 
 @pytest.fixture

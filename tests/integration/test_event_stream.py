@@ -28,7 +28,10 @@ from tests.support.factories import ExecutionFactory
 from tests.support.helpers import submit
 from tests.support.live import WebServer
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.server("LISTEN/NOTIFY to the event stream over TCP"),
+]
 
 
 @pytest.fixture

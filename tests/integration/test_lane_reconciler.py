@@ -20,7 +20,13 @@ from tests.conftest import wait_for
 from tests.support.factories import ExecutionFactory
 from tests.support.helpers import LAMBDA, submit
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.server(
+        "the reconciler's pages in code-point order (COLLATE 'C') under a server's default "
+        "collation"
+    ),
+]
 
 KEY = "aws-infrastructure"
 READY = {

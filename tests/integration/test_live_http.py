@@ -22,7 +22,10 @@ from executions.models import Execution
 from tests.conftest import ROOT, subprocess_database_url, wait_for
 from tests.support.helpers import SUBDOMAIN
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.server("pooled connections over TCP that the server ended"),
+]
 
 
 @pytest.fixture

@@ -124,6 +124,7 @@ PRODUCTION = {
 }
 
 
+@pytest.mark.slow  # manage.py in a process of its own
 @pytest.mark.parametrize("trust_proxy", ["0", "1"])
 def test_production_settings_pass_check_deploy(trust_proxy):
     env = {**PRODUCTION, "ALFRED_TRUST_PROXY_HEADERS": trust_proxy}
@@ -139,6 +140,7 @@ def _setting(name: str, **env: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.slow  # manage.py in a process of its own
 @pytest.mark.parametrize("environment", [PRODUCTION, {"ALFRED_ENV": "development"}])
 def test_the_proxy_ssl_header_is_trusted_only_when_asked(environment):
     assert _setting("SECURE_PROXY_SSL_HEADER", **environment) == "None"
@@ -147,6 +149,7 @@ def test_the_proxy_ssl_header_is_trusted_only_when_asked(environment):
     ) == repr(("HTTP_X_FORWARDED_PROTO", "https"))
 
 
+@pytest.mark.slow  # manage.py in a process of its own
 @pytest.mark.parametrize("seconds", ["0.25", "1.5", "0"])
 def test_a_beat_interval_django_celery_beat_cannot_keep_is_refused(seconds):
     # its schedule is kept in whole seconds: 0.25 would be stored as 0, a scan sent in a loop
@@ -158,6 +161,7 @@ def test_a_beat_interval_django_celery_beat_cannot_keep_is_refused(seconds):
     )
 
 
+@pytest.mark.slow  # manage.py in a process of its own
 def test_the_cache_is_the_brokers_redis():
     assert _setting("CACHES['default']['LOCATION']", **PRODUCTION) == repr(
         PRODUCTION["CELERY_BROKER_URL"]
@@ -179,6 +183,7 @@ def test_the_cache_url_is_the_brokers_in_redis_py_terms(broker, cache):
     assert _cache_url(broker) == cache
 
 
+@pytest.mark.slow  # manage.py in a process of its own
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -201,6 +206,7 @@ def test_production_refuses_insecure_defaults(change, message):
     assert message in result.stderr
 
 
+@pytest.mark.slow  # manage.py in a process of its own
 def test_the_demo_bootstrap_refuses_to_run_in_production():
     result = _manage("alfred_bootstrap", **PRODUCTION)
 

@@ -24,7 +24,12 @@ from executions.models import DeliveryKey, Execution, Run, Stage
 from executions.runtime.runner import Outcome, stage_execute
 from tests.support.helpers import submit
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.server(
+        "the prepared cursor's PREPARE/EXECUTE and generic plans on another major version"
+    ),
+]
 
 
 def _prepared() -> list[str]:

@@ -59,7 +59,10 @@ from tests.conftest import ROOT, subprocess_database_url
 from tests.support.factories import ExecutionFactory, RunFactory
 from tests.support.helpers import assert_problem, submit
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.server("retention's batched deletes on another major version"),
+]
 
 RETENTION = timedelta(days=90)
 WORKER = "test@here:0:1"

@@ -16,7 +16,10 @@ from rest_framework.test import APIClient
 from alfred.tokens import token_create, token_rotate
 from tests.support.helpers import SUBDOMAIN, assert_problem, submit
 
-pytestmark = pytest.mark.django_db
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.server("the throttles' script on Redis 7 over TCP"),
+]
 
 DEAD_REDIS = "redis://127.0.0.1:1/0"  # nothing listens on port 1: connection refused at once
 

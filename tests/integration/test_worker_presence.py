@@ -20,7 +20,11 @@ from alfred.workers import FORGOTTEN_SECONDS, worker_gone, worker_seen
 from tests.conftest import WorkerProcess, wait_for
 from tests.integration.test_metrics import matching, value, web_scrape
 
-pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.worker,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.server("worker presence written and read on another major version"),
+]
 
 PERIOD = 0.5  # the worker's ALFRED_WORKER_HEARTBEAT_SECONDS: gone 1.5 s after its last mark
 

@@ -32,7 +32,10 @@ from tests.support.helpers import submit
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
-BUDGETS = "aws.route53=4/s,aws.acm=8/s,aws.lambda=12/s"
+# Route53's at three a second against the stand-in's five: a request is drawn before it is
+# sent, and on a loaded machine one process's send can come late, bunched with the next
+# process's; make test once met one refusal at four a second.
+BUDGETS = "aws.route53=3/s,aws.acm=8/s,aws.lambda=12/s"
 ON_REDIS_7 = pytest.mark.server("the budgets' scripts on Redis 7's clock, over TCP")
 
 
@@ -144,7 +147,7 @@ def test_twenty_executions_at_once_on_three_processes_are_never_throttled(api, a
     # AWS refused none of them: the budget spaced them under Route53's five a second (the
     # stand-in's seeding, from the test's own unbudgeted client, may have been refused before)
     assert after["throttled"] == before["throttled"]
-    assert took >= (sent - 4) / 4.0 * 0.9  # at the budget's four a second: it had to wait
+    assert took >= (sent - 3) / 3.0 * 0.9  # at the budget's three a second: it had to wait
 
 
 def test_the_stand_in_refuses_what_goes_past_aws_s_rate(standin):
